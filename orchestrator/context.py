@@ -1,0 +1,167 @@
+"""Rebuilding each turn's context (PAPER.md §1) from editable prompt files.
+
+Every turn the orchestrator sees a fresh two-message chat: the one-line system prompt
+and a user message = problem + accumulated documents + code blocks with outputs +
+"choose a tool".  Budgets are in tokens:
+
+- each document is cut to `doc_tokens`, keeping its *head* (title and lead, as
+  upstream's `contents[:4000]` does);
+- the documents + code part is cut to what is left of `context_tokens` after the
+  problem and template, keeping its *tail* (the newest evidence).
+"""
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
+# file name -> placeholders it must use
+PROMPT_FIELDS = {
+    "system": set(),
+    "user": {"question", "documents", "code"},
+    "expert_search": {"question", "context"},
+    "expert_code": {"question", "context"},
+    "expert_answer_boxed": {"question", "context"},
+    "expert_answer_tags": {"question", "context"},
+    "expert_direct": {"question"},
+}
+
+
+class PromptError(ValueError):
+    """A prompt file that is missing or uses the wrong placeholders."""
+
+
+@dataclass
+class Prompts:
+    """The prompt templates (str.format style), loaded from a folder users edit."""
+
+    templates: dict[str, str]
+
+    @classmethod
+    def load(cls, folder: str | Path | None = None) -> "Prompts":
+        folder = Path(folder) if folder else PROMPTS_DIR
+        templates = {}
+        for name, required in PROMPT_FIELDS.items():
+            path = folder / f"{name}.txt"
+            if not path.exists():
+                path = PROMPTS_DIR / f"{name}.txt"  # a custom folder may override only some files
+            text = path.read_text()
+            try:
+                used = {f for _, f, _, _ in string.Formatter().parse(text) if f}
+            except ValueError as exc:
+                raise PromptError(f"{path}: bad template ({exc}); write literal braces as '{{{{' and '}}}}'") from None
+            if used - required:
+                raise PromptError(f"{path}: unknown placeholder(s) {sorted(used - required)}; allowed: {sorted(required)}")
+            if "question" in required and "question" not in used:
+                raise PromptError(f"{path}: must contain the {{question}} placeholder")
+            templates[name] = text.rstrip("\n") if name == "system" else text
+        return cls(templates)
+
+    def render(self, name: str, **fields: str) -> str:
+        return self.templates[name].format(**fields)
+
+
+@dataclass
+class Document:
+    id: str
+    contents: str
+    source: str = "local"  # "local" index or "web" fallback
+
+
+@dataclass
+class CodeBlock:
+    code: str
+    output: str
+
+
+@dataclass
+class EpisodeState:
+    """What the loop has gathered so far for one task."""
+
+    question: str
+    documents: list[Document] = field(default_factory=list)
+    code_blocks: list[CodeBlock] = field(default_factory=list)
+
+    def add_documents(self, docs: list[Document]) -> int:
+        """Append documents not seen before (by id); return how many were new."""
+        seen = {d.id for d in self.documents}
+        new = [d for d in docs if d.id not in seen]
+        self.documents.extend(new)
+        return len(new)
+
+
+@dataclass
+class Budgets:
+    doc_tokens: int = 1000        # ~4,000 characters
+    context_tokens: int = 24000
+    code_output_tokens: int = 1000
+
+
+class TokenCounter:
+    """Counts and cuts text in tokens of `tokenizer`, or ~4 characters per token without one."""
+
+    def __init__(self, tokenizer=None):
+        self.tokenizer = tokenizer
+
+    def count(self, text: str) -> int:
+        if self.tokenizer is None:
+            return (len(text) + 3) // 4
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def head(self, text: str, n: int) -> str:
+        return self._cut(text, n, keep="head")
+
+    def tail(self, text: str, n: int) -> str:
+        return self._cut(text, n, keep="tail")
+
+    def _cut(self, text: str, n: int, keep: str) -> str:
+        if n <= 0:
+            return ""
+        if self.tokenizer is None:
+            chars = 4 * n
+            return text if len(text) <= chars else (text[:chars] if keep == "head" else text[-chars:])
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) <= n:
+            return text
+        ids = ids[:n] if keep == "head" else ids[-n:]
+        return self.tokenizer.decode(ids)
+
+
+def evidence_sections(state: EpisodeState, budgets: Budgets, counter: TokenCounter) -> tuple[str, str]:
+    """The documents and code sections, each document/output cut to its own budget."""
+    docs = "".join(
+        f"Document {i + 1} (id {d.id}{', web' if d.source == 'web' else ''}):\n"
+        f"{counter.head(d.contents, budgets.doc_tokens)}\n\n"
+        for i, d in enumerate(state.documents))
+    code = "".join(
+        f"Code {i + 1}:\n```python\n{c.code}\n```\nOutput:\n{counter.tail(c.output, budgets.code_output_tokens)}\n\n"
+        for i, c in enumerate(state.code_blocks))
+    return (f"Documents:\n{docs}" if docs else ""), (f"Code results:\n{code}" if code else "")
+
+
+def fit_tail(documents: str, code: str, room: int, counter: TokenCounter) -> tuple[str, str]:
+    """Cut documents+code to `room` tokens keeping the tail: code (newest) survives longest."""
+    code_tokens = counter.count(code)
+    if code_tokens >= room:
+        return "", counter.tail(code, room)
+    return counter.tail(documents, room - code_tokens), code
+
+
+def build_messages(state: EpisodeState, prompts: Prompts, budgets: Budgets,
+                   counter: TokenCounter) -> list[dict[str, str]]:
+    """The orchestrator's two-message chat for this turn, within `budgets.context_tokens`."""
+    documents, code = evidence_sections(state, budgets, counter)
+    system = prompts.render("system")
+    fixed = counter.count(system) + counter.count(prompts.render("user", question=state.question, documents="", code=""))
+    documents, code = fit_tail(documents, code, budgets.context_tokens - fixed, counter)
+    user = prompts.render("user", question=state.question, documents=documents, code=code)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def expert_context(state: EpisodeState, budgets: Budgets, counter: TokenCounter, room: int | None = None) -> str:
+    """Documents and code results as one block for an expert's prompt (tail kept)."""
+    documents, code = evidence_sections(state, budgets, counter)
+    documents, code = fit_tail(documents, code, room or budgets.context_tokens, counter)
+    return documents + code

@@ -1,0 +1,83 @@
+"""The orchestrator policy behind one small interface, `act(messages, tools, ...)`.
+
+- `ChatPolicy`: any model the gateway reaches (GPT-5, a vLLM server, in-process
+  transformers); records text and the backend's usage, no token ids.
+- `TokenPolicy`: an `Engine` generating from token ids (training and the embedded
+  default); records prompt ids, response ids and sampled log-probs.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from orchestrator.engine import Engine, SamplingParams
+from orchestrator.records import ToolCall, Usage
+
+
+@dataclass
+class PolicyOutput:
+    text: str
+    usage: Usage
+    latency: float
+    tool_calls: list[ToolCall] | None = None   # already parsed by the backend (None: parse text)
+    prompt_ids: list[int] | None = None
+    response_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+
+class ChatPolicy:
+    """A policy served through LLM_CALL; `price_model` names its row in the price table."""
+
+    def __init__(self, model: str, price_model: str | None = None, llm: Callable[..., Any] | None = None):
+        self.model = model
+        self.price_model = price_model or model
+        self._llm = llm
+
+    def act(self, messages, tools, *, choices=None, temperature=1.0, max_tokens=1024) -> PolicyOutput:
+        llm = self._llm
+        if llm is None:
+            from LLM_CALL import get_llm_response as llm
+        started = time.monotonic()
+        r = llm(self.model, messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
+                price_model=self.price_model, choices=choices)
+        return PolicyOutput(text=r.text, usage=r.usage, latency=time.monotonic() - started,
+                            tool_calls=r.tool_calls or None)
+
+
+_TOOLS_HEADER = (
+    "\n\n# Tools\n\nYou may call one of the functions below to make progress.\n"
+    "Function signatures are inside <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
+    "Call a function by returning a JSON object with its name and arguments inside "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>')
+
+
+def render_prompt(tokenizer, messages: list[dict], tools: list[dict]) -> str:
+    """Chat-template text with tools.  Templates that ignore `tools` (e.g. SmolLM2's) get
+    the hermes tool block written into the system message, as Qwen's template writes it."""
+    template = tokenizer.chat_template or ""
+    if tools and "tools" not in template:
+        block = _TOOLS_HEADER.format(tools="\n".join(json.dumps(t) for t in tools))
+        messages = [{**messages[0], "content": messages[0]["content"] + block}, *messages[1:]]
+        tools = None
+    return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+
+
+class TokenPolicy:
+    """A policy generating from token ids with an `Engine` (training, the embedded default)."""
+
+    def __init__(self, engine: Engine, price_model: str):
+        self.engine = engine
+        self.price_model = price_model
+
+    def act(self, messages, tools, *, choices=None, temperature=1.0, max_tokens=1024) -> PolicyOutput:
+        tok = self.engine.tokenizer
+        prompt_ids = tok(render_prompt(tok, messages, tools), add_special_tokens=False)["input_ids"]
+        started = time.monotonic()
+        gen = self.engine.generate([prompt_ids], SamplingParams(
+            temperature=temperature, max_tokens=max_tokens, choices=choices))[0]
+        return PolicyOutput(text=gen.text, usage=Usage(len(prompt_ids), len(gen.token_ids)),
+                            latency=time.monotonic() - started, prompt_ids=list(prompt_ids),
+                            response_ids=list(gen.token_ids), logprobs=list(gen.logprobs))

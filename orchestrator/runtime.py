@@ -1,0 +1,132 @@
+"""Carrying out one tool call: the chosen expert does the step, its cost and time recorded.
+
+- search: the expert writes a query, the retriever returns documents;
+- enhance_reasoning (kind "code"): the expert writes Python, the sandbox runs it;
+- answer: the expert answers and the episode ends.
+
+The expert is reached through the one LLM gateway; the alias's model (e.g. gpt-5)
+is served by `catalog.served_model(model, profile)` (e.g. the local SmolLM2) but
+priced as the alias's model, so a local run reports what the paper's tools would cost.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from orchestrator.catalog import Catalog
+from orchestrator.context import Budgets, CodeBlock, Document, EpisodeState, Prompts, TokenCounter, expert_context
+from orchestrator.extract import answer_style, extract_answer, extract_code, extract_query
+from orchestrator.records import ExpertCall
+
+
+class Retriever(Protocol):
+    def retrieve(self, queries: list[str], topk: int) -> list[list[dict[str, Any]]]:
+        """Search-R1 contract: per query a list of {"document": {"id", "contents"}, "score", ...}."""
+
+
+def _default_llm(*args, **kwargs):
+    from LLM_CALL import get_llm_response  # imported lazily: the gateway pulls in heavy backends
+    return get_llm_response(*args, **kwargs)
+
+
+def _default_sandbox(code: str, timeout: float):
+    from orchestrator.sandbox import run_python
+    return run_python(code, timeout=timeout)
+
+
+@dataclass
+class ToolRuntime:
+    """Everything a tool call needs; one per run, shared by concurrent episodes (thread-safe)."""
+
+    catalog: Catalog
+    profile: str | None = None
+    retriever: Retriever | None = None
+    prompts: Prompts = field(default_factory=Prompts.load)
+    budgets: Budgets = field(default_factory=Budgets)
+    override_model: str | None = None   # "basic tools" mode: every alias served by this model
+    topk: int = 3
+    code_timeout: float = 60.0
+    expert_max_tokens: int = 512
+    expert_temperature: float = 0.0
+    llm: Callable[..., Any] = _default_llm
+    run_code: Callable[[str, float], Any] = _default_sandbox
+
+    def served(self, model: str) -> str:
+        return self.override_model or self.catalog.served_model(model, self.profile)
+
+    def call(self, tool_name: str, alias: str, state: EpisodeState, catalog: Catalog | None = None) -> tuple[ExpertCall, str | None]:
+        """Run one validated call; return what happened and the final answer (answer tool only).
+
+        Failures (the expert's server, the sandbox, the retriever) are recorded in
+        `ExpertCall.error`; they never end the episode by themselves.
+        """
+        catalog = catalog or self.catalog
+        tool = catalog.tool(tool_name)
+        model = tool.aliases[alias].model
+        call = ExpertCall(tool=tool_name, alias=alias, model=model)
+        started = time.monotonic()
+        answer = None
+        try:
+            if tool.kind == "search":
+                self._search(call, state, catalog)
+            elif tool.kind == "code":
+                self._code(call, state, catalog)
+            elif tool.kind == "answer":
+                answer = self._answer(call, state, catalog)
+            else:
+                raise ValueError(f"tool kind {tool.kind!r} is not a QA tool")
+        except Exception as exc:  # recorded, not fatal: the orchestrator may try another tool
+            call.error = f"{type(exc).__name__}: {exc}"
+        call.latency = time.monotonic() - started
+        return call, answer
+
+    # ---- the three tools ---------------------------------------------------------------
+    def _ask_expert(self, call: ExpertCall, prompt: str, catalog: Catalog) -> str:
+        response = self.llm(self.served(call.model), [{"role": "user", "content": prompt}],
+                            temperature=self.expert_temperature, max_tokens=self.expert_max_tokens,
+                            price_model=call.model, catalog=catalog)
+        call.usage = call.usage + response.usage
+        call.cost += catalog.llm_cost(call.model, response.usage)
+        return response.text
+
+    def _context(self, state: EpisodeState) -> str:
+        return expert_context(state, self.budgets, TokenCounter())
+
+    def _search(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> None:
+        if self.retriever is None:
+            raise RuntimeError("no retriever configured: start the retrieval service or pass --index")
+        reply = self._ask_expert(call, self.prompts.render(
+            "expert_search", question=state.question, context=self._context(state)), catalog)
+        query = extract_query(reply, fallback=state.question)
+        hits = self.retriever.retrieve([query], self.topk)[0]
+        docs = [Document(id=str(h["document"]["id"]), contents=h["document"]["contents"],
+                         source="web" if h.get("source") == "web" else "local") for h in hits]
+        web = [d for d in docs if d.source == "web"]
+        if web:
+            call.cost += catalog.search_cost(web_searches=1, pages=len(web))
+        new = state.add_documents(docs)
+        call.output = f"query: {query!r}; {len(docs)} documents ({new} new)"
+
+    def _code(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> None:
+        reply = self._ask_expert(call, self.prompts.render(
+            "expert_code", question=state.question, context=self._context(state)), catalog)
+        code = extract_code(reply)
+        if code is None:
+            call.output = "the expert wrote no ```python block"
+            return
+        result = self.run_code(code, self.code_timeout)
+        call.cost += catalog.code_cost(result.duration_s)
+        output = result.stdout if result.exit_code == 0 else f"{result.stdout}\n[exit {result.exit_code}] {result.stderr[-1000:]}"
+        if result.timed_out:
+            output += f"\n[timed out after {self.code_timeout:g} s]"
+        state.code_blocks.append(CodeBlock(code=code, output=output.strip()))
+        call.output = output.strip()[:2000]
+
+    def _answer(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> str:
+        name = "expert_answer_tags" if answer_style(self.served(call.model)) == "tags" else "expert_answer_boxed"
+        reply = self._ask_expert(call, self.prompts.render(
+            name, question=state.question, context=self._context(state)), catalog)
+        call.output = reply[:2000]
+        return extract_answer(reply)
+

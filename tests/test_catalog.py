@@ -1,0 +1,77 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.catalog import CatalogError, load_catalog, parse_catalog
+from orchestrator.records import Usage
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shipped():
+    return json.loads((REPO / "tools.json").read_text())
+
+
+def test_shipped_catalog_matches_paper_table():
+    cat = load_catalog()
+    assert {t.name for t in cat.tools_for("qa")} == {"search", "enhance_reasoning", "answer"}
+    assert cat.tool("search").aliases["search-3"].model == "Qwen3-32B"
+    assert cat.tool("answer").aliases["answer-1"].latency_s == 96
+    assert cat.price("gpt-5").input == 1.25 and cat.price("gpt-5").output == 10.0
+    assert cat.price("Qwen2.5-Math-7B-Instruct").output == 0.2
+    assert len(cat.aliases) == 15
+    # every alias in the local profile is served by a model that runs here
+    assert {cat.served_model(s.model, "local") for t in cat.tools for s in t.aliases.values()} == {"smollm2-135m"}
+
+
+def test_llm_cost_by_hand():
+    cat = load_catalog()
+    # gpt-5: 1.25 $/1M in, 10 $/1M out -> 2000*1.25e-6 + 500*10e-6 = 0.0025 + 0.005
+    assert cat.llm_cost("gpt-5", Usage(2000, 500)) == pytest.approx(0.0075, abs=1e-12)
+    # Qwen3-8B orchestrator: 0.2/0.2 -> (10_000 + 1_000) * 0.2e-6 = 0.0022
+    assert cat.llm_cost("Qwen3-8B", Usage(10_000, 1_000)) == pytest.approx(0.0022, abs=1e-12)
+    assert cat.code_cost(10) == pytest.approx(0.000083)
+    assert cat.search_cost(web_searches=2, pages=3) == pytest.approx(0.026)
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda d: d["tools"][0]["aliases"]["search-1"].pop("model"), "$.tools[0].aliases.search-1.model: Field required"),
+    (lambda d: d["tools"][1]["aliases"]["reasoner-2"].update(model="nope"), "tools[1].aliases.reasoner-2.model: 'nope' has no entry in 'prices'"),
+    (lambda d: d["prices"]["gpt-5"].update(input=-1), "$.prices.gpt-5.input"),
+    (lambda d: d["tools"][2].update(kind="magic"), "$.tools[2].kind"),
+    (lambda d: d["tools"][2]["aliases"].update({"search-1": {"model": "gpt-5", "latency_s": 1}}), "alias also used by tool 'search'"),
+    (lambda d: d["profiles"]["local"].update({"gpt-6": "x"}), "profiles.local.gpt-6: unknown model"),
+    (lambda d: d["tools"][0].update(colour="red"), "$.tools[0].colour: Extra inputs are not permitted"),
+])
+def test_broken_catalog_one_line_error(mutate, expected):
+    data = shipped()
+    mutate(data)
+    with pytest.raises(CatalogError) as err:
+        parse_catalog(data, "my_tools.json")
+    msg = str(err.value)
+    assert msg.startswith("my_tools.json: ") and expected in msg and "\n" not in msg
+
+
+def test_openai_tools_show_prices_and_enum():
+    schema = load_catalog().openai_tools("qa")
+    search = next(t for t in schema if t["function"]["name"] == "search")["function"]
+    model = search["parameters"]["properties"]["model"]
+    assert model["enum"] == ["search-1", "search-2", "search-3"]
+    assert "search-2 | $0.25 | $2 | 16s" in model["description"]
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "orchestrator.catalog", *args], capture_output=True, text=True, cwd=REPO)
+
+
+def test_cli_ok_and_bad(tmp_path):
+    ok = run_cli("tools.json")
+    assert ok.returncode == 0 and "4 tools" in ok.stdout and "15 aliases" in ok.stdout
+    bad = tmp_path / "tools.json"
+    bad.write_text('{"tools": [], ')
+    res = run_cli(str(bad))
+    assert res.returncode == 1
+    assert res.stderr.strip().count("\n") == 0 and "invalid JSON" in res.stderr and str(bad) in res.stderr
