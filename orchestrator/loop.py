@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from orchestrator.catalog import AliasSpec, Catalog, Price, parse_catalog
+from orchestrator.catalog import Catalog, Price, parse_catalog
 from orchestrator.context import Budgets, EpisodeState, TokenCounter, build_messages
 from orchestrator.records import Rollout, Turn
 from orchestrator.runtime import ToolRuntime
@@ -49,13 +49,16 @@ def task_catalog(base: Catalog, task: Task) -> Catalog:
     if task.prices:
         data["prices"] = {**data["prices"], **{m: Price(**p).model_dump() for m, p in task.prices.items()}}
     if task.tools is not None:
-        latency = {spec.model: spec.latency_s for t in base.tools for spec in t.aliases.values()}
         tools = []
         for name, aliases in task.tools.items():
-            tool = base.tool(name).model_dump()
-            tool["aliases"] = {a: AliasSpec(model=m, latency_s=base.tool(name).aliases.get(a, AliasSpec(
-                model=m, latency_s=latency.get(m, 0.0))).latency_s).model_dump() for a, m in aliases.items()}
-            tools.append(tool)
+            tool = base.tool(name)
+            # a renamed alias keeps the listed latency of its model within the same tool
+            by_model = {spec.model: spec.latency_s for spec in tool.aliases.values()}
+            data_tool = tool.model_dump()
+            data_tool["aliases"] = {
+                a: {"model": m, "latency_s": tool.aliases[a].latency_s if a in tool.aliases else by_model.get(m, 0.0)}
+                for a, m in aliases.items()}
+            tools.append(data_tool)
         data["tools"] = tools
     return parse_catalog(data, source=f"task {task.id}")
 
