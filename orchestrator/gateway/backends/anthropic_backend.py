@@ -1,0 +1,100 @@
+"""Anthropic Messages API through the `anthropic` client.
+
+OpenAI-style inputs are converted: system messages become `system`, tools become
+{name, description, input_schema}, assistant tool_calls become `tool_use` blocks and
+`tool` messages become `tool_result` blocks.  Tested against a fake local HTTP server
+that speaks the Messages API (tests/test_gateway_backends.py), not against Anthropic.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import anthropic
+
+from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, read_key,
+                                                 sdk_attempt_error)
+from orchestrator.gateway.registry import ModelEntry
+from orchestrator.gateway.retry import AttemptError
+from orchestrator.records import ToolCall, Usage
+
+ANTHROPIC_DEFAULT_URL = "https://api.anthropic.com"
+_clients: dict[tuple, anthropic.Anthropic] = {}
+_clients_lock = threading.Lock()
+
+
+def _client(base_url: str, key: str | None) -> anthropic.Anthropic:
+    cache_key = (base_url, hash(key))
+    with _clients_lock:
+        if cache_key not in _clients:
+            _clients[cache_key] = anthropic.Anthropic(base_url=base_url, api_key=key, max_retries=0)
+        return _clients[cache_key]
+
+
+def convert_tools(tools: list[dict] | None) -> list[dict] | None:
+    """OpenAI function schemas -> Anthropic tool definitions."""
+    if not tools:
+        return None
+    out = []
+    for tool in tools:
+        fn = tool.get("function", tool)
+        out.append({"name": fn["name"], "description": fn.get("description", ""),
+                    "input_schema": fn.get("parameters", {"type": "object", "properties": {}})})
+    return out
+
+
+def convert_messages(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict]]:
+    """OpenAI chat messages -> (system text, Anthropic messages)."""
+    system = [m["content"] for m in messages if m["role"] == "system" and m.get("content")]
+    out: list[dict] = []
+    for m in messages:
+        role = m["role"]
+        if role == "system":
+            continue
+        if role == "tool":
+            out.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": m.get("tool_call_id", ""),
+                                                     "content": str(m.get("content", ""))}]})
+            continue
+        blocks: list[dict] = []
+        if m.get("content"):
+            blocks.append({"type": "text", "text": m["content"]})
+        for tc in m.get("tool_calls") or []:
+            fn = tc["function"]
+            args = fn.get("arguments", {})
+            blocks.append({"type": "tool_use", "id": tc.get("id", ""), "name": fn["name"],
+                           "input": json.loads(args) if isinstance(args, str) else args})
+        out.append({"role": role, "content": blocks})
+    return ("\n\n".join(system) or None), out
+
+
+class AnthropicBackend:
+    def __init__(self, name: str, entry: ModelEntry):
+        self.name, self.entry = name, entry
+        self.served = entry.model or name
+        self.endpoint = entry.base_url or ANTHROPIC_DEFAULT_URL
+
+    def attempt(self, request: BackendRequest) -> BackendResult:
+        if request.choices is not None:
+            raise AttemptError(f"{self.name}: `choices` (constrained decoding) needs backend vllm or "
+                               "transformers, not anthropic", endpoint=None, retryable=False)
+        key = read_key(self.entry.key_env(), self.name, required=True)
+        system, messages = convert_messages(request.messages)
+        body: dict[str, Any] = dict(model=self.served, messages=messages, max_tokens=request.max_tokens,
+                                    temperature=request.temperature, timeout=request.timeout, **request.extra)
+        if system:
+            body["system"] = system
+        if request.tools:
+            body["tools"] = convert_tools(request.tools)
+        try:
+            resp = _client(self.endpoint, key).messages.create(**body)
+        except anthropic.AnthropicError as exc:
+            err = sdk_attempt_error(exc, anthropic, endpoint=self.endpoint, timeout=request.timeout, secrets=[key])
+            if err is None:
+                raise
+            raise err from None
+        text = "".join(b.text for b in resp.content if b.type == "text")
+        calls = [ToolCall(name=b.name, arguments=dict(b.input), id=b.id) for b in resp.content if b.type == "tool_use"]
+        return BackendResult(text=text, tool_calls=calls or None,
+                             usage=Usage(resp.usage.input_tokens, resp.usage.output_tokens),
+                             endpoint=self.endpoint, finish_reason=resp.stop_reason)

@@ -1,0 +1,124 @@
+"""OpenAI-compatible chat completions through the `openai` client: vLLM, OpenAI, Azure OpenAI.
+
+vLLM servers come from a pool of replicas (orchestrator.gateway.endpoints) unless the
+entry fixes one `base_url`.  Constrained decoding (`choices`) uses vLLM's structured
+outputs: `extra_body={"structured_outputs": {"choice": [...]}}` (vLLM 0.32's
+ChatCompletionRequest.structured_outputs / StructuredOutputsParams.choice).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import openai
+
+from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, read_key,
+                                                 sdk_attempt_error)
+from orchestrator.gateway.endpoints import pool_for
+from orchestrator.gateway.errors import GatewayConfigError
+from orchestrator.gateway.registry import ModelEntry
+from orchestrator.gateway.retry import AttemptError
+from orchestrator.records import ToolCall, Usage
+
+log = logging.getLogger("toolorchestra.gateway")
+OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
+
+# One client per (backend, url, key): keeps HTTP connections alive across calls.
+_clients: dict[tuple, openai.OpenAI] = {}
+_clients_lock = threading.Lock()
+
+
+def _client(entry: ModelEntry, base_url: str, key: str | None) -> openai.OpenAI:
+    cache_key = (entry.backend, base_url, entry.api_version, hash(key))
+    with _clients_lock:
+        client = _clients.get(cache_key)
+        if client is None:
+            if entry.backend == "azure":
+                client = openai.AzureOpenAI(azure_endpoint=base_url, api_version=entry.api_version,
+                                            api_key=key, max_retries=0)
+            else:
+                # vLLM accepts any key unless started with --api-key; the SDK insists on one.
+                client = openai.OpenAI(base_url=base_url, api_key=key or "EMPTY", max_retries=0)
+            _clients[cache_key] = client
+        return client
+
+
+def _convert_tool_calls(raw) -> list[ToolCall] | None:
+    """OpenAI structured tool_calls -> ToolCall (None when the message has none)."""
+    if not raw:
+        return None
+    calls = []
+    for tc in raw:
+        fn = getattr(tc, "function", None)
+        if fn is None:
+            continue
+        try:
+            args = json.loads(fn.arguments or "{}")
+        except json.JSONDecodeError:
+            log.warning("dropping tool call %r: arguments are not JSON: %.120r", fn.name, fn.arguments)
+            continue
+        if isinstance(args, dict):
+            calls.append(ToolCall(name=fn.name, arguments=args, id=getattr(tc, "id", None)))
+    return calls
+
+
+class OpenAICompatBackend:
+    """One registry entry of backend openai, azure or vllm."""
+
+    def __init__(self, name: str, entry: ModelEntry):
+        self.name, self.entry = name, entry
+        self.served = entry.model or name
+        self.pool = None
+        if entry.backend == "vllm" and not entry.base_url:
+            self.pool = pool_for(entry.endpoints_path(), [name, self.served])
+
+    def _endpoint(self) -> str:
+        if self.pool is None:
+            return self.entry.base_url or OPENAI_DEFAULT_URL
+        try:
+            return self.pool.next()
+        except GatewayConfigError as exc:
+            raise AttemptError(str(exc), endpoint=str(self.pool.path), retryable=False) from None
+
+    def _body(self, request: BackendRequest) -> dict:
+        extra_body = dict(self.entry.extra_body)
+        extra_body.update(request.extra.pop("extra_body", None) or {})
+        if request.choices is not None:
+            if self.entry.backend != "vllm":
+                raise AttemptError(f"{self.name}: `choices` (constrained decoding) needs backend vllm or "
+                                   f"transformers, not {self.entry.backend}", endpoint=None, retryable=False)
+            extra_body["structured_outputs"] = {"choice": list(request.choices)}
+        body = dict(model=self.served, messages=request.messages, temperature=request.temperature,
+                    max_completion_tokens=request.max_tokens, timeout=request.timeout, **request.extra)
+        if request.tools:
+            body["tools"] = request.tools
+        if extra_body:
+            body["extra_body"] = extra_body
+        return body
+
+    def attempt(self, request: BackendRequest) -> BackendResult:
+        endpoint = self._endpoint()
+        key = read_key(self.entry.key_env(), self.name, required=self.entry.backend in ("openai", "azure"))
+        request = BackendRequest(**{**request.__dict__, "extra": dict(request.extra)})
+        body = self._body(request)
+        try:
+            resp = _client(self.entry, endpoint, key).chat.completions.create(**body)
+        except openai.OpenAIError as exc:
+            err = sdk_attempt_error(exc, openai, endpoint=endpoint, timeout=request.timeout, secrets=[key])
+            if err is None:
+                raise
+            if err.retryable and self.pool is not None:
+                self.pool.mark_failed(endpoint)
+            raise err from None
+        if not resp.choices:
+            raise AttemptError("the server returned no choices", endpoint=endpoint, retryable=True)
+        choice = resp.choices[0]
+        usage = resp.usage
+        if usage is None:
+            log.warning("%s via %s reported no usage; counting 0 tokens", self.name, endpoint)
+        return BackendResult(
+            text=choice.message.content or "",
+            tool_calls=_convert_tool_calls(choice.message.tool_calls),
+            usage=Usage(usage.prompt_tokens, usage.completion_tokens) if usage else Usage(),
+            endpoint=endpoint, finish_reason=choice.finish_reason)

@@ -1,0 +1,181 @@
+"""The model registry (`configs/models.yaml`): model name -> how to reach it.
+
+    models:
+      gpt-5:            {backend: openai, model: gpt-5, api_key_env: OPENAI_API_KEY}
+      Qwen3-32B:        {backend: vllm, model: Qwen/Qwen3-32B}          # replicas in endpoints.json
+      smollm2-135m:     {backend: transformers, path: "embedded:smollm2-135m"}
+
+A user swaps a backend by editing this file, never code.  The path is
+$TOOLORCHESTRA_MODELS or the repository's configs/models.yaml.  The file is re-read
+when its modification time changes, so edits apply to a running process.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from orchestrator.gateway.errors import GatewayConfigError, UnknownModelError
+
+DEFAULT_MODELS = Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
+EMBEDDED_PREFIX = "embedded:"
+Backend = Literal["openai", "azure", "vllm", "transformers", "anthropic"]
+
+# Where each backend reads its key when the entry names no `api_key_env`.
+_DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY",
+                    "anthropic": "ANTHROPIC_API_KEY"}
+
+
+class ModelEntry(BaseModel):
+    """One model: its backend and how to reach it.  Units: seconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Backend
+    model: str | None = Field(None, min_length=1, description="provider / served model id (default: the entry's name)")
+    path: str | None = Field(None, min_length=1, description="transformers: local folder, hub id, or embedded:<name>")
+    base_url: str | None = Field(None, min_length=1, description="one fixed OpenAI-compatible / Anthropic base URL")
+    endpoints_file: str | None = Field(None, min_length=1, description="vllm: JSON pool of replicas (default $TOOLORCHESTRA_ENDPOINTS or endpoints.json)")
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="name of the env var holding the key")
+    api_version: str | None = Field(None, description="azure: API version, e.g. 2024-10-21")
+    timeout_s: float = Field(120.0, gt=0, description="per-attempt timeout")
+    max_retries: int = Field(3, ge=0, le=20, description="retries after the first attempt")
+    backoff_initial_s: float = Field(1.0, ge=0, description="first wait between attempts (doubles, with jitter)")
+    backoff_max_s: float = Field(20.0, ge=0, description="longest wait between attempts")
+    price_model: str | None = Field(None, min_length=1, description="tools.json price entry to charge when the caller gives none")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="OpenAI-compatible: merged into every request body")
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    device: str = "cpu"
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> "ModelEntry":
+        if self.backend == "transformers":
+            if not self.path:
+                raise ValueError("path: required for backend 'transformers' (a local folder, hub id or embedded:smollm2-135m)")
+            for name in ("base_url", "endpoints_file", "api_key_env", "api_version"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}: not used by backend 'transformers'; remove it")
+        else:
+            if self.path is not None:
+                raise ValueError(f"path: only backend 'transformers' loads a local path; backend {self.backend!r} uses 'model'")
+            if self.endpoints_file and self.backend != "vllm":
+                raise ValueError("endpoints_file: only backend 'vllm' reads a pool of replicas; use base_url")
+        if self.backend == "azure" and not (self.base_url and self.api_version):
+            raise ValueError("base_url: backend 'azure' needs base_url (https://<resource>.openai.azure.com) and api_version")
+        if self.backend == "vllm" and self.base_url and self.endpoints_file:
+            raise ValueError("base_url: give either base_url (one server) or endpoints_file (a pool), not both")
+        return self
+
+    def key_env(self) -> str | None:
+        """The env var the key is read from (None: no key, e.g. a local vLLM server)."""
+        return self.api_key_env or _DEFAULT_KEY_ENV.get(self.backend)
+
+    def endpoints_path(self) -> Path:
+        """vllm pool file: the entry's, else $TOOLORCHESTRA_ENDPOINTS, else ./endpoints.json."""
+        return Path(self.endpoints_file or os.environ.get("TOOLORCHESTRA_ENDPOINTS", "endpoints.json"))
+
+    def resolved_path(self) -> str:
+        """transformers: the folder / hub id to load (embedded:<name> built on first use)."""
+        assert self.path is not None
+        if not self.path.startswith(EMBEDDED_PREFIX):
+            return self.path
+        name = self.path.removeprefix(EMBEDDED_PREFIX)
+        from orchestrator import embedded
+        if name != embedded.SMOLLM2:
+            raise GatewayConfigError(f"path: unknown embedded model {name!r}; available: [{embedded.SMOLLM2!r}]")
+        return str(embedded.smollm2_path())
+
+
+class Registry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    models: dict[str, ModelEntry] = Field(min_length=1)
+    source: str = Field("<models.yaml>", exclude=True, description="the file it came from (set by the loader)")
+
+    def entry(self, name: str) -> ModelEntry:
+        try:
+            return self.models[name]
+        except KeyError:
+            raise UnknownModelError(
+                f"unknown model {name!r}: not in {self.source} (known: {', '.join(sorted(self.models))}). "
+                f"To add it, add an entry under 'models:' in that file, e.g. "
+                f"`{name}: {{backend: vllm, model: <served id>}}` (backends: openai, azure, vllm, "
+                f"transformers, anthropic; see docs/gateway.md)") from None
+
+
+def _location(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def parse_registry(data: object, source: str) -> Registry:
+    """Validate parsed YAML; raise GatewayConfigError with one line: file, key, problem."""
+    if not isinstance(data, dict):
+        raise GatewayConfigError(f"{source}: (top level): expected a mapping with a 'models:' key, got {type(data).__name__}")
+    try:
+        registry = Registry.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(p for p in err["loc"] if p != "__root__")
+        msg = err["msg"].removeprefix("Value error, ")
+        # An entry's cross-field check names its own field as "field: problem".
+        if len(loc) == 2 and loc[0] == "models" and ":" in msg and " " not in msg.split(":", 1)[0]:
+            field, msg = msg.split(":", 1)
+            loc, msg = loc + (field,), msg.strip()
+        more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise GatewayConfigError(f"{source}: {_location(loc)}: {msg}{more}") from None
+    registry.source = source
+    return registry
+
+
+_cache: dict[Path, tuple[float, Registry]] = {}
+_cache_lock = threading.Lock()
+
+
+def registry_path(path: str | Path | None = None) -> Path:
+    return Path(path or os.environ.get("TOOLORCHESTRA_MODELS") or DEFAULT_MODELS)
+
+
+def load_registry(path: str | Path | None = None) -> Registry:
+    """Load and validate the registry (cached until the file's mtime changes)."""
+    path = registry_path(path)
+    try:
+        mtime = path.stat().st_mtime
+    except OSError as exc:
+        raise GatewayConfigError(f"{path}: cannot read: {exc.strerror}; set TOOLORCHESTRA_MODELS or create it") from None
+    with _cache_lock:
+        hit = _cache.get(path)
+        if hit and hit[0] == mtime:
+            return hit[1]
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "(unknown place)"
+        raise GatewayConfigError(f"{path}: {where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    registry = parse_registry(data, str(path))
+    with _cache_lock:
+        _cache[path] = (mtime, registry)
+    return registry
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m orchestrator.gateway [PATH]`: validate and list the models."""
+    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        reg = load_registry(argv[0] if argv else None)
+    except GatewayConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for name, e in reg.models.items():
+        where = e.path if e.backend == "transformers" else (e.base_url or f"pool {e.endpoints_path()}" if e.backend == "vllm" else e.base_url or "provider default")
+        print(f"{name:32s} {e.backend:12s} {e.model or name:36s} {where}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
