@@ -1,0 +1,114 @@
+"""Judging a QA prediction the way ToolOrchestra's HLE/FRAMES scripts do (PAPER.md §8).
+
+Rules, in order:
+1. an empty prediction, or one of more than 500 words, is wrong;
+2. a case-insensitive exact match with the reference (after stripping) is right;
+3. otherwise an LLM judge (any LLM_CALL model) reads the prompt file and answers True/False.
+
+The verdict keeps which rule decided and the judge's raw reply, so a run can be re-judged
+or audited later.  The judge's own tokens are priced like any call but kept apart from the
+orchestrator's cost: the paper's cost per query does not include grading.
+"""
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator.records import LLMResponse, Usage
+
+DEFAULT_JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge.txt"
+MAX_ANSWER_WORDS = 500
+_PLACEHOLDERS = {"question", "reference", "prediction"}
+_VERDICT_RE = re.compile(r"\b(true|false)\b", re.IGNORECASE)
+
+
+class JudgeError(RuntimeError):
+    """The LLM judge could not be reached or its prompt file is unusable."""
+
+
+@dataclass
+class Verdict:
+    """`correct` and why: rule in {"empty", "too_long", "exact", "llm", "llm_unparsed"}."""
+
+    correct: bool
+    rule: str
+    raw: str | None = None            # the judge's reply, verbatim
+    judge_model: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    cost: float = 0.0                 # dollars spent on judging (not part of the run's cost)
+    latency: float = 0.0              # seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_judge_prompt(path: str | Path | None = None) -> str:
+    """Read and check the judge template: it must use {question}, {reference}, {prediction}."""
+    path = Path(path) if path else DEFAULT_JUDGE_PROMPT
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise JudgeError(f"judge prompt {path}: cannot read: {exc.strerror}") from None
+    try:
+        used = {name for _, name, _, _ in string.Formatter().parse(text) if name}
+    except ValueError as exc:
+        raise JudgeError(f"judge prompt {path}: bad template ({exc}); write literal braces as '{{{{' '}}}}'") from None
+    if used != _PLACEHOLDERS:
+        raise JudgeError(f"judge prompt {path}: placeholders {sorted(used)}; it must use exactly {sorted(_PLACEHOLDERS)}")
+    return text
+
+
+def rule_verdict(prediction: str | None, reference: str) -> Verdict | None:
+    """The verdict of rules 1-2, or None when the LLM judge must decide."""
+    pred = (prediction or "").strip()
+    if not pred:
+        return Verdict(False, "empty")
+    if len(pred.split()) > MAX_ANSWER_WORDS:
+        return Verdict(False, "too_long")
+    if pred.lower() == reference.strip().lower():
+        return Verdict(True, "exact")
+    return None
+
+
+def parse_judge_reply(text: str) -> bool | None:
+    """True/False from the judge's reply (the last True/False word wins: models reason first)."""
+    words = _VERDICT_RE.findall(text or "")
+    return words[-1].lower() == "true" if words else None
+
+
+def _default_call() -> Callable[..., LLMResponse]:
+    try:
+        from LLM_CALL import get_llm_response
+    except ImportError as exc:
+        raise JudgeError(f"the LLM judge needs LLM_CALL.py at the repository root ({exc})") from None
+    return get_llm_response
+
+
+class Judge:
+    """Applies the rules, then asks `model` through LLM_CALL (or `call`, same signature)."""
+
+    def __init__(self, model: str, prompt_path: str | Path | None = None,
+                 call: Callable[..., LLMResponse] | None = None, max_tokens: int = 256):
+        self.model = model
+        self.template = load_judge_prompt(prompt_path)
+        self._call = call
+        self.max_tokens = max_tokens
+
+    def __call__(self, question: str, prediction: str | None, reference: str) -> Verdict:
+        verdict = rule_verdict(prediction, reference)
+        if verdict is not None:
+            return verdict
+        prompt = self.template.format(question=question, reference=reference, prediction=prediction.strip())
+        call = self._call or _default_call()
+        try:
+            reply = call(self.model, [{"role": "user", "content": prompt}],
+                         temperature=0.0, max_tokens=self.max_tokens)
+        except Exception as exc:  # LLMCallError after bounded retries, or a bad config
+            raise JudgeError(f"judge {self.model!r} failed: {type(exc).__name__}: {exc}") from exc
+        decided = parse_judge_reply(reply.text)
+        return Verdict(correct=bool(decided), rule="llm" if decided is not None else "llm_unparsed",
+                       raw=reply.text, judge_model=self.model, usage=reply.usage,
+                       cost=reply.cost, latency=reply.latency)

@@ -1,0 +1,196 @@
+"""Reports over evaluation runs: accuracy, cost and latency per query, tool mix, errors.
+
+    python -m evaluation.report RUN_DIR [RUN_DIR ...] [--plot cost_accuracy.png] [--no-viewer]
+
+For each run folder (made by run_hle.py / run_frames.py / run_tau2.py) this reads
+`results.jsonl` (+ `run_config.json` for the label), writes `summary.json` and a static
+trajectory viewer `viewer.html` into it, prints a table, and plots accuracy against cost
+per query for all the runs given (the paper's cost/accuracy figure).
+
+Definitions (PAPER.md §3, §8-9):
+- accuracy = correct / answered tasks (tau2: pass^1 = mean success); errors are counted
+  apart, and `accuracy_errors_as_wrong` = correct / (answered + errors) is also given;
+- cost per query = mean dollars over answered tasks, shown in cents (orchestrator tokens,
+  expert tokens, code seconds, search fees; the judge's tokens are not included);
+- latency per query = mean tool wall-clock seconds over answered tasks, shown in minutes;
+- tool mix = share of all tool calls going to each alias, and to each model behind it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from evaluation.runner import RESULTS_NAME, read_records
+
+SUMMARY_NAME = "summary.json"
+CONFIG_NAME = "run_config.json"
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _shares(counter: Counter) -> dict[str, float]:
+    total = sum(counter.values())
+    return {k: v / total for k, v in counter.most_common()} if total else {}
+
+
+def summarize(records: list[dict]) -> dict[str, Any]:
+    """Numbers of one run from its records (last record per id wins); see module docstring."""
+    by_id = {r["id"]: r for r in records}
+    answered = [r for r in by_id.values() if r.get("status") != "error"]
+    errors = [r for r in by_id.values() if r.get("status") == "error"]
+    correct = sum(bool(r.get("correct")) for r in answered)
+    aliases, models = Counter(), Counter()
+    for r in answered:
+        aliases.update(r.get("tool_calls") or {})
+        models.update(r.get("expert_models") or {})
+    tokens = [r.get("tokens") or {} for r in answered]
+    summary = {
+        "tasks": len(by_id),
+        "answered": len(answered),
+        "errors": len(errors),
+        "correct": correct,
+        "accuracy": correct / len(answered) if answered else 0.0,
+        "accuracy_errors_as_wrong": correct / len(by_id) if by_id else 0.0,
+        "cost_per_query_usd": _mean([float(r.get("cost") or 0.0) for r in answered]),
+        "latency_per_query_s": _mean([float(r.get("latency") or 0.0) for r in answered]),
+        "wall_per_query_s": _mean([float(r.get("wall_s") or 0.0) for r in answered]),
+        "judge_cost_usd": sum(float((r.get("verdict") or {}).get("cost") or 0.0) for r in answered),
+        "prompt_tokens_per_query": _mean([float(t.get("prompt", 0)) for t in tokens]),
+        "completion_tokens_per_query": _mean([float(t.get("completion", 0)) for t in tokens]),
+        "tool_calls": dict(aliases.most_common()),
+        "tool_share": _shares(aliases),
+        "model_share": _shares(models),
+        "error_reasons": dict(Counter(str(r.get("error", ""))[:120] for r in errors).most_common(10)),
+    }
+    summary["cost_per_query_cents"] = summary["cost_per_query_usd"] * 100
+    summary["latency_per_query_min"] = summary["latency_per_query_s"] / 60
+    domains = sorted({r["domain"] for r in answered if r.get("domain")})
+    if domains:  # tau2: pass^1 per domain
+        summary["pass1_by_domain"] = {
+            d: _mean([1.0 if r.get("correct") else 0.0 for r in answered if r.get("domain") == d])
+            for d in domains}
+    return summary
+
+
+def load_run(run_dir: str | Path) -> tuple[dict, list[dict]]:
+    run_dir = Path(run_dir)
+    path = run_dir / RESULTS_NAME
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir}: no {RESULTS_NAME}; is this a run folder made by evaluation/run_*.py?")
+    config = {}
+    if (run_dir / CONFIG_NAME).exists():
+        config = json.loads((run_dir / CONFIG_NAME).read_text())
+    records, bad = read_records(path)
+    for line in bad:
+        print(f"warning: {path}:{line}: unreadable record skipped", file=sys.stderr)
+    return config, records
+
+
+def run_label(run_dir: Path, config: dict) -> str:
+    parts = [config.get("benchmark"), config.get("model"), config.get("mode")]
+    label = " ".join(str(p) for p in parts if p)
+    return label or run_dir.name
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def print_table(rows: list[tuple[str, dict]], console=None) -> None:
+    """One rich table of the headline numbers, and one of the tool mix per run."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title="Evaluation runs")
+    for col in ("run", "tasks", "accuracy %", "errors", "cost / query (¢)", "latency / query (min)", "wall / query (s)"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    for label, s in rows:
+        acc = f"{100 * s['accuracy']:.1f}"
+        if "pass1_by_domain" in s:
+            acc += " (" + ", ".join(f"{d} {100 * v:.1f}" for d, v in s["pass1_by_domain"].items()) + ")"
+        table.add_row(label, str(s["tasks"]), acc, str(s["errors"]), f"{s['cost_per_query_cents']:.3f}",
+                      f"{s['latency_per_query_min']:.2f}", f"{s['wall_per_query_s']:.1f}")
+    console.print(table)
+    for label, s in rows:
+        if not s["tool_share"]:
+            continue
+        mix = Table(title=f"Tool mix: {label}")
+        mix.add_column("alias / tool")
+        mix.add_column("calls", justify="right")
+        mix.add_column("share %", justify="right")
+        for alias, share in s["tool_share"].items():
+            mix.add_row(alias, str(s["tool_calls"][alias]), f"{100 * share:.1f}")
+        console.print(mix)
+
+
+def plot_cost_accuracy(rows: list[tuple[str, dict]], path: Path) -> Path:
+    """Accuracy (%) against cost per query (cents), one labelled point per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for label, s in rows:
+        x, y = s["cost_per_query_cents"], 100 * s["accuracy"]
+        ax.scatter([x], [y], s=40)
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.set_xlabel("cost per query (cents)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Accuracy vs cost")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def report(run_dirs: list[str | Path], plot: str | Path | None = None, viewer: bool = True,
+           console=None) -> list[tuple[str, dict]]:
+    """Summarize each run (writing summary.json, viewer.html), print tables, plot; return rows."""
+    rows = []
+    for run_dir in map(Path, run_dirs):
+        config, records = load_run(run_dir)
+        summary = summarize(records)
+        label = run_label(run_dir, config)
+        write_json_atomic(run_dir / SUMMARY_NAME, {"label": label, "config": config, **summary})
+        if viewer:
+            from evaluation.viewer import write_viewer
+
+            write_viewer(run_dir / "viewer.html", label, records)
+        rows.append((label, summary))
+    print_table(rows, console)
+    plot_path = Path(plot) if plot else Path(run_dirs[0]) / "cost_accuracy.png"
+    plot_cost_accuracy(rows, plot_path)
+    (console.print if console else print)(f"plot: {plot_path}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evaluation.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dirs", nargs="+", help="run folders (each with results.jsonl)")
+    parser.add_argument("--plot", help="PNG path for the accuracy-vs-cost plot (default: FIRST_RUN/cost_accuracy.png)")
+    parser.add_argument("--no-viewer", action="store_true", help="do not write viewer.html")
+    args = parser.parse_args(argv)
+    try:
+        report(args.run_dirs, args.plot, viewer=not args.no_viewer)
+    except (FileNotFoundError, json.JSONDecodeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""The judge's rules (empty, > 500 words, exact match) and its LLM path."""
+import pytest
+
+from evaluation.judge import Judge, JudgeError, load_judge_prompt, parse_judge_reply, rule_verdict
+from orchestrator.records import LLMResponse, Usage
+
+
+def test_empty_and_whitespace_predictions_are_wrong():
+    for pred in (None, "", "   \n"):
+        v = rule_verdict(pred, "Paris")
+        assert (v.correct, v.rule) == (False, "empty")
+
+
+def test_500_words_is_allowed_501_is_wrong():
+    assert rule_verdict(" ".join(["word"] * 500), "Paris") is None       # goes to the LLM judge
+    v = rule_verdict(" ".join(["Paris"] * 501), "Paris")
+    assert (v.correct, v.rule) == (False, "too_long")
+
+
+def test_case_insensitive_exact_match_after_strip_is_right():
+    v = rule_verdict("  jane BALLOU \n", "Jane Ballou")
+    assert (v.correct, v.rule) == (True, "exact")
+    assert rule_verdict("Jane Ballou.", "Jane Ballou") is None             # not exact: the LLM decides
+
+
+@pytest.mark.parametrize("reply,expected", [
+    ("True", True), ("false", False), ("The answer matches. True", True),
+    ("It first looks true but the year differs, so: False", False), ("<correct>True</correct>", True),
+    ("Untrue statements aside, I cannot tell", None), ("", None)])
+def test_parse_judge_reply_takes_the_last_true_false_word(reply, expected):
+    assert parse_judge_reply(reply) is expected
+
+
+def test_llm_path_stores_verdict_raw_reply_and_cost():
+    seen = []
+
+    def call(model, messages, **kw):
+        seen.append((model, messages, kw))
+        return LLMResponse(model=model, text="Both name the same person. True", usage=Usage(120, 8),
+                           cost=0.00042, latency=0.5)
+
+    judge = Judge("judge-model", call=call)
+    v = judge("Who?", "Charlotte Brontë", "Charlotte Bronte")
+    assert (v.correct, v.rule, v.raw, v.judge_model) == (True, "llm", "Both name the same person. True", "judge-model")
+    assert v.cost == 0.00042 and v.usage == Usage(120, 8)
+    prompt = seen[0][1][0]["content"]
+    assert "Who?" in prompt and "Charlotte Brontë" in prompt and "Charlotte Bronte" in prompt
+    assert seen[0][2]["temperature"] == 0.0
+    # the rules never reach the model
+    judge("Who?", "charlotte bronte", "Charlotte Bronte")
+    assert len(seen) == 1
+
+
+def test_unparseable_reply_is_wrong_and_marked():
+    judge = Judge("m", call=lambda *a, **k: LLMResponse(model="m", text="I am not sure."))
+    v = judge("q", "a", "b")
+    assert (v.correct, v.rule, v.raw) == (False, "llm_unparsed", "I am not sure.")
+
+
+def test_judge_failure_raises_judge_error():
+    def call(*a, **k):
+        raise TimeoutError("read timed out")
+
+    with pytest.raises(JudgeError, match="judge 'm' failed: TimeoutError: read timed out"):
+        Judge("m", call=call)("q", "a", "b")
+
+
+def test_prompt_file_must_use_exactly_the_three_placeholders(tmp_path):
+    assert "{prediction}" in load_judge_prompt()
+    bad = tmp_path / "judge.txt"
+    bad.write_text("Q: {question} A: {answer}")
+    with pytest.raises(JudgeError, match="must use exactly"):
+        load_judge_prompt(bad)
+    with pytest.raises(JudgeError, match="cannot read"):
+        load_judge_prompt(tmp_path / "missing.txt")
