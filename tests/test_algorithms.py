@@ -4,8 +4,12 @@ import math
 import pytest
 import torch
 
-from training.algorithms import (ADVANTAGE_ESTIMATORS, compute_advantages,
-                                 get_advantage_estimator, register_advantage_estimator)
+from training.algorithms import (
+    ADVANTAGE_ESTIMATORS,
+    compute_advantages,
+    get_advantage_estimator,
+    register_advantage_estimator,
+)
 
 
 def adv(name, rewards):

@@ -125,7 +125,7 @@ class PPOClipLoss(nn.Module):
         low = mask & (adv < 0) & (ratio < 1 - self.eps_low)                        # [B, L]
         high = mask & (adv > 0) & (ratio > 1 + self.eps_high)                      # [B, L]
         dual = mask & (adv < 0) & (pg_clip > dual_bound)                           # [B, L]
-        as_float = lambda m: m.to(ratio.dtype)  # noqa: E731
+        as_float = lambda m: m.to(ratio.dtype)
         return {
             "clip_frac": masked_mean(as_float(clipped > unclipped), mask),
             "clip_frac_low": masked_mean(as_float(low), mask),

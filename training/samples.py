@@ -50,8 +50,8 @@ class SampleBatch:
         """Trainable tokens in the batch (the token-mean denominator)."""
         return int(self.response_mask.sum())
 
-    def to(self, device: torch.device | str) -> "SampleBatch":
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+    def to(self, device: torch.device | str) -> SampleBatch:
+        move = lambda t: None if t is None else t.to(device)
         return SampleBatch(move(self.input_ids), move(self.attention_mask),
                            move(self.response_mask), move(self.old_logprobs),
                            move(self.advantages))
