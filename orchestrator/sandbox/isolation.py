@@ -1,0 +1,242 @@
+"""Isolation levels for the code sandbox and the command line that applies each.
+
+Three levels, strongest first (see docs/sandbox.md for what each one stops):
+
+- ``bwrap``:   bubblewrap. New pid, net, ipc and uts namespaces; a new root file system
+  that holds only /usr, /etc, the Python install (all read-only), a private /proc and
+  /dev, a size-capped tmpfs /tmp and the scratch directory (the only host path writable).
+- ``unshare``: util-linux ``unshare`` with a user namespace plus pid, net, ipc, uts and
+  mount namespaces. The host file system stays visible with the host user's permissions.
+- ``rlimits``: resource limits, a process group and a scrubbed environment only.
+  No network isolation.
+
+Every level runs under ``prlimit`` (util-linux) for CPU seconds, address space,
+process count, file size and core dumps. When started as root, the code runs as
+``nobody`` wherever that can be arranged, because the kernel exempts root from the
+process-count limit and root owns most host files.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+
+LEVELS = ("bwrap", "unshare", "rlimits")
+SCRATCH_INSIDE_BWRAP = "/scratch"  # where bwrap mounts the scratch directory
+_NOBODY_FALLBACK = 65534
+
+
+class SandboxUnavailable(RuntimeError):
+    """The requested isolation level cannot run on this machine (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-process resource limits (applied with setrlimit through prlimit)."""
+
+    cpu_seconds: int      # CPU time; SIGXCPU at the soft limit, SIGKILL one second later
+    memory_mb: int        # address space (RLIMIT_AS), MiB
+    max_processes: int    # processes + threads of the sandbox's host user (RLIMIT_NPROC)
+    max_file_mb: int      # largest file the code may write (RLIMIT_FSIZE), MiB; also /tmp size
+
+    def prlimit_argv(self) -> list[str]:
+        mib = 1024 * 1024
+        return [
+            _need("prlimit"),
+            f"--cpu={self.cpu_seconds}:{self.cpu_seconds + 1}",
+            f"--as={self.memory_mb * mib}",
+            f"--nproc={self.max_processes}",
+            f"--fsize={self.max_file_mb * mib}",
+            "--core=0",
+            "--",
+        ]
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """A Python interpreter and the directories it needs to start (its install roots)."""
+
+    path: str
+    roots: tuple[str, ...]
+
+
+@dataclass
+class Plan:
+    """How one run is started: the argv, who runs it, where the code sees its scratch dir."""
+
+    argv: list[str]
+    level: str
+    runs_as: str                           # host identity of the code, e.g. "nobody"
+    popen_user: tuple[int, int] | None     # (uid, gid) to switch to before exec, if any
+    chown_to: tuple[int, int] | None       # owner the scratch dir must have
+    workdir: str | None                    # scratch path as the code sees it (None: host path)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise SandboxUnavailable(f"'{tool}' not found on PATH (Debian package util-linux)")
+    return path
+
+
+def _nobody() -> tuple[int, int]:
+    try:
+        entry = pwd.getpwnam("nobody")
+        return entry.pw_uid, entry.pw_gid
+    except KeyError:
+        return _NOBODY_FALLBACK, _NOBODY_FALLBACK
+
+
+@functools.lru_cache(maxsize=8)
+def interpreter(python: str) -> Interpreter:
+    """Ask `python` for its install prefixes (cached). Raises SandboxUnavailable if it won't run."""
+    resolved = shutil.which(python) or python
+    probe = ("import json, os, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix,"
+             " sys.base_exec_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))]))")
+    try:
+        out = subprocess.run([resolved, "-I", "-c", probe], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SandboxUnavailable(f"interpreter {python!r} does not run: {exc}") from exc
+    prefixes = json.loads(out)
+    # Bind both the path as named and its target, so symlinked installs resolve inside too.
+    candidates = {os.path.abspath(p) for p in prefixes} | {os.path.realpath(p) for p in prefixes}
+    roots: list[str] = []
+    for root in sorted(candidates):
+        # /usr is bound whole; nested roots are covered by their parent.
+        if root == "/" or root.startswith("/usr/") or root == "/usr":
+            continue
+        if not any(root.startswith(r + "/") for r in roots):
+            roots.append(root)
+    return Interpreter(path=os.path.abspath(resolved), roots=tuple(roots))
+
+
+@functools.lru_cache(maxsize=8)
+def _nobody_can_run(python: str) -> bool:
+    """Root only: can uid nobody start this interpreter (e.g. not if it lives under /root)?"""
+    uid, gid = _nobody()
+    try:
+        return subprocess.run([python, "-I", "-c", "pass"], user=uid, group=gid, extra_groups=[],
+                              capture_output=True, timeout=30, cwd="/").returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _system_binds() -> list[str]:
+    """/usr and /etc read-only, plus the host's /bin, /lib... (symlinks into /usr on Debian)."""
+    args = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = "/" + name
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def _bwrap_plan(interp: Interpreter, scratch: str, limits: Limits) -> Plan:
+    args = [_need("bwrap"), "--die-with-parent", "--new-session"]
+    if os.geteuid() == 0:
+        # Root keeps its real uid inside a user namespace (uid 0 is exempt from RLIMIT_NPROC),
+        # so instead bwrap sets up the mounts as root and setpriv drops to nobody before exec.
+        uid, gid = _nobody()
+        args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                 "--unshare-cgroup-try", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        tail = [_need("setpriv"), f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+        runs_as, chown_to = "nobody", (uid, gid)
+    else:
+        args += ["--unshare-all", "--disable-userns"]
+        tail, runs_as, chown_to = [], pwd.getpwuid(os.getuid()).pw_name, None
+    args += _system_binds()
+    for root in interp.roots:
+        args += ["--ro-bind", root, root]
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(limits.max_file_mb * 1024 * 1024), "--perms", "1777", "--tmpfs", "/tmp",
+             "--bind", scratch, SCRATCH_INSIDE_BWRAP, "--chdir", SCRATCH_INSIDE_BWRAP, "--"]
+    return Plan(argv=limits.prlimit_argv() + args + tail + [interp.path], level="bwrap",
+                runs_as=runs_as, popen_user=None, chown_to=chown_to, workdir=SCRATCH_INSIDE_BWRAP)
+
+
+def _host_user_plan(level: str, interp: Interpreter, limits: Limits) -> Plan:
+    """unshare and rlimits levels: the code runs as a host user, nobody when we are root."""
+    warnings: list[str] = []
+    popen_user = None
+    runs_as = pwd.getpwuid(os.getuid()).pw_name
+    if os.geteuid() == 0:
+        if _nobody_can_run(interp.path):
+            popen_user = _nobody()
+            runs_as = "nobody"
+        else:
+            warnings.append(f"runs as host root: user nobody cannot start {interp.path}, so files root "
+                            "can write outside the scratch dir are writable and the process limit "
+                            "does not apply (root is exempt); install bubblewrap")
+    # setpriv --pdeathsig: the sandbox dies with the thread that started it.
+    argv = limits.prlimit_argv() + [_need("setpriv"), "--pdeathsig=KILL", "--"]
+    if level == "unshare":
+        # A shell as pid 1 of the namespace: Python as pid 1 would ignore its own fatal signals.
+        argv += [_need("unshare"), "--user", "--map-root-user", "--net", "--pid", "--fork",
+                 "--kill-child", "--mount", "--mount-proc", "--ipc", "--uts", "--",
+                 "/bin/sh", "-c", '"$@"; exit $?', "sh"]
+    else:
+        warnings.append("no network isolation and no pid namespace (rlimits level)")
+    argv.append(interp.path)
+    return Plan(argv=argv, level=level, runs_as=runs_as, popen_user=popen_user,
+                chown_to=popen_user, workdir=None, warnings=warnings)
+
+
+def plan_for(level: str, interp: Interpreter, scratch: str, limits: Limits) -> Plan:
+    """The command for `level`; append the interpreter's arguments (e.g. ["-s", "main.py"])."""
+    if level == "bwrap":
+        return _bwrap_plan(interp, scratch, limits)
+    if level in ("unshare", "rlimits"):
+        return _host_user_plan(level, interp, limits)
+    raise ValueError(f"isolation must be one of auto, {', '.join(LEVELS)}; got {level!r}")
+
+
+@functools.lru_cache(maxsize=32)
+def probe(level: str, python: str) -> str | None:
+    """None if `level` starts Python here, else why not (cached per process)."""
+    try:
+        interp = interpreter(python)
+        limits = Limits(cpu_seconds=10, memory_mb=1024, max_processes=64, max_file_mb=1)
+        with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as scratch:
+            plan = plan_for(level, interp, scratch, limits)
+            if plan.chown_to:
+                os.chown(scratch, *plan.chown_to)
+            user = dict(user=plan.popen_user[0], group=plan.popen_user[1], extra_groups=[]) if plan.popen_user else {}
+            done = subprocess.run(plan.argv + ["-c", "pass"], capture_output=True, text=True, timeout=30,
+                                  cwd=scratch, env={"PATH": "/usr/bin:/bin"}, **user)
+    except SandboxUnavailable as exc:
+        return str(exc)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{level} probe failed: {exc}"
+    if done.returncode != 0:
+        return f"{level} probe exited {done.returncode}: {done.stderr.strip()[-300:]}"
+    return None
+
+
+def available_levels(python: str) -> list[str]:
+    """Isolation levels that work on this machine for `python`, strongest first."""
+    return [level for level in LEVELS if probe(level, python) is None]
+
+
+def choose_level(requested: str, python: str) -> str:
+    """Resolve "auto" to the strongest working level; check an explicit one works."""
+    if requested == "auto":
+        for level in LEVELS:
+            if probe(level, python) is None:
+                return level
+        raise SandboxUnavailable("no isolation level works here: " + probe("rlimits", python))
+    if requested not in LEVELS:
+        raise ValueError(f"isolation must be one of auto, {', '.join(LEVELS)}; got {requested!r}")
+    why = probe(requested, python)
+    if why is not None:
+        raise SandboxUnavailable(f"isolation {requested!r} unavailable: {why}")
+    return requested

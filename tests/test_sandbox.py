@@ -1,0 +1,329 @@
+"""The sandbox's guarantees, one test each, for every isolation level that works here.
+
+Levels that are not installed skip. As root, the unshare/rlimits levels need an interpreter
+that user nobody can start (the venv's may live under /root): the system python3 is used then.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from orchestrator.sandbox import LEVELS, SandboxUnavailable, run_python
+from orchestrator.sandbox.isolation import _nobody_can_run, probe
+
+REPO = Path(__file__).resolve().parents[1]
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _python_for(level: str) -> str:
+    """The interpreter that gives `level` its full guarantees (non-root) where one exists."""
+    if os.geteuid() != 0 or level == "bwrap" or _nobody_can_run(sys.executable):
+        return sys.executable
+    if os.path.exists(SYSTEM_PYTHON) and _nobody_can_run(SYSTEM_PYTHON):
+        return SYSTEM_PYTHON
+    return sys.executable
+
+
+def _level_params(levels=LEVELS):
+    return [pytest.param(level, id=level) for level in levels]
+
+
+@pytest.fixture
+def run(level):
+    """run(code, **kw) at the level under test; skips when that level cannot run here."""
+    python = _python_for(level)
+    why = probe(level, python)
+    if why is not None:
+        pytest.skip(f"isolation {level} unavailable here: {why}")
+
+    def _run(code: str, **kw):
+        kw.setdefault("timeout", 10)
+        result = run_python(code, isolation=level, python=python, **kw)
+        assert result.isolation == level
+        return result
+    return _run
+
+
+def _runs_as_root(result) -> bool:
+    return result.runs_as == "root"
+
+
+def _alive_with(marker: str) -> list[str]:
+    """Host processes whose command line contains `marker` (sandboxed pids show in host /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(f"{entry.name}: {cmdline!r}")
+    return found
+
+
+@pytest.mark.parametrize("level", _level_params())
+def test_stdout_and_files_are_delivered(run, level):
+    result = run("import helper\nprint(helper.VALUE * 7)", files={"helper.py": "VALUE = 6\n"})
+    assert (result.stdout, result.exit_code, result.timed_out) == ("42\n", 0, False)
+    assert result.duration_s > 0
+
+
+@pytest.mark.parametrize("level", _level_params())
+def test_exception_gives_nonzero_exit_and_traceback(run, level):
+    result = run("def f():\n    raise ValueError('boom-7')\nf()\n")
+    assert result.exit_code == 1 and not result.timed_out
+    assert "ValueError: boom-7" in result.stderr and 'main.py", line 2' in result.stderr
+
+
+_SPAWN_AND_SPIN = """
+import os, signal, subprocess, sys, time
+MARKER = {marker!r}
+subprocess.Popen(["bash", "-c", "exec -a " + MARKER + "-sleep sleep 1000"])
+if os.fork() == 0:      # a child that ignores SIGTERM, then becomes a marked python
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(1000)", MARKER + "-noterm"])
+if {escape} and os.fork() == 0:   # double fork + setsid: leaves the process group
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(1000)", MARKER + "-setsid"])
+    os._exit(0)
+time.sleep(0.3)
+print("spawned", flush=True)
+{tail}
+"""
+
+
+@pytest.mark.parametrize("level", _level_params())
+def test_infinite_loop_times_out_and_kills_every_process(run, level):
+    marker = f"sbx-{uuid.uuid4().hex}"
+    # Without a pid namespace a setsid() escapee survives (documented), so rlimits skips it.
+    code = _SPAWN_AND_SPIN.format(marker=marker, escape=level != "rlimits", tail="while True: pass")
+    started = time.monotonic()
+    result = run(code, timeout=2.0)
+    elapsed = time.monotonic() - started
+    assert "spawned" in result.stdout, result.stderr
+    assert result.timed_out and result.exit_code == 128 + 9
+    assert 2.0 <= result.duration_s < 3.0 and elapsed < 4.0
+    assert _alive_with(marker) == []
+
+
+@pytest.mark.parametrize("level", _level_params())
+def test_background_processes_die_when_main_exits(run, level):
+    marker = f"sbx-{uuid.uuid4().hex}"
+    code = _SPAWN_AND_SPIN.format(marker=marker, escape=level != "rlimits", tail="print('done')")
+    result = run(code, timeout=20.0)
+    # They hold the stdout pipe open: returning at all shows they were killed, not waited for.
+    assert result.stdout.endswith("done\n") and not result.timed_out and result.duration_s < 5
+    assert _alive_with(marker) == []
+
+
+@pytest.mark.parametrize("level", _level_params())
+def test_fork_bomb_is_stopped_by_the_process_limit(run, level):
+    code = ("import os, time\n"
+            "while True:\n"
+            "    try:\n"
+            "        os.fork()\n"
+            "    except OSError as exc:\n"
+            "        os.write(1, f'refused {exc.errno}\\n'.encode())  # one write: lines stay whole\n"
+            "        time.sleep(60)\n")
+    limit = 24
+    probe_result = run("print('ok')")
+    if _runs_as_root(probe_result):
+        pytest.skip("the code would run as host root, which the kernel exempts from RLIMIT_NPROC")
+    result = run(code, timeout=3.0, max_processes=limit)
+    lines = result.stdout.splitlines()
+    assert lines and all(line == "refused 11" for line in lines)  # EAGAIN from fork
+    assert len(lines) <= limit and result.timed_out
+
+
+@pytest.mark.parametrize("level", _level_params())
+def test_cpu_limit_kills_a_busy_loop_before_the_timeout(run, level):
+    result = run("while True: pass", timeout=20.0, cpu_seconds=1)
+    assert not result.timed_out and result.exit_code == 128 + 24  # SIGXCPU
+    assert result.duration_s < 5
+
+
+@pytest.mark.parametrize("level", _level_params())
+def test_memory_hog_gets_memory_error(run, level):
+    result = run("block = bytearray(2 * 1024**3)\nprint('allocated')", memory_mb=256)
+    assert result.exit_code != 0 and "MemoryError" in result.stderr and "allocated" not in result.stdout
+
+
+@pytest.mark.parametrize("level", _level_params())
+def test_huge_file_write_stopped_by_file_size_limit(run, level):
+    code = ("import os\n"
+            "with open('big.bin', 'wb') as f:\n"
+            "    for _ in range(64):\n"
+            "        f.write(b'x' * 1024 * 1024)\n"
+            "        f.flush()\n")
+    result = run(code, max_file_mb=2)
+    assert result.exit_code != 0 and "File too large" in result.stderr
+
+
+@pytest.fixture
+def host_listener():
+    """A TCP server on 127.0.0.1 in the host network namespace; yields its port."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    yield server.getsockname()[1]
+    server.close()
+
+
+_CONNECT = ("import socket\n"
+            "try:\n"
+            "    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
+            "    print('connected')\n"
+            "except OSError as exc:\n"
+            "    print('blocked', type(exc).__name__)\n")
+
+
+@pytest.mark.parametrize("level", _level_params(("bwrap", "unshare")))
+def test_network_is_blocked(run, level, host_listener):
+    result = run(_CONNECT.format(port=host_listener))
+    assert result.stdout.startswith("blocked"), result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("level", _level_params(("rlimits",)))
+def test_rlimits_level_does_not_block_network(run, level, host_listener):
+    # Pins the documented weakness, and shows the probe above can connect when not isolated.
+    result = run(_CONNECT.format(port=host_listener))
+    assert result.stdout == "connected\n"
+    assert any("network" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize("level", _level_params())
+def test_secrets_are_not_in_the_environment(run, level, monkeypatch):
+    secret = f"sk-test-{uuid.uuid4().hex}"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("HF_TOKEN", secret)
+    result = run("import json, os\nprint(json.dumps(dict(os.environ)))")
+    env = json.loads(result.stdout)
+    assert "OPENAI_API_KEY" not in env and "HF_TOKEN" not in env and secret not in result.stdout
+    assert env["LANG"] == "C.UTF-8"
+
+
+@pytest.mark.parametrize("level", _level_params(("bwrap", "unshare")))
+def test_host_process_environments_are_out_of_reach(run, level, monkeypatch):
+    secret = f"sk-test-{uuid.uuid4().hex}"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    code = ("import os\n"
+            "hits = 0\n"
+            "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+            "    try:\n"
+            f"        hits += {secret!r}.encode() in open(f'/proc/{{pid}}/environ', 'rb').read()\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "print('hits', hits, 'pids', len([p for p in os.listdir('/proc') if p.isdigit()]))\n")
+    result = run(code)
+    assert result.stdout.startswith("hits 0 "), result.stdout + result.stderr
+
+
+@pytest.fixture
+def scratch_root():
+    """An empty folder that user nobody can enter (pytest's tmp_path is root-only)."""
+    folder = Path(tempfile.mkdtemp(prefix="sbx-root-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("level", _level_params())
+def test_scratch_dir_is_private_and_removed(run, level, scratch_root):
+    code = ("import os, stat\n"
+            "open('out.txt', 'w').write('x')\n"
+            "print(oct(stat.S_IMODE(os.stat('.').st_mode)), sorted(os.listdir('.')))\n")
+    result = run(code, scratch_root=str(scratch_root))
+    assert result.stdout == "0o700 ['main.py', 'out.txt']\n", result.stderr
+    assert list(scratch_root.iterdir()) == []
+
+
+@pytest.mark.parametrize("level", _level_params(("bwrap",)))
+def test_bwrap_cannot_write_outside_scratch(run, level, tmp_path):
+    open_dir = tmp_path / "world-writable"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    targets = [str(open_dir / "x"), "/etc/sbx-x", "/usr/sbx-x", str(REPO / "sbx-x"), "/tmp/sbx-private"]
+    code = ("import json\nout = {}\n"
+            f"for path in {targets!r}:\n"
+            "    try:\n"
+            "        open(path, 'w').write('x')\n"
+            "        out[path] = 'written'\n"
+            "    except OSError as exc:\n"
+            "        out[path] = type(exc).__name__\n"
+            "print(json.dumps(out))\n")
+    result = run(code)
+    out = json.loads(result.stdout)
+    assert all(out[path] != "written" for path in targets[:4]), out
+    assert out["/tmp/sbx-private"] == "written"  # the sandbox's own tmpfs, not the host's /tmp
+    assert not any(Path(p).exists() for p in targets)
+
+
+@pytest.mark.parametrize("level", _level_params(("unshare", "rlimits")))
+def test_host_user_levels_cannot_write_root_owned_dirs(run, level):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to own a directory the sandbox user does not")
+    target = REPO / f"sbx-{uuid.uuid4().hex}"
+    result = run(f"open({str(target)!r}, 'w').write('x')")
+    if _runs_as_root(result):
+        target.unlink(missing_ok=True)
+        pytest.skip("code runs as host root at this level here (see result.warnings)")
+    assert "PermissionError" in result.stderr and not target.exists()
+
+
+def test_output_is_capped_head_and_tail_kept():
+    code = "import sys\nprint('FIRST')\nsys.stdout.write('y' * 20_000_000)\nprint('\\nLAST')\n"
+    result = run_python(code, timeout=30, max_output_bytes=10_000)
+    assert result.stdout_truncated and not result.stderr_truncated
+    assert result.stdout.startswith("FIRST\n") and result.stdout.endswith("LAST\n")
+    assert len(result.stdout) < 10_100 and "bytes truncated" in result.stdout
+
+
+def test_bad_arguments_are_rejected_with_the_argument_named():
+    with pytest.raises(ValueError, match="timeout"):
+        run_python("print(1)", timeout=-1)
+    with pytest.raises(ValueError, match="files"):
+        run_python("print(1)", files={"../escape.py": ""})
+    with pytest.raises(ValueError, match="isolation"):
+        run_python("print(1)", isolation="docker")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator.sandbox", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_prints_one_json_object(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("print('from file')\nraise SystemExit(4)\n")
+    done = _cli(str(script), "--timeout", "10")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["stdout"], result["exit_code"], result["timed_out"]) == ("from file\n", 4, False)
+    assert {"stderr", "duration_s", "isolation"} <= result.keys()
+
+
+def test_cli_rejects_missing_file_and_negative_timeout(tmp_path):
+    missing = _cli(str(tmp_path / "absent.py"))
+    assert missing.returncode == 2 and "absent.py" in missing.stderr and "does not exist" in missing.stderr
+    script = tmp_path / "ok.py"
+    script.write_text("print(1)\n")
+    negative = _cli(str(script), "--timeout", "-5")
+    assert negative.returncode == 2 and "--timeout" in negative.stderr and "positive" in negative.stderr
+
+
+def test_unavailable_level_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr("orchestrator.sandbox.isolation.probe", lambda level, python: "bwrap not installed")
+    with pytest.raises(SandboxUnavailable, match="bwrap.*not installed"):
+        run_python("print(1)", isolation="bwrap")
