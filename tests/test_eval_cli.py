@@ -1,0 +1,155 @@
+"""run_frames.py / run_hle.py end to end against a local OpenAI-compatible server (real HTTP).
+
+The orchestrator, the experts (through a tools.json profile) and the judge are all served
+by evaluation.mock_backend; the gateway, loop, sandbox, judge, runner and report are real.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evaluation.mock_backend import MockBackend, registry_yaml
+from orchestrator.catalog import load_catalog
+from orchestrator.records import Usage
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_FRAMES = REPO.parent / "shared" / "benchmarks" / "frames" / "frames.jsonl"
+RECORDS = [{"id": "f1", "question": "Which city hosts the Louvre?", "answer": "Paris"},
+           {"id": "f2", "question": "What is the capital of Japan?", "answer": "Tokyo"},
+           {"id": "f3", "question": "Who wrote Hamlet?", "answer": "William Shakespeare"},
+           {"id": "f4", "question": "How many legs has a spider?", "answer": "8"}]
+ANSWERS = {r["question"]: r["answer"] for r in RECORDS}
+
+
+@pytest.fixture(scope="module")
+def backend():
+    with MockBackend(answers=ANSWERS, fail={"How many legs has a spider?"},
+                     wrong={"Who wrote Hamlet?"}) as server:
+        yield server
+
+
+@pytest.fixture()
+def env(tmp_path, backend):
+    """A registry and a tools.json profile sending every model to the mock server."""
+    models = tmp_path / "models.yaml"
+    models.write_text(registry_yaml(backend.base_url, ["mock-orch", "mock-expert", "mock-judge"]))
+    tools = json.loads((REPO / "tools.json").read_text())
+    tools["profiles"]["mock"] = {m: "mock-expert" for m in tools["prices"]}
+    (tmp_path / "tools.json").write_text(json.dumps(tools))
+    data = tmp_path / "frames.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS) + "{broken\n")
+    return {"models": models, "tools": tmp_path / "tools.json", "data": data, "tmp": tmp_path}
+
+
+def run(script, env, *args):
+    cmd = [sys.executable, str(REPO / "evaluation" / script), "--tools", str(env["tools"]), "--profile", "mock",
+           "--model", "mock-orch", "--judge-model", "mock-judge", "--no-progress", *map(str, args)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=env["tmp"],
+                          env={**os.environ, "TOOLORCHESTRA_MODELS": str(env["models"]), "COLUMNS": "200"})
+    return proc
+
+
+def records(out):
+    return {r["id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+
+
+def test_frames_all_tools_records_costs_errors_and_report(env):
+    out = env["tmp"] / "run"
+    proc = run("run_frames.py", env, "--data", env["data"], "--output", out, "--concurrency", 3)
+    assert proc.returncode == 0, proc.stderr
+    assert "4 tasks, 1 malformed" in proc.stdout and "frames.jsonl:5: invalid JSON" in proc.stderr
+    recs = records(out)
+    assert set(recs) == {"f1", "f2", "f3", "f4"}
+    assert recs["f1"]["correct"] and recs["f1"]["verdict"]["rule"] == "exact"
+    assert recs["f3"]["correct"] is False and recs["f3"]["verdict"]["rule"] == "llm"
+    assert recs["f3"]["verdict"]["raw"] == "False" and recs["f3"]["prediction"] == "no idea"
+    assert recs["f4"]["status"] == "error" and "LLMCallError" in recs["f4"]["error"]
+
+    # f1: code then answer; costs priced as the alias's model although mock-expert served them
+    catalog, r = load_catalog(env["tools"]), recs["f1"]
+    assert [t["tool"] for t in r["turns"]] == ["enhance_reasoning", "answer"]
+    assert r["tool_calls"] == {"reasoner-2": 1, "answer-1": 1}
+    assert r["expert_models"] == {"gpt-5-mini": 1, "gpt-5": 1}
+    assert "42" in r["turns"][0]["output"]            # the real sandbox ran the expert's code
+    for turn, model in zip(r["turns"], ["gpt-5-mini", "gpt-5"]):
+        pol = Usage(turn["policy_tokens"]["prompt"], turn["policy_tokens"]["completion"])
+        exp = Usage(turn["tokens"]["prompt"] - pol.prompt_tokens, turn["tokens"]["completion"] - pol.completion_tokens)
+        expected = catalog.llm_cost("Qwen3-8B", pol) + catalog.llm_cost(model, exp)
+        code_fee = turn["cost"] - expected
+        assert 0 <= code_fee < 1e-3 and (turn["tool"] == "enhance_reasoning" or code_fee == pytest.approx(0, abs=1e-15))
+    assert r["cost"] == pytest.approx(sum(t["cost"] for t in r["turns"]), rel=1e-12)
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["answered"], summary["errors"], summary["correct"]) == (3, 1, 2)
+    assert summary["accuracy"] == pytest.approx(2 / 3)
+    assert (out / "viewer.html").exists() and (out / "cost_accuracy.png").exists()
+    assert json.loads((out / "run_config.json").read_text())["price_model"] == "Qwen3-8B"
+    assert "66.7" in proc.stdout and "Tool mix" in proc.stdout
+
+
+def test_resume_skips_done_and_refuses_changed_settings(env):
+    out = env["tmp"] / "run"
+    assert run("run_frames.py", env, "--data", env["data"], "--output", out, "--limit", 2, "--no-report").returncode == 0
+    proc = run("run_frames.py", env, "--data", env["data"], "--output", out, "--limit", 2)
+    assert proc.returncode == 2 and "--resume" in proc.stderr
+    proc = run("run_frames.py", env, "--data", env["data"], "--output", out, "--resume", "--no-report")
+    assert proc.returncode == 0 and "(2 already done)" in proc.stdout
+    assert len((out / "results.jsonl").read_text().splitlines()) == 4
+    proc = run("run_frames.py", env, "--data", env["data"], "--output", out, "--resume", "--mode", "none")
+    assert proc.returncode == 2 and "mode: 'all' -> 'none'" in proc.stderr
+
+
+def test_no_tools_and_basic_tools_modes(env):
+    out = env["tmp"] / "none"
+    assert run("run_frames.py", env, "--data", env["data"], "--output", out, "--mode", "none",
+               "--no-report").returncode == 0
+    r = records(out)["f2"]
+    assert r["correct"] and r["tool_calls"] == {} and r["stop_reason"] == "direct" and len(r["turns"]) == 1
+    catalog = load_catalog(env["tools"])
+    usage = Usage(r["tokens"]["prompt"], r["tokens"]["completion"])
+    assert r["cost"] == pytest.approx(catalog.llm_cost("Qwen3-8B", usage), rel=1e-12)
+
+    out = env["tmp"] / "basic"
+    assert run("run_frames.py", env, "--data", env["data"], "--output", out, "--mode", "basic",
+               "--no-report").returncode == 0
+    r = records(out)["f2"]
+    assert r["correct"] and r["expert_models"] == {"Qwen3-8B": 2}    # every alias is the orchestrator itself
+    for turn in r["turns"]:
+        assert turn["cost"] == pytest.approx(
+            catalog.llm_cost("Qwen3-8B", Usage(turn["tokens"]["prompt"], turn["tokens"]["completion"])), abs=1e-6)
+
+
+def test_hle_script_skips_image_questions(env):
+    data = env["tmp"] / "hle.jsonl"
+    rows = [{"id": "h1", "question": "What is the capital of Japan?", "answer": "Tokyo", "image": "",
+             "answer_type": "exactMatch", "category": "Other"},
+            {"id": "h2", "question": "What is in the picture?", "answer": "cat", "image": "data:image/png;base64,AA"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = env["tmp"] / "hle"
+    proc = run("run_hle.py", env, "--data", data, "--output", out, "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    assert "1 tasks, 1 skipped (image)" in proc.stdout
+    assert records(out)["h1"]["correct"] and records(out)["h1"]["meta"]["category"] == "Other"
+
+
+@pytest.mark.skipif(not SHARED_FRAMES.exists(), reason=f"{SHARED_FRAMES} absent (the ../shared folder is not here)")
+def test_frames_script_on_real_frames_records(env):
+    out = env["tmp"] / "real"
+    proc = run("run_frames.py", env, "--data", SHARED_FRAMES, "--limit", 3, "--output", out, "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    recs = records(out)
+    assert set(recs) == {"wiki____0", "wiki____1", "wiki____2"}
+    # the mock does not know these questions: the answer expert says "I do not know", judged False
+    assert all(r["status"] == "ok" and r["correct"] is False for r in recs.values())
+
+
+def test_bad_flags_are_one_line_errors(env):
+    proc = run("run_frames.py", env, "--data", env["data"], "--concurrency", 0)
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: --concurrency must be >= 1, got 0"
+    proc = run("run_frames.py", env, "--data", env["tmp"] / "nope.jsonl")
+    assert proc.returncode == 2 and "no such file" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run("run_hle.py", env, "--data", env["data"], "--price-model", "gpt-7")
+    assert proc.returncode == 2 and "'gpt-7' has no row in the tools.json price table" in proc.stderr
