@@ -131,7 +131,7 @@ def parse_registry(data: object, source: str) -> Registry:
     return registry
 
 
-_cache: dict[Path, tuple[float, Registry]] = {}
+_cache: dict[Path, tuple[tuple[int, int], Registry]] = {}
 _cache_lock = threading.Lock()
 
 
@@ -140,15 +140,16 @@ def registry_path(path: str | Path | None = None) -> Path:
 
 
 def load_registry(path: str | Path | None = None) -> Registry:
-    """Load and validate the registry (cached until the file's mtime changes)."""
+    """Load and validate the registry (cached until the file's mtime or size changes)."""
     path = registry_path(path)
     try:
-        mtime = path.stat().st_mtime
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
     except OSError as exc:
         raise GatewayConfigError(f"{path}: cannot read: {exc.strerror}; set TOOLORCHESTRA_MODELS or create it") from None
     with _cache_lock:
         hit = _cache.get(path)
-        if hit and hit[0] == mtime:
+        if hit and hit[0] == stamp:
             return hit[1]
     try:
         data = yaml.safe_load(path.read_text())
@@ -158,7 +159,7 @@ def load_registry(path: str | Path | None = None) -> Registry:
         raise GatewayConfigError(f"{path}: {where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
     registry = parse_registry(data, str(path))
     with _cache_lock:
-        _cache[path] = (mtime, registry)
+        _cache[path] = (stamp, registry)
     return registry
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -67,6 +68,6 @@ def sdk_attempt_error(exc: Exception, sdk, *, endpoint: str, timeout: float,
                             endpoint=endpoint, retryable=True)
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
-        detail = scrub(str(getattr(exc, "message", exc)), keys)[:500]
+        detail = scrub(re.sub(r"^Error code: \d+ - ", "", str(getattr(exc, "message", exc))), keys)[:500]
         return AttemptError(f"HTTP {status}: {detail}", endpoint=endpoint, retryable=is_retryable_status(status))
     return None

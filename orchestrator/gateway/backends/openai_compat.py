@@ -93,6 +93,11 @@ class OpenAICompatBackend:
                     max_completion_tokens=request.max_tokens, timeout=request.timeout, **request.extra)
         if request.tools:
             body["tools"] = request.tools
+            if self.entry.backend == "vllm":
+                # The server's chat template renders the tools; the reply comes back as text and
+                # orchestrator.toolcall parses it (one parser everywhere), so servers need no
+                # --tool-call-parser.  Pass tool_choice="auto" to use a server-side parser.
+                body.setdefault("tool_choice", "none")
         if extra_body:
             body["extra_body"] = extra_body
         return body
