@@ -327,3 +327,47 @@ def test_unavailable_level_is_a_clear_error(monkeypatch):
     monkeypatch.setattr("orchestrator.sandbox.isolation.probe", lambda level, python: "bwrap not installed")
     with pytest.raises(SandboxUnavailable, match="bwrap.*not installed"):
         run_python("print(1)", isolation="bwrap")
+
+
+@pytest.mark.parametrize("level", _level_params(("bwrap",)))
+def test_bwrap_code_holds_no_capabilities(run, level):
+    result = run("print([l for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapPrm'))])")
+    assert result.stdout.count("0000000000000000") == 2, result.stdout
+
+
+def test_non_root_caller_gets_namespaces(host_listener):
+    """The path a normal user takes (user namespaces), run here as nobody with the system python."""
+    if os.geteuid() != 0:
+        pytest.skip("this test switches to user nobody to play a non-root caller; it needs root")
+    if not (os.path.exists(SYSTEM_PYTHON) and _nobody_can_run(SYSTEM_PYTHON)):
+        pytest.skip(f"{SYSTEM_PYTHON} missing or not runnable by nobody")
+    if not all(os.stat(p).st_mode & 0o005 == 0o005 for p in [REPO, *REPO.parents]):
+        pytest.skip(f"{REPO} is not readable by nobody")
+    script = ("import json, sys\n"
+              f"sys.path.insert(0, {str(REPO)!r})\n"
+              "from orchestrator.sandbox import available_levels, run_python\n"
+              "out = {}\n"
+              "for level in available_levels(sys.executable):\n"
+              "    if level == 'rlimits':\n"
+              "        continue\n"
+              "    r = run_python('import os, socket\\n'\n"
+              "                   'try:\\n'\n"
+              f"                   '    socket.create_connection((\"127.0.0.1\", {host_listener}), timeout=1)\\n'\n"
+              "                   '    print(\"connected\")\\n'\n"
+              "                   'except OSError as e:\\n'\n"
+              "                   '    print(type(e).__name__)\\n'\n"
+              "                   'print(len([p for p in os.listdir(\"/proc\") if p.isdigit()]))\\n',\n"
+              "                   isolation=level, timeout=10)\n"
+              "    out[level] = [r.runs_as, r.stdout.split(), r.exit_code]\n"
+              "print(json.dumps(out))\n")
+    done = subprocess.run([SYSTEM_PYTHON, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd="/", user="nobody", env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    if not out:
+        pytest.skip("user namespaces unavailable to non-root users here")
+    assert "bwrap" in out or shutil.which("bwrap") is None, out
+    for level, (runs_as, lines, exit_code) in out.items():
+        # Inside a fresh pid namespace only a handful of processes exist.
+        assert runs_as == "nobody" and exit_code == 0 and int(lines[-1]) < 5, (level, lines)
+        assert lines[0] in ("ConnectionRefusedError", "OSError"), (level, lines)

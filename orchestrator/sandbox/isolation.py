@@ -152,7 +152,7 @@ def _bwrap_plan(interp: Interpreter, scratch: str, limits: Limits) -> Plan:
                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
         runs_as, chown_to = "nobody", (uid, gid)
     else:
-        args += ["--unshare-all", "--disable-userns"]
+        args += ["--unshare-all", "--unshare-user", "--disable-userns"]
         tail, runs_as, chown_to = [], pwd.getpwuid(os.getuid()).pw_name, None
     args += _system_binds()
     for root in interp.roots:
