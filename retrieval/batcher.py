@@ -1,0 +1,106 @@
+"""Micro-batching: many concurrent callers, one worker thread, one search per batch.
+
+Callers `submit` a list of items (one request's queries) and get a Future; a single
+worker thread takes everything queued (up to `max_batch` items), runs `fn` once over
+the concatenation and hands each caller its slice. Batches form by themselves under
+load: while the worker searches, new requests queue up and go together next time.
+`max_wait_s` optionally holds a batch open a little longer for stragglers.
+
+The worker thread is the only one that touches `fn`'s index and encoder, which is what
+makes GPU FAISS (not thread-safe) and the encoder safe under concurrent requests.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from typing import Callable, Sequence
+
+log = logging.getLogger(__name__)
+
+
+class Overloaded(RuntimeError):
+    """More requests are waiting than `max_pending`: the caller should retry later."""
+
+
+class MicroBatcher:
+    """Run `fn(items) -> results` (same length, same order) over micro-batches on one thread."""
+
+    def __init__(self, fn: Callable[[list], list], max_batch: int = 256, max_wait_s: float = 0.0,
+                 max_pending: int = 4096, name: str = "retrieval-batcher"):
+        self.fn, self.max_batch, self.max_wait_s = fn, max_batch, max_wait_s
+        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self.batches = 0          # calls of fn so far (tests and benchmarks read it)
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, items: Sequence) -> Future:
+        """Queue one request's items; the Future resolves to their results (a list)."""
+        if self._closed:
+            raise RuntimeError("the batcher is closed")
+        fut: Future = Future()
+        try:
+            self._queue.put_nowait((list(items), fut))
+        except queue.Full:
+            raise Overloaded(f"{self._queue.maxsize} requests already waiting") from None
+        return fut
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the worker after the batches already queued."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put((None, None))
+            self._thread.join(timeout)
+
+    def _take_batch(self) -> list[tuple[list, Future]] | None:
+        first = self._queue.get()
+        if first[0] is None:
+            return None
+        batch, size = [first], len(first[0])
+        deadline = time.monotonic() + self.max_wait_s
+        while size < self.max_batch:
+            try:
+                wait = deadline - time.monotonic()
+                item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item[0] is None:                 # close() while collecting: finish this batch first
+                self._queue.put(item)
+                break
+            batch.append(item)
+            size += len(item[0])
+        return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if batch is None:
+                return
+            # A caller that timed out cancelled its Future: skip its work entirely.
+            batch = [(items, fut) for items, fut in batch if fut.set_running_or_notify_cancel()]
+            if not batch:
+                continue
+            flat = [x for items, _ in batch for x in items]
+            try:
+                results = self.fn(flat)
+                self.batches += 1
+            except Exception:                   # noqa: BLE001 -- isolate the request that broke it
+                log.exception("retrieval batch of %d queries failed; retrying its requests one by one", len(flat))
+                for items, fut in batch:
+                    self._run_alone(items, fut)
+                continue
+            start = 0
+            for items, fut in batch:
+                fut.set_result(results[start:start + len(items)])
+                start += len(items)
+
+    def _run_alone(self, items: list, fut: Future) -> None:
+        # One bad request must not fail the others it happened to be batched with.
+        try:
+            fut.set_result(self.fn(items))
+            self.batches += 1
+        except Exception as err:                # noqa: BLE001 -- reported to its caller only
+            fut.set_exception(err)

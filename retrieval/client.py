@@ -1,0 +1,149 @@
+"""The client the orchestrator's `search` tool calls: HTTP replicas or in-process, one interface.
+
+    client = RetrievalClient()                        # replicas from endpoints.json ($TOOLORCHESTRA_ENDPOINTS)
+    client = RetrievalClient(["http://node3:8000"])   # or explicit base URLs
+    client = RetrievalClient.in_process("indexes/wiki")   # no HTTP: the embedded default
+
+    hits = client.retrieve(["who wrote hamlet"], topk=5)
+    hits[0][0] == {"document": {"id": "...", "contents": "..."}, "score": 0.71}
+    cost = catalog.search_cost(hits.web_searches, hits.pages)   # web fallback fees, if any
+
+Endpoints file (the LLM gateway's format): {"retrieval": [{"base_url": "http://host:port"}]}.
+HTTP mode: per-request timeout, bounded retries with backoff on connection errors, 5xx and
+timeouts (tenacity), moving to the next replica and re-reading the file after a failure.
+A 4xx (bad request) is not retried: it raises RetrievalError with the server's message.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+SERVICE_KEY = "retrieval"
+
+
+class RetrievalError(RuntimeError):
+    """Retrieval failed: a bad request (not retried) or every attempt failed."""
+
+
+class _Transient(Exception):
+    """A failure worth retrying on another replica."""
+
+
+class Retrieved(list):
+    """Hits per query (a list of lists of {"document", "score"}) plus the request's web usage."""
+
+    def __init__(self, hits=(), web_searches: int = 0, pages: int = 0):
+        super().__init__(hits)
+        self.web_searches, self.pages = web_searches, pages
+
+
+class RetrievalClient:
+    """Thread-safe. `retrieve(queries, topk) -> Retrieved`; see the module docstring."""
+
+    def __init__(self, base_urls: list[str] | None = None, *, endpoints_file: str | Path | None = None,
+                 timeout_s: float = 30.0, attempts: int = 3):
+        self._service = None
+        self._static = list(base_urls or [])
+        self._pool = None
+        if not self._static:
+            from orchestrator.gateway.endpoints import pool_for
+            path = Path(endpoints_file or os.environ.get("TOOLORCHESTRA_ENDPOINTS", "endpoints.json"))
+            self._pool = pool_for(path, [SERVICE_KEY])
+        self._cursor = 0
+        self.timeout_s, self.attempts = timeout_s, attempts
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
+
+    @classmethod
+    def in_process(cls, index_dir: str | Path, method: str | None = None, eid_file: str | Path | None = None,
+                   device: str | None = None, **service_options) -> "RetrievalClient":
+        """Load the index into this process: same interface, no server, no HTTP."""
+        from retrieval.searcher import Searcher
+        from retrieval.service import RetrievalService
+        from retrieval.web import web_search_from_env
+
+        self = cls.__new__(cls)
+        searcher = Searcher(index_dir, method=method, device=device, eid_file=eid_file)
+        self._service = RetrievalService(searcher, web_search_from_env(), **service_options)
+        return self
+
+    def retrieve(self, queries: list[str], topk: int = 3, *, eid: str | None = None,
+                 min_score: float | None = None, min_length: int | None = None) -> Retrieved:
+        """Top `topk` hits for each query, best first: `[[{"document", "score"}, ...], ...]`."""
+        if isinstance(queries, str):
+            raise TypeError("queries must be a list of strings, e.g. retrieve([question], topk=5)")
+        if not queries:
+            return Retrieved()
+        if self._service is not None:
+            return self._retrieve_local(queries, topk, eid, min_score, min_length)
+        body = {"queries": list(queries), "topk": topk, "return_scores": True}
+        body.update({k: v for k, v in (("eid", eid), ("min_score", min_score), ("min_length", min_length)) if v is not None})
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(self.attempts), reraise=False,
+                                    wait=wait_exponential(multiplier=0.2, max=2.0),
+                                    retry=retry_if_exception_type(_Transient)):
+                with attempt:
+                    data = self._post(body)
+        except RetryError as err:
+            raise RetrievalError(f"retrieval failed after {self.attempts} attempts: "
+                                 f"{err.last_attempt.exception()}") from None
+        usage = data.get("usage") or {}
+        return Retrieved(data["result"], usage.get("web_searches", 0), usage.get("pages", 0))
+
+    def _retrieve_local(self, queries, topk, eid, min_score, min_length) -> Retrieved:
+        from retrieval.searcher import Query, QueryError
+
+        batch = [Query(q, topk, eid, min_score, min_length or 0) for q in queries]
+        try:
+            hits, usage = self._service.retrieve(batch)
+        except QueryError as err:
+            raise RetrievalError(str(err)) from None
+        return Retrieved(hits, usage["web_searches"], usage["pages"])
+
+    def _next_url(self) -> str:
+        if self._pool is not None:
+            from orchestrator.gateway.errors import GatewayConfigError
+            try:
+                return self._pool.next()
+            except GatewayConfigError as err:
+                raise RetrievalError(f"{err} (for retrieval: `python -m retrieval.server --index DIR "
+                                     f"--endpoints-file FILE` registers itself)") from None
+        url = self._static[self._cursor % len(self._static)]
+        self._cursor += 1
+        return url
+
+    def _post(self, body: dict) -> dict:
+        url = self._next_url()
+        try:
+            resp = self._http.post(url.rstrip("/") + "/retrieve", json=body)
+        except httpx.HTTPError as err:      # connection refused, timeouts, protocol errors
+            self._failed(url)
+            raise _Transient(f"{url}: {type(err).__name__}: {err}") from None
+        if resp.status_code >= 500 or resp.status_code == 429:
+            self._failed(url)
+            raise _Transient(f"{url}: HTTP {resp.status_code}: {resp.text[:200]}")
+        if resp.status_code >= 400:
+            try:
+                message = resp.json().get("error") or resp.text
+            except ValueError:
+                message = resp.text
+            raise RetrievalError(f"{url} rejected the request (HTTP {resp.status_code}): {message[:500]}")
+        return resp.json()
+
+    def _failed(self, url: str) -> None:
+        if self._pool is not None:
+            self._pool.mark_failed(url)     # re-reads the endpoints file
+
+    def close(self) -> None:
+        if self._service is not None:
+            self._service.close()
+        else:
+            self._http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

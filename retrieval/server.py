@@ -1,0 +1,231 @@
+"""HTTP retrieval server speaking Search-R1's /retrieve contract (FastAPI + uvicorn).
+
+    python -m retrieval.server --index DIR [--host 127.0.0.1] [--port 8000] [--method dense|bm25]
+        [--eid-file eids.json] [--endpoints-file endpoints.json] [--device cuda]
+
+POST /retrieve  {"queries": [str], "topk": int, "return_scores": bool,
+                 "eid": str?, "min_score": float?, "min_length": int?}
+  -> {"result": [[{"document": {"id", "contents"}, "score": float}, ...] per query],
+      "usage": {"web_searches": int, "pages": int}}
+  (without return_scores each hit is the bare document, as in Search-R1)
+GET /health; GET /openapi.json and /docs as FastAPI serves them.
+
+Concurrent requests are micro-batched (one encoder call, one index search per batch) on
+one worker thread. Limits answer 422 naming the field; too large a body 413; a full queue
+or a request slower than --request-timeout 503, so a client never waits forever.
+"""
+# No `from __future__ import annotations`: FastAPI must see the real request model class.
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import sys
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from retrieval.batcher import Overloaded
+from retrieval.searcher import Query, QueryError
+from retrieval.service import RetrievalService
+
+log = logging.getLogger("retrieval.server")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_queries: int = 64           # queries per request
+    max_query_chars: int = 4096     # characters per query (the orchestrator cuts at ~390)
+    max_topk: int = 100
+    max_body_bytes: int = 1 << 20   # 1 MiB of JSON
+    request_timeout_s: float = 60.0
+
+
+def request_model(limits: Limits) -> type[BaseModel]:
+    """The /retrieve body, with this server's limits baked into its schema."""
+    QueryText = Annotated[str, StringConstraints(max_length=limits.max_query_chars)]
+
+    class RetrieveRequest(BaseModel):
+        model_config = ConfigDict(extra="ignore")   # Search-R1 clients send extra keys
+        queries: list[QueryText] = Field(min_length=1, max_length=limits.max_queries)
+        topk: int | None = Field(None, ge=1, le=limits.max_topk, description="hits per query (default 3)")
+        return_scores: bool = False
+        eid: str | None = Field(None, min_length=1, max_length=256, description="key of a whitelist in --eid-file")
+        min_score: float | None = Field(None, allow_inf_nan=False, description="drop hits scoring below this")
+        min_length: int | None = Field(None, ge=0, le=10_000_000, description="drop documents shorter than this (chars)")
+
+    return RetrieveRequest
+
+
+def create_app(service: RetrievalService, limits: Limits = Limits(), default_min_score: float | None = None,
+               default_min_length: int = 0, on_startup=None, on_shutdown=None) -> FastAPI:
+    """The FastAPI app over `service`; closes the service when the app shuts down."""
+    Body = request_model(limits)
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        if on_startup:
+            on_startup()
+        yield
+        if on_shutdown:
+            on_shutdown()
+        service.close()
+
+    app = FastAPI(title="ToolOrchestra retrieval", version="1", lifespan=lifespan)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError):
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+        # loc is ("body", field, index...); for unparsable JSON it is ("body", byte offset).
+        field = "body" if first.get("type") == "json_invalid" else ".".join(str(p) for p in first["loc"][1:]) or "body"
+        return JSONResponse(status_code=422, content={
+            "error": f"{field}: {first['msg']}", "detail": _jsonable(errors)})
+
+    @app.get("/health")
+    def health() -> dict:
+        return service.health()
+
+    @app.post("/retrieve")
+    async def retrieve(body: Body) -> dict:  # type: ignore[valid-type]
+        topk = body.topk or 3
+        min_length = body.min_length if body.min_length is not None else default_min_length
+        min_score = body.min_score if body.min_score is not None else default_min_score
+        queries = [Query(q, topk, body.eid, min_score, min_length) for q in body.queries]
+        try:
+            fut = service.submit(queries)
+        except QueryError as err:
+            return JSONResponse(status_code=422, content={"error": str(err), "detail": [
+                {"loc": ["body", err.field], "msg": str(err), "type": "value_error"}]})
+        except Overloaded as err:
+            return _unavailable(f"server busy ({err}); retry later")
+        try:
+            hits = await asyncio.wait_for(asyncio.wrap_future(fut), timeout=limits.request_timeout_s)
+        except asyncio.TimeoutError:
+            return _unavailable(f"retrieval took longer than {limits.request_timeout_s:g} s; retry later")
+        hits, usage = await run_in_threadpool(service.finish, queries, hits)
+        result = hits if body.return_scores else [[h["document"] for h in row] for row in hits]
+        return {"result": result, "usage": usage}
+
+    return app
+
+
+def _unavailable(message: str) -> JSONResponse:
+    return JSONResponse(status_code=503, content={"error": message}, headers={"Retry-After": "1"})
+
+
+def _jsonable(errors: list[dict]) -> list[dict]:
+    # pydantic puts the offending input and exception objects in `ctx`; keep it to plain text.
+    return [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg")), "type": str(e.get("type"))} for e in errors]
+
+
+class BodyLimit:
+    """ASGI middleware: answer 413 to bodies over `max_bytes` (declared or streamed)."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            return await self._reject(send)
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise _TooLarge()
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _TooLarge:
+            await self._reject(send)
+
+    async def _reject(self, send):
+        response = JSONResponse(status_code=413, content={"error": f"request body over {self.max_bytes} bytes"})
+        await response({"type": "http"}, None, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m retrieval.server", description=__doc__.split("\n\n")[0])
+    p.add_argument("--index", required=True, help="index folder made by retrieval.build_index")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    p.add_argument("--method", choices=("dense", "bm25"), default=None, help="default: dense when built")
+    p.add_argument("--eid-file", default=None, help="JSON {eid: [doc_id, ...]} of per-question whitelists")
+    p.add_argument("--device", default=None, help="cpu or cuda (faiss-gpu + fp16 encoder)")
+    p.add_argument("--min-score", type=float, default=None, help="default minimum score (requests may override)")
+    p.add_argument("--min-length", type=int, default=0, help="default minimum document length in characters")
+    p.add_argument("--web-min-docs", type=int, default=3,
+                   help="Tavily fallback when fewer index hits survive (needs TAVILY_API_KEY)")
+    p.add_argument("--max-batch", type=int, default=256, help="queries per micro-batch")
+    p.add_argument("--max-wait-ms", type=float, default=0.0, help="hold a micro-batch open this long")
+    p.add_argument("--endpoints-file", default=None,
+                   help="register this server as 'retrieval' in the endpoints JSON (removed at shutdown)")
+    p.add_argument("--advertise-host", default=None, help="host name written to --endpoints-file")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        service = _load_service(args)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    port = args.port or _free_port(args.host)
+    register, unregister = _registration(args, port)
+    app = create_app(service, default_min_score=args.min_score, default_min_length=args.min_length,
+                     on_startup=register, on_shutdown=unregister)
+    import uvicorn
+    uvicorn.run(app, host=args.host, port=port, log_level="warning", timeout_keep_alive=30)
+    return 0
+
+
+def _load_service(args) -> RetrievalService:
+    from retrieval.searcher import Searcher
+    from retrieval.web import web_search_from_env
+
+    searcher = Searcher(args.index, method=args.method, device=args.device, eid_file=args.eid_file)
+    web = web_search_from_env(min_docs=args.web_min_docs)
+    log.info("loaded %s (%s, %d documents); web fallback %s", args.index, searcher.method,
+             len(searcher.store), "on" if web else "off (no TAVILY_API_KEY)")
+    return RetrievalService(searcher, web, max_batch=args.max_batch, max_wait_s=args.max_wait_ms / 1000)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _registration(args, port: int):
+    """Start-up/shut-down hooks: log the address and, optionally, (un)register it."""
+    host = args.advertise_host or (socket.getfqdn() if args.host in ("0.0.0.0", "::") else args.host)
+    url = f"http://{host}:{port}"
+    if not args.endpoints_file:
+        return (lambda: log.info("serving at %s", url)), None
+    from orchestrator.gateway.endpoints import register_endpoint, unregister_endpoint
+
+    def register():
+        register_endpoint(args.endpoints_file, "retrieval", url, pid=os.getpid())
+        log.info("serving at %s (registered as 'retrieval' in %s)", url, args.endpoints_file)
+
+    return register, lambda: unregister_endpoint(args.endpoints_file, "retrieval", url)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
