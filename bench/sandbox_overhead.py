@@ -20,7 +20,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from orchestrator.sandbox import available_levels, run_python  # noqa: E402
+from orchestrator.sandbox import available_levels, run_python
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Sandbox"
@@ -64,20 +64,21 @@ def measure(repeats: int, python: str) -> list[tuple[str, str, float, float]]:
 
 def table(rows: list[tuple[str, str, float, float]], repeats: int, command: str) -> str:
     base = rows[0][2]
-    lines = [SECTION, "",
-             f"Start-up overhead of one sandboxed execution of `print(1)` (wall seconds, whole "
-             f"`run_python` call: scratch dir, isolation, interpreter start, clean-up). "
-             f"Median and p90 of {repeats} interleaved repeats.",
-             "", f"Machine: {MACHINE}. Python {platform.python_version()}, kernel {platform.release()}, "
-             f"running as {'root' if os.geteuid() == 0 else 'non-root'}.",
+    intro = ("Start-up overhead of one sandboxed execution of `print(1)` (wall seconds, whole "
+             "`run_python` call: scratch dir, isolation, interpreter start, clean-up). "
+             f"Median and p90 of {repeats} interleaved repeats.")
+    machine = (f"Machine: {MACHINE}. Python {platform.python_version()}, kernel {platform.release()}, "
+               f"running as {'root' if os.geteuid() == 0 else 'non-root'}.")
+    lines = [SECTION, "", intro, "", machine,
              "", f"Command: `{command}`", "",
              "| execution | code ran as | median s | p90 s | overhead vs plain (median) |",
              "|---|---|---:|---:|---:|"]
     for label, user, median, p90 in rows:
         lines.append(f"| {label} | {user} | {median:.3f} | {p90:.3f} | {median - base:+.3f} |")
-    lines += ["", "The code price is billed on `SandboxResult.duration_s`, which includes this overhead. "
-              "\"root\" at the unshare/rlimits levels: started as root with an interpreter user nobody "
-              "cannot reach (the venv's Python lives under /root here); see docs/sandbox.md.", ""]
+    note = ("The code price is billed on `SandboxResult.duration_s`, which includes this overhead. "
+            "\"root\" at the unshare/rlimits levels: started as root with an interpreter user nobody "
+            "cannot reach (the venv's Python lives under /root here); see docs/sandbox.md.")
+    lines += ["", note, ""]
     return "\n".join(lines)
 
 

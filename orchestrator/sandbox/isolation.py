@@ -123,7 +123,7 @@ def _nobody_can_run(python: str) -> bool:
     uid, gid = _nobody()
     try:
         return subprocess.run([python, "-I", "-c", "pass"], user=uid, group=gid, extra_groups=[],
-                              capture_output=True, timeout=30, cwd="/").returncode == 0
+                              capture_output=True, timeout=30, cwd="/", check=False).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -200,6 +200,13 @@ def plan_for(level: str, interp: Interpreter, scratch: str, limits: Limits) -> P
     raise ValueError(f"isolation must be one of auto, {', '.join(LEVELS)}; got {level!r}")
 
 
+def popen_user_kwargs(plan: Plan) -> dict:
+    """subprocess.Popen keyword arguments that switch to the plan's host user, if any."""
+    if plan.popen_user is None:
+        return {}
+    return {"user": plan.popen_user[0], "group": plan.popen_user[1], "extra_groups": []}
+
+
 @functools.lru_cache(maxsize=32)
 def probe(level: str, python: str) -> str | None:
     """None if `level` starts Python here, else why not (cached per process)."""
@@ -210,9 +217,9 @@ def probe(level: str, python: str) -> str | None:
             plan = plan_for(level, interp, scratch, limits)
             if plan.chown_to:
                 os.chown(scratch, *plan.chown_to)
-            user = dict(user=plan.popen_user[0], group=plan.popen_user[1], extra_groups=[]) if plan.popen_user else {}
+            user = popen_user_kwargs(plan)
             done = subprocess.run(plan.argv + ["-c", "pass"], capture_output=True, text=True, timeout=30,
-                                  cwd=scratch, env={"PATH": "/usr/bin:/bin"}, **user)
+                                  cwd=scratch, env={"PATH": "/usr/bin:/bin"}, check=False, **user)
     except SandboxUnavailable as exc:
         return str(exc)
     except (OSError, subprocess.SubprocessError) as exc:

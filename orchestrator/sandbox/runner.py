@@ -21,7 +21,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
-from orchestrator.sandbox.isolation import Limits, Plan, choose_level, interpreter, plan_for
+from orchestrator.sandbox.isolation import (
+    Limits,
+    Plan,
+    choose_level,
+    interpreter,
+    plan_for,
+    popen_user_kwargs,
+)
 
 MAIN_FILE = "main.py"
 _KILL_WAIT_S = 5.0     # how long to wait for a killed pid namespace to empty
@@ -198,9 +205,7 @@ def _signal_group(pgid: int) -> None:
 
 
 def _execute(plan: Plan, scratch: Path, env: dict[str, str], timeout: float, max_output_bytes: int) -> SandboxResult:
-    user = {}
-    if plan.popen_user:
-        user = dict(user=plan.popen_user[0], group=plan.popen_user[1], extra_groups=[])
+    user = popen_user_kwargs(plan)
     start = time.monotonic()
     proc = subprocess.Popen(plan.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=scratch, env=env, start_new_session=True, **user)
