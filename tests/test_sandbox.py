@@ -270,6 +270,21 @@ def test_bwrap_cannot_write_outside_scratch(run, level, tmp_path):
     assert not any(Path(p).exists() for p in targets)
 
 
+@pytest.mark.parametrize("level", _level_params(("bwrap",)))
+def test_bwrap_tmp_and_shm_are_capped_in_total(run, level):
+    # Each file stays under the 2 MiB file-size limit; the second fills the 2 MiB tmpfs.
+    code = ("import errno\n"
+            "for folder in ('/tmp', '/dev/shm'):\n"
+            "    try:\n"
+            "        for i in range(2):\n"
+            "            open(f'{folder}/f{i}', 'wb').write(b'x' * 1536 * 1024)\n"
+            "        print(folder, 'both written')\n"
+            "    except OSError as exc:\n"
+            "        print(folder, errno.errorcode[exc.errno])\n")
+    result = run(code, max_file_mb=2)
+    assert result.stdout == "/tmp ENOSPC\n/dev/shm ENOSPC\n", result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("level", _level_params(("unshare", "rlimits")))
 def test_host_user_levels_cannot_write_root_owned_dirs(run, level):
     if os.geteuid() != 0:

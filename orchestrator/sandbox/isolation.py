@@ -42,7 +42,7 @@ class Limits:
     cpu_seconds: int      # CPU time; SIGXCPU at the soft limit, SIGKILL one second later
     memory_mb: int        # address space (RLIMIT_AS), MiB
     max_processes: int    # processes + threads of the sandbox's host user (RLIMIT_NPROC)
-    max_file_mb: int      # largest file the code may write (RLIMIT_FSIZE), MiB; also /tmp size
+    max_file_mb: int      # largest file the code may write (RLIMIT_FSIZE), MiB; bwrap's /tmp, /dev/shm size
 
     def prlimit_argv(self) -> list[str]:
         mib = 1024 * 1024
@@ -157,8 +157,11 @@ def _bwrap_plan(interp: Interpreter, scratch: str, limits: Limits) -> Plan:
     args += _system_binds()
     for root in interp.roots:
         args += ["--ro-bind", root, root]
+    # tmpfs lives in RAM outside RLIMIT_AS: cap /tmp and /dev/shm (else half the RAM each).
+    tmpfs_size = str(limits.max_file_mb * 1024 * 1024)
     args += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(limits.max_file_mb * 1024 * 1024), "--perms", "1777", "--tmpfs", "/tmp",
+             "--size", tmpfs_size, "--perms", "1777", "--tmpfs", "/tmp",
+             "--size", tmpfs_size, "--perms", "1777", "--tmpfs", "/dev/shm",
              "--bind", scratch, SCRATCH_INSIDE_BWRAP, "--chdir", SCRATCH_INSIDE_BWRAP, "--"]
     return Plan(argv=limits.prlimit_argv() + args + tail + [interp.path], level="bwrap",
                 runs_as=runs_as, popen_user=None, chown_to=chown_to, workdir=SCRATCH_INSIDE_BWRAP)
