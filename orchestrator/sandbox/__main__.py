@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_seconds, default=60.0, help="wall-clock seconds (default 60)")
     p.add_argument("--memory-mb", type=_positive_int, default=2048, help="address-space cap, MiB")
     p.add_argument("--cpu-seconds", type=_positive_int, default=None, help="CPU seconds per process")
-    p.add_argument("--max-processes", type=_positive_int, default=64, help="processes + threads")
+    p.add_argument("--max-processes", type=_positive_int, default=32, help="processes + threads")
     p.add_argument("--max-file-mb", type=_positive_int, default=64, help="largest file written, MiB")
     p.add_argument("--isolation", choices=("auto", *LEVELS), default="auto")
     p.add_argument("--levels", action="store_true", help="print the working isolation levels and exit")

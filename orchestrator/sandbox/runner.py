@@ -236,7 +236,7 @@ def _execute(plan: Plan, scratch: Path, env: dict[str, str], timeout: float, max
 
 
 def run_python(code: str, *, timeout: float = 60.0, memory_mb: int = 2048, cpu_seconds: int | None = None,
-               max_processes: int = 64, max_file_mb: int = 64, files: dict[str, str] | None = None,
+               max_processes: int = 32, max_file_mb: int = 64, files: dict[str, str] | None = None,
                max_output_bytes: int = 1_000_000, isolation: str = "auto", python: str | None = None,
                scratch_root: str | None = None) -> SandboxResult:
     """Run `code` as main.py in a fresh private scratch dir under the sandbox.
