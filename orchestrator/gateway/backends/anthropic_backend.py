@@ -81,7 +81,11 @@ class AnthropicBackend:
         key = read_key(self.entry.key_env(), self.name, required=True)
         system, messages = convert_messages(request.messages)
         body: dict[str, Any] = dict(model=self.served, messages=messages, max_tokens=request.max_tokens,
-                                    temperature=request.temperature, timeout=request.timeout, **request.extra)
+                                    timeout=request.timeout, **request.extra)
+        if request.temperature != 1.0:
+            # This SDK (anthropic 2.x) no longer types sampling parameters; models that still take
+            # them read it from the body.  1.0 is the API default, so it is left out.
+            body["extra_body"] = {**body.get("extra_body", {}), "temperature": request.temperature}
         if system:
             body["system"] = system
         if request.tools:
