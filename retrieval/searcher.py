@@ -126,7 +126,7 @@ class Searcher:
     def _hits(self, q: Query, scores: np.ndarray, rows: np.ndarray) -> list[dict]:
         hits = []
         for score, row in zip(scores, rows):
-            if row < 0 or (q.min_score is not None and score < q.min_score):
+            if row < 0 or (q.min_score is not None and float(score) < q.min_score):
                 continue      # not `break`: eid/BM25 rows are sorted, but -1 pads may interleave
             doc = self.store.get(int(row))
             if len(doc["contents"]) < q.min_length:

@@ -1,0 +1,112 @@
+"""RetrievalClient: replicas from the endpoints file, failover, bounded retries, in-process mode."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from retrieval.build_index import build
+from retrieval.client import RetrievalClient, RetrievalError, Retrieved
+from retrieval.searcher import Searcher
+from retrieval.server import create_app
+from retrieval.service import RetrievalService
+
+DOCS = [
+    {"id": "0", "contents": "The Nile is the longest river in Africa, flowing north into the Mediterranean."},
+    {"id": "1", "contents": "Marie Curie won Nobel Prizes in both physics and chemistry."},
+    {"id": "2", "contents": "The Great Wall of China was built over many centuries to guard the northern border."},
+]
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("client")
+    (folder / "c.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    build(folder / "c.jsonl", folder / "index", progress=False)
+    return folder / "index"
+
+
+@contextmanager
+def live_server(index_dir):
+    import uvicorn
+    service = RetrievalService(Searcher(index_dir))
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server_url(index_dir):
+    with live_server(index_dir) as url:
+        yield url
+
+
+def dead_url() -> str:
+    import socket
+    with socket.socket() as s:          # a port that was free a moment ago: connection refused
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_http_and_in_process_modes_answer_the_same(index_dir, server_url):
+    question = ["Who won Nobel prizes in physics and chemistry?", "longest river in Africa"]
+    with RetrievalClient([server_url]) as http, RetrievalClient.in_process(index_dir) as local:
+        remote, here = http.retrieve(question, topk=2), local.retrieve(question, topk=2)
+    assert isinstance(remote, Retrieved) and (remote.web_searches, remote.pages) == (0, 0)
+    assert [row[0]["document"]["id"] for row in remote] == ["1", "0"] and all(len(r) == 2 for r in remote)
+    for a, b in zip(remote, here):
+        assert [h["document"] for h in a] == [h["document"] for h in b]
+        assert [h["score"] for h in a] == pytest.approx([h["score"] for h in b], abs=1e-5)
+
+
+def test_replicas_come_from_the_endpoints_file_and_a_dead_one_is_skipped(tmp_path, server_url, monkeypatch):
+    endpoints = tmp_path / "endpoints.json"
+    endpoints.write_text(json.dumps({"retrieval": [{"base_url": dead_url()}, {"base_url": server_url}]}))
+    monkeypatch.setenv("TOOLORCHESTRA_ENDPOINTS", str(endpoints))
+    client = RetrievalClient(timeout_s=5, attempts=3)
+    for _ in range(3):                      # round-robin hits the dead replica; the retry moves on
+        hits = client.retrieve(["Great Wall of China"], topk=1)
+        assert hits[0][0]["document"]["id"] == "2"
+
+
+def test_bad_request_is_not_retried_and_says_why(server_url):
+    client = RetrievalClient([server_url])
+    started = time.monotonic()
+    with pytest.raises(RetrievalError, match=r"HTTP 422\): topk: Input should be less than or equal to 100"):
+        client.retrieve(["x"], topk=1000)
+    assert time.monotonic() - started < 1.0
+    with pytest.raises(TypeError, match="list of strings"):
+        client.retrieve("a bare string")
+
+
+def test_all_replicas_down_fails_after_bounded_attempts():
+    client = RetrievalClient([dead_url(), dead_url()], timeout_s=2, attempts=3)
+    started = time.monotonic()
+    with pytest.raises(RetrievalError, match="failed after 3 attempts"):
+        client.retrieve(["anything"])
+    assert time.monotonic() - started < 10
+
+
+def test_no_replicas_configured_explains_how_to_register(tmp_path):
+    client = RetrievalClient(endpoints_file=tmp_path / "none.json", attempts=1)
+    with pytest.raises(RetrievalError, match="registers itself"):
+        client.retrieve(["q"])
+
+
+def test_in_process_mode_reports_query_errors(index_dir):
+    with RetrievalClient.in_process(index_dir) as local:
+        with pytest.raises(RetrievalError, match="eid: this server has no eid whitelists"):
+            local.retrieve(["q"], eid="e1")
+        assert local.retrieve([]) == []

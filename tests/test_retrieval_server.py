@@ -1,0 +1,337 @@
+"""The /retrieve server: Search-R1 contract, filters, limits, micro-batching, web fallback, fuzzing."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from retrieval.build_index import build
+from retrieval.encoders import Encoder
+from retrieval.searcher import Searcher
+from retrieval.server import Limits, create_app
+from retrieval.service import RetrievalService
+from retrieval.web import WebSearch
+
+TINY = [
+    {"id": "paris", "contents": "Paris is the capital and largest city of France, on the river Seine."},
+    {"id": "tokyo", "contents": "Tokyo is the capital of Japan and the most populous metropolitan area in the world."},
+    {"id": "python", "contents": "Python is a high-level programming language created by Guido van Rossum in 1991."},
+    {"id": "photosynthesis", "contents": "Photosynthesis converts light energy into chemical energy stored in glucose in plants."},
+    {"id": "everest", "contents": "Mount Everest is Earth's highest mountain above sea level, in the Himalayas."},
+    {"id": "jazz", "contents": "Jazz is a music genre that originated in New Orleans in the late 19th century."},
+    {"id": "volcano", "contents": "Volcano."},
+]
+QUESTIONS = {  # query -> the passage that must come first
+    "What is the capital of Japan?": "tokyo", "Who created the Python language?": "python",
+    "highest mountain in the Himalayas": "everest", "How do plants store light energy?": "photosynthesis",
+    "music from New Orleans": "jazz", "city on the Seine": "paris",
+}
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("retrieval")
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in TINY))
+    (folder / "eids.json").write_text(json.dumps({"q-music": ["jazz", "python", "not-in-corpus"], "q-one": ["volcano"]}))
+    build(corpus, folder / "index", encoder=Encoder(), progress=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def searcher(index_dir):
+    return Searcher(index_dir / "index", eid_file=index_dir / "eids.json")
+
+
+@contextmanager
+def serve(searcher, web=None, limits=Limits(), **service_options):
+    service = RetrievalService(searcher, web, **service_options)
+    with TestClient(create_app(service, limits)) as client:
+        yield client, service
+
+
+@pytest.fixture(scope="module")
+def client(searcher):
+    with serve(searcher) as (c, _):
+        yield c
+
+
+def ids(row):
+    return [h["document"]["id"] if "document" in h else h["id"] for h in row]
+
+
+# ---- contract -------------------------------------------------------------------------
+def test_retrieve_answers_search_r1_shape_with_scores(client):
+    r = client.post("/retrieve", json={"queries": list(QUESTIONS), "topk": 2, "return_scores": True})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["usage"] == {"web_searches": 0, "pages": 0}
+    assert [row[0]["document"]["id"] for row in body["result"]] == list(QUESTIONS.values())
+    first = body["result"][0][0]
+    assert set(first) == {"document", "score"} and set(first["document"]) == {"id", "contents"}
+    assert first["document"]["contents"] == TINY[1]["contents"]
+    assert all(len(row) == 2 and row[0]["score"] >= row[1]["score"] for row in body["result"])
+
+
+def test_without_scores_hits_are_bare_documents_and_topk_defaults_to_3(client):
+    body = client.post("/retrieve", json={"queries": ["What is the capital of Japan?"]}).json()
+    assert len(body["result"][0]) == 3
+    assert body["result"][0][0] == {"id": "tokyo", "contents": TINY[1]["contents"]}
+
+
+def test_health_and_openapi(client):
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["documents"] == 7 and health["method"] == "dense"
+    assert health["eid_whitelists"] == 2 and health["web_fallback"] is False
+    schema = client.get("/openapi.json").json()
+    assert "/retrieve" in schema["paths"] and "/health" in schema["paths"]
+
+
+# ---- filters --------------------------------------------------------------------------
+def test_eid_whitelist_restricts_and_ranks_within_it(client):
+    body = client.post("/retrieve", json={"queries": ["What is the capital of Japan?", "jazz in New Orleans"],
+                                          "topk": 5, "eid": "q-music", "return_scores": True}).json()
+    assert all(set(ids(row)) == {"jazz", "python"} for row in body["result"])
+    assert ids(body["result"][1])[0] == "jazz"
+
+
+def test_unknown_eid_is_a_422_naming_eid(client):
+    r = client.post("/retrieve", json={"queries": ["x"], "eid": "q-nope"})
+    assert r.status_code == 422 and r.json()["error"].startswith("eid: unknown eid 'q-nope'")
+
+
+def test_min_score_drops_weak_hits(client):
+    rows = client.post("/retrieve", json={"queries": ["What is the capital of Japan?"], "topk": 3,
+                                          "return_scores": True}).json()["result"][0]
+    cut = (rows[0]["score"] + rows[1]["score"]) / 2
+    kept = client.post("/retrieve", json={"queries": ["What is the capital of Japan?"], "topk": 3,
+                                          "return_scores": True, "min_score": cut}).json()["result"][0]
+    assert ids(kept) == ["tokyo"]
+
+
+def test_min_length_drops_short_documents_but_still_fills_topk(client):
+    plain = client.post("/retrieve", json={"queries": ["volcano"], "topk": 2}).json()["result"][0]
+    assert ids(plain)[0] == "volcano"
+    longer = client.post("/retrieve", json={"queries": ["volcano"], "topk": 2, "min_length": 20}).json()["result"][0]
+    assert "volcano" not in ids(longer) and len(longer) == 2
+
+
+# ---- limits: 422 naming the field, 413, nothing crashes -------------------------------
+@pytest.mark.parametrize("body, field", [
+    ({"queries": []}, "queries"),
+    ({"queries": ["q"] * 65}, "queries"),
+    ({"queries": ["q" * 4097]}, "queries.0"),
+    ({"queries": ["q"], "topk": 0}, "topk"),
+    ({"queries": ["q"], "topk": 101}, "topk"),
+    ({"queries": ["q"], "topk": "many"}, "topk"),
+    ({"queries": "just a string"}, "queries"),
+    ({"queries": [1, 2]}, "queries.0"),
+    ({"queries": ["q"], "min_length": -1}, "min_length"),
+    ({"queries": ["q"], "eid": ""}, "eid"),
+    ({"topk": 3}, "queries"),
+])
+def test_limits_answer_422_naming_the_field(client, body, field):
+    r = client.post("/retrieve", json=body)
+    assert r.status_code == 422
+    assert r.json()["error"].startswith(f"{field}: ")
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"", b'{"queries": ["a"], "min_score": NaN}',
+                                 b'{"queries": ["\\ud800"]}', b"[]", b"null"])
+def test_malformed_bodies_are_4xx_not_crashes(client, raw):
+    r = client.post("/retrieve", content=raw, headers={"content-type": "application/json"})
+    assert 400 <= r.status_code < 500
+    assert client.get("/health").status_code == 200
+
+
+def test_oversized_body_is_413(client):
+    r = client.post("/retrieve", content=b'{"queries": ["' + b"a" * (2 << 20) + b'"]}',
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+# ---- concurrency ----------------------------------------------------------------------
+@contextmanager
+def live(app):
+    """Run `app` under a real uvicorn on a free localhost port; yields the base URL."""
+    import uvicorn
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_concurrent_requests_are_micro_batched_and_answered_correctly(searcher):
+    calls = []
+    real = searcher.encoder.encode_queries
+    searcher.encoder.encode_queries = lambda texts: (calls.append(len(texts)), real(texts))[1]
+    try:
+        service = RetrievalService(searcher, max_wait_s=0.05)
+        questions = list(QUESTIONS.items()) * 8          # 48 concurrent requests
+        with live(create_app(service)) as url, httpx.Client(base_url=url, timeout=30) as http:
+            def ask(pair):
+                r = http.post("/retrieve", json={"queries": [pair[0]], "topk": 1})
+                return r.json()["result"][0][0]["id"], pair[1]
+            with ThreadPoolExecutor(len(questions)) as pool:
+                answers = list(pool.map(ask, questions))
+    finally:
+        searcher.encoder.encode_queries = real
+    assert all(got == want for got, want in answers)
+    assert sum(calls) == len(questions)          # every query encoded exactly once
+    assert len(calls) < len(questions) / 2       # ... in far fewer encoder calls than requests
+    assert service.batcher.batches == len(calls)
+
+
+def test_one_failing_request_does_not_fail_its_batch_mates(searcher):
+    real = searcher.search
+
+    def fragile(queries):
+        if any(q.text == "POISON" for q in queries):
+            raise RuntimeError("index exploded")
+        return real(queries)
+
+    searcher.search = fragile
+    try:
+        service = RetrievalService(searcher, max_wait_s=0.05)
+        with live(create_app(service)) as url, httpx.Client(base_url=url, timeout=30) as http:
+            texts = ["POISON"] + list(QUESTIONS)
+            with ThreadPoolExecutor(len(texts)) as pool:
+                codes = list(pool.map(lambda t: http.post("/retrieve", json={"queries": [t]}).status_code, texts))
+            assert http.get("/health").status_code == 200
+    finally:
+        searcher.search = real
+    assert codes[0] == 500 and codes[1:] == [200] * len(QUESTIONS)
+
+
+def test_slow_search_times_out_with_503(searcher):
+    real = searcher.search
+    searcher.search = lambda queries: (time.sleep(0.5), real(queries))[1]
+    try:
+        with serve(searcher, limits=Limits(request_timeout_s=0.1)) as (c, _):
+            r = c.post("/retrieve", json={"queries": ["slow"]})
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            assert "longer than 0.1 s" in r.json()["error"]
+    finally:
+        searcher.search = real
+
+
+def test_batcher_refuses_when_full_and_skips_cancelled_requests():
+    from retrieval.batcher import MicroBatcher, Overloaded
+    gate, seen = threading.Event(), []
+
+    def fn(items):
+        gate.wait(5)
+        seen.extend(items)
+        return [x * 10 for x in items]
+
+    batcher = MicroBatcher(fn, max_pending=1)
+    first = batcher.submit([1])
+    deadline = time.monotonic() + 5
+    while batcher._queue.qsize() and time.monotonic() < deadline:   # worker took `first`
+        time.sleep(0.01)
+    cancelled = batcher.submit([2])
+    with pytest.raises(Overloaded):
+        batcher.submit([3])
+    assert cancelled.cancel()
+    gate.set()
+    assert first.result(5) == [10]
+    assert batcher.submit([4, 5]).result(5) == [40, 50]
+    batcher.close()
+    assert seen == [1, 4, 5]          # the cancelled request never reached the index
+
+
+# ---- web fallback through the real tavily-python client, against a local fake API ----
+class FakeTavily(BaseHTTPRequestHandler):
+    calls: list = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        FakeTavily.calls.append((self.path, body))
+        if self.path == "/search":
+            n = body.get("max_results", 5)
+            out = {"results": [{"url": f"https://example.org/{i}", "title": f"t{i}", "score": 0.9 - i / 10,
+                                "content": f"snippet {i}"} for i in range(n)]}
+        else:
+            out = {"results": [{"url": u, "raw_content": f"page text of {u}"} for u in body["urls"]]}
+        data = json.dumps(out).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_web_fallback_fills_topk_marks_web_hits_and_reports_fees(searcher):
+    from orchestrator.catalog import load_catalog
+    fake = ThreadingHTTPServer(("127.0.0.1", 0), FakeTavily)
+    threading.Thread(target=fake.serve_forever, daemon=True).start()
+    FakeTavily.calls.clear()
+    try:
+        web = WebSearch("tvly-test", min_docs=3, base_url=f"http://127.0.0.1:{fake.server_port}")
+        with serve(searcher, web=web) as (c, _):
+            body = c.post("/retrieve", json={"queries": ["volcano"], "topk": 3, "eid": "q-one",
+                                             "return_scores": True}).json()
+            enough = c.post("/retrieve", json={"queries": ["volcano"], "topk": 3}).json()
+    finally:
+        fake.shutdown()
+    row = body["result"][0]
+    assert ids(row) == ["volcano", "web:https://example.org/0", "web:https://example.org/1"]
+    assert row[1]["document"] == {"id": "web:https://example.org/0", "url": "https://example.org/0",
+                                  "contents": "page text of https://example.org/0", "source": "web"}
+    assert "source" not in row[0]["document"]
+    assert body["usage"] == {"web_searches": 1, "pages": 2}
+    assert [path for path, _ in FakeTavily.calls] == ["/search", "/extract"]
+    assert enough["usage"] == {"web_searches": 0, "pages": 0}      # 3 index hits: no web call
+    # tools.json fees: $0.01 per search + $0.002 per extracted page = 0.01 + 2 x 0.002
+    assert load_catalog().search_cost(**body["usage"]) == pytest.approx(0.014)
+
+
+def test_web_fallback_is_off_without_a_key(monkeypatch):
+    from retrieval.web import web_search_from_env
+    monkeypatch.delenv("TAVILY_API_KEY", raising=False)
+    assert web_search_from_env() is None
+    monkeypatch.setenv("TAVILY_API_KEY", "tvly-x")
+    assert isinstance(web_search_from_env(), WebSearch)
+
+
+# ---- fuzzing the served OpenAPI schema: no input gives a 5xx ---------------------------
+def test_openapi_fuzzing_finds_no_server_error(searcher):
+    schemathesis = pytest.importorskip("schemathesis")
+    from hypothesis import HealthCheck, given, settings
+
+    # Small limits keep each generated request cheap; the schema advertises them, so the
+    # fuzzer also probes every boundary.
+    limits = Limits(max_queries=4, max_query_chars=200, max_topk=10)
+    service = RetrievalService(searcher)
+    schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(service, limits))
+    op = schema["/retrieve"]["POST"]
+
+    @given(case=op.as_strategy())
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    def fuzz(case):
+        response = case.call()
+        assert response.status_code < 500, (case.body, response.text[:300])
+
+    try:
+        fuzz()
+    finally:
+        service.close()
