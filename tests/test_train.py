@@ -1,0 +1,138 @@
+"""The training loop end to end on a tiny random policy with scripted experts (CPU, seconds)."""
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from _train_world import build_policy, fake_runtime, overrides, write_tasks
+from orchestrator.loop import Task
+from orchestrator.records import LLMResponse, Rollout, Turn, Usage
+from training.checkpoint import list_checkpoints, verify_checkpoint
+from training.config import load_config
+from training.logging import read_metrics
+from training.trainer import MemoizedLLM, TaskSampler, load_tasks, score_groups
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("world")
+    return build_policy(root / "policy"), write_tasks(root / "tasks.jsonl")
+
+
+def _train(tmp_path, world, **extra):
+    from training.train import run
+
+    policy, tasks = world
+    cfg = load_config(None, overrides(tmp_path, policy, tasks, **extra))
+    run(cfg, runtime=fake_runtime())
+    return cfg
+
+
+def test_two_steps_change_the_weights_and_write_checkpoints(tmp_path, world):
+    cfg = _train(tmp_path, world)
+    before = load_file(str(world[0] / "model.safetensors"))
+    found = list_checkpoints(tmp_path / "run" / "checkpoints")
+    assert [p.name for p in found] == ["step-00000001", "step-00000002"]
+    after = load_file(str(found[-1] / "model" / "model.safetensors"))
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed, "no parameter changed after two PPO steps"
+    assert verify_checkpoint(found[-1]).step == 2
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(m["train/samples"] > 0 and m["train/grad_norm"] > 0 for m in metrics)
+    # the resolved config was saved and loads back to the same config
+    assert load_config(tmp_path / "run" / "config.yaml") == cfg
+
+
+def test_resume_from_step_1_reproduces_the_uninterrupted_losses(tmp_path, world):
+    _train(tmp_path / "full", world, **{"trainer.total_steps": 3})
+    full = read_metrics(tmp_path / "full" / "run" / "metrics.jsonl")
+    # a second run dir holding only the first checkpoint, as if the job died after step 1
+    (tmp_path / "resumed" / "run" / "checkpoints").mkdir(parents=True)
+    shutil.copytree(tmp_path / "full" / "run" / "checkpoints" / "step-00000001",
+                    tmp_path / "resumed" / "run" / "checkpoints" / "step-00000001")
+    _train(tmp_path / "resumed", world, **{"trainer.total_steps": 3})
+    resumed = read_metrics(tmp_path / "resumed" / "run" / "metrics.jsonl")
+    assert [m["step"] for m in resumed] == [2, 3]
+    for a, b in zip(full[1:], resumed):
+        for key in ("train/loss", "train/pg_loss", "train/kl_loss", "train/grad_norm", "reward/mean"):
+            assert a[key] == pytest.approx(b[key], abs=1e-6), (a["step"], key)
+
+
+def test_tasks_load_through_datasets_with_per_example_tools(tmp_path):
+    rows = [{"id": "a", "question": "q1", "answer": 3, "tools": {"search": {"s-1": "gpt-5"}},
+             "preference": {"outcome": 1.0, "s-1": 0.5}},
+            {"id": "b", "question": "q2", "answer": "x", "tools": json.dumps({"answer": {"a-1": "gpt-5-mini"}})}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    a, b = load_tasks([str(path)], default_preference={"outcome": 1.0, "cost": 0.5})
+    # Arrow pads the mapping columns of one file to one schema; the nulls must not come back
+    assert a.tools == {"search": {"s-1": "gpt-5"}} and a.answer == "3"
+    assert a.preference == {"outcome": 1.0, "s-1": 0.5}
+    assert b.tools == {"answer": {"a-1": "gpt-5-mini"}}
+    assert b.preference == {"outcome": 1.0, "cost": 0.5}   # the config's default
+
+
+def test_task_kind_that_cannot_train_is_named(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"id": "a", "question": "q", "kind": "tau3"}) + "\n")
+    with pytest.raises(ValueError, match=r"t.jsonl\[0\]: task kind 'tau3'"):
+        load_tasks([str(path)])
+
+
+def test_sampler_walks_epochs_deterministically_and_resumes_by_position():
+    a = TaskSampler(5, seed=1)
+    first = a.take(7)
+    assert sorted(first[:5]) == [0, 1, 2, 3, 4]            # one full epoch, then the next
+    b = TaskSampler(5, seed=1, position=3)
+    assert b.take(4) == first[3:7]
+
+
+def _rollout(task_id, calls, correct, cost):
+    turns = [Turn(index=i, valid=True) for i in range(calls)]
+    r = Rollout(task_id=task_id, turns=turns, finished=correct is not None,
+                final_answer=None if correct is None else ("4" if correct else "5"))
+    r.__dict__["_cost"] = cost
+    return r
+
+
+def test_score_groups_filters_then_rewards_then_advantages(monkeypatch):
+    monkeypatch.setattr(Rollout, "cost", property(lambda self: self.__dict__["_cost"]))
+    task = Task("t", "What is 2 + 2?", answer="4", preference={"outcome": 1.0, "cost": 1.0})
+    flat = Task("u", "q", answer="4", preference={"outcome": 1.0})
+    group = [_rollout("t", 2, True, 0.001), _rollout("t", 2, True, 0.003),
+             _rollout("t", 2, False, 0.002), _rollout("t", 1, None, 0.0)]
+    same = [_rollout("u", 1, True, 0.001), _rollout("u", 1, True, 0.001)]
+    judge = lambda task, r: r.final_answer == task.answer  # noqa: E731
+    scored = score_groups([task, flat], [group, same], judge)
+    # unfinished rollout dropped; M = [outcome, -cost]: outcome (1, 1, 0) -> (1, 1, 0);
+    # -cost (-1e-3, -3e-3, -2e-3) -> (1, 0, 0.5); R = outcome + cost for correct ones: (2, 1, 0)
+    assert scored.rewards[0] == pytest.approx([2.0, 1.0, 0.0])
+    assert [r.outcome for r in group] == [1, 1, 0, 0]
+    # the flat group (std 0 < 0.1) is dropped; mean 1, sample std 1 -> advantages (1, 0, -1)
+    assert scored.groups_kept == 1 and len(scored.rollouts) == 3
+    assert scored.advantages == pytest.approx([1.0, 0.0, -1.0], abs=1e-5)
+
+
+def test_memoized_expert_computes_a_repeated_prompt_once_even_concurrently():
+    calls = []
+
+    def slow(model, messages, **kw):
+        calls.append(model)
+        time.sleep(0.2)
+        return LLMResponse(model=model, text="x", usage=Usage(5, 1))
+    memo = MemoizedLLM(slow)
+    msgs = [{"role": "user", "content": "same prompt"}]
+    threads = [threading.Thread(target=memo, args=("m", msgs), kwargs={"temperature": 0.0, "max_tokens": 8,
+                                                                       "price_model": f"p{i}"}) for i in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert calls == ["m"] and memo.hits == 3 and memo.misses == 1
+    memo("m", msgs, temperature=0.7, max_tokens=8)      # sampled experts are never cached
+    assert len(calls) == 2

@@ -1,0 +1,323 @@
+"""Typed training configuration: dataclasses that mirror the YAML one to one.
+
+    cfg = load_config("training/configs/quickstart.yaml", ["optim.lr=1e-4", "run.seed=3"])
+
+Every YAML section is one dataclass below and every key one field, so the file and
+this module read side by side.  Unknown keys, wrong types and bad values are
+`ConfigError`s naming the key (`optim.lr: expected a number, got 'fast'`).  Overrides
+`a.b=c` parse `c` as YAML (so `1e-4`, `true`, `[1, 2]`, `null` work) and go through the
+same type check.  `save_config` writes the resolved config next to a run's outputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+_FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not fit the schema; the message names the key."""
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    dir: str = "runs/train"             # outputs: config, metrics, checkpoints, wandb
+    seed: int = 0
+    resume: str = "auto"                # "auto" (latest checkpoint in dir/checkpoints, if any) | "never" | a path
+    device: str = "cpu"                 # "cpu" | "cuda" | "cuda:1" ...
+    threads: int = 0                    # torch CPU threads; 0 = torch's default
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""                      # HF folder of the policy to train
+    reference: str = "same"             # frozen KL reference: "same" (= the initial policy) or a folder
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    price_model: str = "Qwen3-8B"       # the orchestrator's own tokens are priced as this model
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class EngineConfig:
+    kind: Literal["hf", "vllm"] = "hf"
+    max_batch: int = 32                 # rows per batched forward (BatchingEngine)
+    share_weights: bool = True          # hf only: the engine uses the trained model object itself
+
+
+@dataclass
+class DataConfig:
+    train_files: list[str] = field(default_factory=list)   # JSONL / parquet task files (HF datasets)
+    shuffle: bool = True
+    default_preference: dict[str, float] = field(default_factory=lambda: {"outcome": 1.0})
+
+
+@dataclass
+class RolloutConfig:
+    tasks_per_step: int = 16            # paper: 16 tasks x 8 rollouts per step
+    rollouts_per_task: int = 8
+    max_turns: int = 30                 # paper: 30 in training
+    temperature: float = 1.0
+    max_tokens: int = 8768              # per orchestrator turn (paper: max response 8,768)
+    context_tokens: int = 24000         # paper: ~24k prompt cap
+    constrained: bool = False           # constrained decoding: every turn is a valid call
+    concurrency: int = 64               # episodes in flight (threads); tool calls overlap
+
+
+@dataclass
+class ToolsConfig:
+    catalog: str | None = None          # tools.json; None = the repository's
+    profile: str | None = None          # tools.json profile mapping alias models to served ones
+    prompts: str | None = None          # prompt folder overriding orchestrator/prompts
+    index: str | None = None            # local retrieval index folder (RetrievalClient.in_process)
+    retrieval_url: str | None = None    # or a running /retrieve service
+    topk: int = 3
+    expert_max_tokens: int = 512
+    code_timeout: float = 60.0
+    memoize_experts: bool = False       # cache expert replies by (served model, prompt): greedy experts only
+
+
+@dataclass
+class RewardConfig:
+    judge: Literal["exact", "contains", "llm"] = "exact"   # QA outcome: rules only, +whole-word match, +LLM judge
+    judge_model: str | None = None      # for judge: llm
+
+
+@dataclass
+class AlgorithmConfig:
+    advantage: str = "grpo"             # training.algorithms registry name
+    min_group_std: float = 0.1          # drop groups with reward std below this
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    dual_clip: float = 10.0
+    kl_coef: float = 1e-4
+    kl_type: str = "mse"
+    ppo_epochs: int = 1
+    mini_batches: int = 1               # optimizer steps per epoch
+    micro_batch_size: int = 8           # samples per forward/backward (gradient accumulation)
+    old_logprobs: Literal["recompute", "engine"] = "recompute"
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = 0
+
+
+@dataclass
+class TrainerConfig:
+    total_steps: int = 0                # 0 = epochs x steps per epoch
+    epochs: int = 10
+    save_every: int = 10                # checkpoint every N steps (and at the end, and on SIGTERM)
+    keep_checkpoints: int = 2
+
+
+@dataclass
+class LoggingConfig:
+    wandb: Literal["offline", "online", "disabled"] = "offline"
+    project: str = "toolorchestra"
+    console: bool = True                # rich table + progress
+    rollouts_every: int = 0             # write every rollout of every Nth step to rollouts.jsonl (0: never)
+
+
+@dataclass
+class TrainConfig:
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+
+# ---------------------------------------------------------------------------- loading
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """Read a YAML file (None: all defaults), apply `a.b=c` overrides, check every value."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    for item in overrides:
+        apply_override(data, item)
+    cfg = from_dict(TrainConfig, data, "")
+    validate(cfg)
+    return cfg
+
+
+def apply_override(data: dict[str, Any], item: str) -> None:
+    """Set `a.b=c` in the nested dict `data` (the value parsed as YAML)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {item!r}: expected key=value, e.g. optim.lr=1e-5")
+    parts = key.strip().split(".")
+    _field_type(TrainConfig, parts, key.strip())   # unknown keys fail here, before parsing
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {item!r}: {part} is not a section")
+    node[parts[-1]] = value
+
+
+def _field_type(cls, parts: list[str], key: str):
+    """The annotated type at dotted `parts` under dataclass `cls`; ConfigError if unknown."""
+    tp: Any = cls
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(tp):
+            if typing.get_origin(tp) is dict:      # free-form mapping (e.g. a preference)
+                return typing.get_args(tp)[1]
+            raise ConfigError(f"{key}: {'.'.join(parts[:i])} is a value, not a section")
+        hints = typing.get_type_hints(tp)
+        if part not in hints:
+            where = ".".join(parts[:i]) or "the top level"
+            raise ConfigError(f"{key}: unknown key {part!r} in {where}; known: {sorted(hints)}")
+        tp = hints[part]
+    return tp
+
+
+def from_dict(cls, data: Any, where: str):
+    """Build dataclass `cls` from `data`, checking keys and types recursively."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a section (mapping), got {type(data).__name__} {data!r}")
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(data) - set(hints))
+    if unknown:
+        raise ConfigError(f"{where + ': ' if where else ''}unknown key(s) {unknown}; known: {sorted(hints)}")
+    values = {}
+    for name, tp in hints.items():
+        if name in data:
+            key = f"{where}.{name}" if where else name
+            values[name] = from_dict(tp, data[name], key) if dataclasses.is_dataclass(tp) else _check(tp, data[name], key)
+    return cls(**values)
+
+
+def _check(tp: Any, value: Any, key: str) -> Any:
+    """`value` if it fits annotation `tp` (ints widen to floats); ConfigError naming `key` otherwise."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return _check(option, value, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} fits none of {args}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {value!r}")
+        return [_check(args[0], v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__} {value!r}")
+        return {_check(args[0], k, f"{key} key"): _check(args[1], v, f"{key}.{k}") for k, v in value.items()}
+    if tp is float:
+        if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
+            return float(value)   # YAML 1.1 (PyYAML) reads `1e-6` (no dot) as a string
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {type(value).__name__} {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {type(value).__name__} {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {type(value).__name__} {value!r}"
+                              " (quote it in YAML)")
+        return value
+    raise ConfigError(f"{key}: unsupported annotation {tp!r} (a bug in training/config.py)")
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Cross-field and range checks the types cannot express."""
+    positive = {
+        "rollout.tasks_per_step": cfg.rollout.tasks_per_step, "rollout.rollouts_per_task": cfg.rollout.rollouts_per_task,
+        "rollout.max_turns": cfg.rollout.max_turns, "rollout.max_tokens": cfg.rollout.max_tokens,
+        "rollout.concurrency": cfg.rollout.concurrency, "engine.max_batch": cfg.engine.max_batch,
+        "algorithm.ppo_epochs": cfg.algorithm.ppo_epochs, "algorithm.mini_batches": cfg.algorithm.mini_batches,
+        "algorithm.micro_batch_size": cfg.algorithm.micro_batch_size, "trainer.save_every": cfg.trainer.save_every,
+        "trainer.keep_checkpoints": cfg.trainer.keep_checkpoints,
+    }
+    for key, v in positive.items():
+        if v < 1:
+            raise ConfigError(f"{key}: must be >= 1, got {v}")
+    if cfg.optim.lr <= 0 or cfg.optim.grad_clip <= 0:
+        raise ConfigError(f"optim.lr and optim.grad_clip must be > 0, got {cfg.optim.lr}, {cfg.optim.grad_clip}")
+    if len(cfg.optim.betas) != 2 or not all(0 <= b < 1 for b in cfg.optim.betas):
+        raise ConfigError(f"optim.betas: expected two numbers in [0, 1), got {cfg.optim.betas}")
+    if cfg.rollout.temperature < 0:
+        raise ConfigError(f"rollout.temperature: must be >= 0, got {cfg.rollout.temperature}")
+    if cfg.algorithm.old_logprobs == "recompute" and cfg.algorithm.ppo_epochs * cfg.algorithm.mini_batches < 1:
+        raise ConfigError("algorithm: ppo_epochs x mini_batches must be >= 1")
+    if cfg.reward.judge == "llm" and not cfg.reward.judge_model:
+        raise ConfigError("reward.judge_model: required when reward.judge is 'llm' (an LLM_CALL model name)")
+    if cfg.trainer.total_steps < 0 or cfg.trainer.epochs < 1:
+        raise ConfigError(f"trainer.total_steps must be >= 0 and trainer.epochs >= 1, got "
+                          f"{cfg.trainer.total_steps}, {cfg.trainer.epochs}")
+
+
+def to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def dump_yaml(cfg: TrainConfig) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def save_config(cfg: TrainConfig, path: str | Path) -> None:
+    """Write the resolved config as YAML (atomically): loading it back gives the same config."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(dump_yaml(cfg))
+    tmp.replace(path)
+
+
+def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
+    """What a checkpoint must agree on to be resumed (model and optimisation shape, not run length)."""
+    return {"model.path": cfg.model.path, "model.dtype": cfg.model.dtype,
+            "algorithm.advantage": cfg.algorithm.advantage, "optim.scheduler": cfg.optim.scheduler,
+            "data.train_files": list(cfg.data.train_files),
+            "rollout.tasks_per_step": cfg.rollout.tasks_per_step}

@@ -1,0 +1,126 @@
+"""Where training metrics go: a local JSONL file, wandb (offline by default), the console.
+
+- `metrics.jsonl` in the run dir: one object per step, appended and flushed as it is
+  written (nothing is lost if the job dies); on resume, lines past the checkpoint's
+  step are dropped so the file never holds two versions of a step.
+- wandb: `offline` needs no account (sync later with `wandb sync <run dir>/wandb/...`);
+  the run id is kept in checkpoints so a resumed job continues the same wandb run.
+- console: a rich table row per step with the key numbers, and a progress bar while
+  the step's rollouts run.
+
+Note: this module is `training.logging`; `python training/train.py` removes `training/`
+from `sys.path` first so that it never shadows the standard library's `logging`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+# (metric key, column title, format) shown on the console, in this order
+CONSOLE_COLUMNS = [
+    ("step", "step", "{:d}"),
+    ("reward/mean", "reward", "{:.3f}"),
+    ("rollout/accuracy", "acc", "{:.2f}"),
+    ("rollout/cost", "$/rollout", "{:.2e}"),
+    ("rollout/turns", "turns", "{:.2f}"),
+    ("filter/groups_kept", "groups", "{:.0f}"),
+    ("train/samples", "samples", "{:.0f}"),
+    ("train/loss", "loss", "{:+.4f}"),
+    ("train/grad_norm", "|g|", "{:.3f}"),
+    ("train/kl_loss", "kl", "{:.2e}"),
+    ("time/step", "s/step", "{:.1f}"),
+]
+
+
+class MetricsLogger:
+    """Writes each step's metrics to metrics.jsonl, wandb and the console."""
+
+    def __init__(self, run_dir: str | Path, *, config: dict[str, Any], name: str, project: str,
+                 wandb_mode: str = "offline", wandb_id: str | None = None, console: bool = True,
+                 resume_step: int | None = None, total_steps: int | None = None):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "metrics.jsonl"
+        if resume_step is not None:
+            self._truncate_after(resume_step)
+        self._file = self.path.open("a")
+        self.console = Console(quiet=not console)
+        self.total_steps = total_steps
+        self._header_printed = False
+        self.wandb_run = None
+        if wandb_mode != "disabled":
+            import wandb
+
+            self.wandb_run = wandb.init(mode=wandb_mode, dir=str(self.run_dir), project=project, name=name,
+                                        id=wandb_id, resume="allow", config=config)
+
+    @property
+    def wandb_id(self) -> str | None:
+        return self.wandb_run.id if self.wandb_run is not None else None
+
+    def _truncate_after(self, step: int) -> None:
+        """Drop lines of steps > `step` (written after the checkpoint we resume from)."""
+        if not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", -1) <= step]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(self.path)
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        record = {"step": step, "time": round(time.time(), 3), **metrics}
+        self._file.write(json.dumps(record, default=_jsonable) + "\n")
+        self._file.flush()
+        if self.wandb_run is not None:
+            self.wandb_run.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
+        self._print_row(record)
+
+    def message(self, text: str) -> None:
+        self.console.print(text)
+
+    def progress(self, description: str, total: int) -> Progress:
+        """A rich progress bar for one phase (use as a context manager; advance per episode)."""
+        return Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=self.console, transient=True)
+
+    def _print_row(self, record: dict[str, Any]) -> None:
+        table = Table(show_header=not self._header_printed, box=None, pad_edge=False)
+        for _, title, _ in CONSOLE_COLUMNS:
+            table.add_column(title, justify="right", min_width=8)
+        cells = []
+        for key, _, fmt in CONSOLE_COLUMNS:
+            value = record.get(key)
+            if key == "step" and self.total_steps:
+                cells.append(f"{value}/{self.total_steps}")
+            elif isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+                cells.append(fmt.format(value) if key != "step" else str(value))
+            else:
+                cells.append("-")
+        table.add_row(*cells)
+        self.console.print(table)
+        self._header_printed = True
+
+    def close(self) -> None:
+        self._file.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish(quiet=True)
+            self.wandb_run = None
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl, in order."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

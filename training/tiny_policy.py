@@ -1,0 +1,63 @@
+"""Tiny random causal LMs for the CPU quickstart, the tests and the benches.
+
+    tok = tiny_tokenizer(["some text the prompts use", ...], vocab_size=400)   # BPE + ChatML template
+    path = build_tiny_policy("runs/x/policy", tok, hidden=64, layers=2)
+
+A Llama-architecture model built from a config with random weights (seeded), saved as a
+normal `from_pretrained` folder, so the same code paths (engines, trainer, checkpoints)
+run on it as on a real model.  `tiny_tokenizer` trains a byte-level BPE on the given
+texts in well under a second; pass a real tokenizer (e.g. SmolLM2's) instead to count
+tokens the way a real orchestrator would.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+# ChatML, the format SmolLM2 and Qwen use; tool schemas go into the system message
+# (orchestrator.policy.render_prompt does that for templates that ignore `tools`).
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] "
+          "+ '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+          "{% endif %}")
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def tiny_tokenizer(texts: list[str], vocab_size: int = 400):
+    """A byte-level BPE tokenizer trained on `texts`, with ChatML specials and template.
+
+    EOS is `<|im_end|>` (what ends an assistant turn), pad is `<|endoftext|>`.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    bpe.train_from_iterator(texts, trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                  bos_token=None, unk_token=None)
+    tok.chat_template = CHATML
+    return tok
+
+
+def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4,
+                      intermediate: int | None = None, max_positions: int = 4096, seed: int = 0) -> Path:
+    """Save a randomly initialised Llama-style causal LM (+ `tokenizer`) to `out_dir`."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    out_dir = Path(out_dir)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=heads,
+                         intermediate_size=intermediate or 4 * hidden, max_position_embeddings=max_positions,
+                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

@@ -1,0 +1,274 @@
+"""Train an orchestrator with GRPO on multi-turn tool rollouts (PAPER.md §4-5).
+
+    python training/train.py --config training/configs/quickstart.yaml [key=value ...]
+    python training/train.py --config training/configs/paper.yaml optim.lr=5e-7 run.dir=runs/x
+
+One step, top to bottom (`run` below):
+  1. take `rollout.tasks_per_step` tasks; run G = `rollout.rollouts_per_task` episodes of
+     each concurrently (generation batched, tool calls of different rollouts overlap);
+  2. judge each final answer (outcome 0/1), reward each group with its task's preference
+     vector, drop unfinished rollouts and flat groups, compute group-relative advantages;
+  3. one sample per valid orchestrator turn; clipped PPO + mse KL to the frozen
+     reference; AdamW with grad-norm clipping; the engine takes the new weights;
+  4. log (metrics.jsonl, wandb, console); checkpoint every `trainer.save_every` steps.
+
+`run.resume: auto` continues from the newest checkpoint in `<run.dir>/checkpoints`;
+SIGTERM (Slurm pre-emption) saves a checkpoint and exits with status 143.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+# `python training/train.py` puts training/ first on sys.path, where training/logging.py
+# would shadow the standard library's `logging` for every library; use the repo root.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if sys.path and os.path.abspath(sys.path[0] or ".") == _HERE:
+    sys.path[0] = os.path.dirname(_HERE)
+
+import argparse  # noqa: E402
+import copy  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+import torch  # noqa: E402
+
+from orchestrator.catalog import load_catalog  # noqa: E402
+from orchestrator.context import Budgets, Prompts  # noqa: E402
+from orchestrator.loop import LoopConfig, Task  # noqa: E402
+from orchestrator.records import Rollout  # noqa: E402
+from orchestrator.runtime import ToolRuntime  # noqa: E402
+from training import checkpoint as ckpt  # noqa: E402
+from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, load_config, save_config, to_dict  # noqa: E402
+from training.logging import MetricsLogger  # noqa: E402
+from training.losses import PPOClipLoss  # noqa: E402
+from training.samples import build_turn_samples  # noqa: E402
+from training.trainer import (MemoizedLLM, Preempted, TaskSampler, check_logprob_path, collect_rollouts,  # noqa: E402
+                              load_tasks, make_judge, ppo_update, rollout_metrics, score_groups)
+
+
+# ---------------------------------------------------------------------------- set-up pieces
+def load_policy(path: str, dtype: str, device: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not Path(path).exists():
+        raise ConfigError(f"model.path: {path!r} does not exist (a Hugging Face model folder)")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model.eval(), tokenizer   # eval: no dropout, so training log-probs match sampling
+
+
+def make_scheduler(optimizer, kind: str, warmup: int, total: int):
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return {"constant": 1.0, "linear": max(0.0, 1 - progress),
+                "cosine": 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))}[kind]
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def make_engine_for(cfg: TrainConfig, model, tokenizer):
+    from training.engines import make_engine
+
+    if cfg.engine.kind == "hf" and cfg.engine.share_weights:
+        engine = make_engine("hf", model, tokenizer=tokenizer, device=cfg.run.device, max_batch=cfg.engine.max_batch)
+    else:
+        engine = make_engine(cfg.engine.kind, cfg.model.path)
+    try:
+        from training.engines.batcher import BatchingEngine
+    except ImportError:
+        return engine
+    return BatchingEngine(engine, max_batch=cfg.engine.max_batch)
+
+
+def build_runtime(cfg: TrainConfig) -> ToolRuntime:
+    """The tools every rollout calls: catalog, retriever, sandbox, experts (through LLM_CALL)."""
+    retriever = None
+    if cfg.tools.index:
+        from retrieval.client import RetrievalClient
+        retriever = RetrievalClient.in_process(cfg.tools.index)
+    elif cfg.tools.retrieval_url:
+        from retrieval.client import RetrievalClient
+        retriever = RetrievalClient([cfg.tools.retrieval_url])
+    budgets = Budgets(context_tokens=cfg.rollout.context_tokens)
+    runtime = ToolRuntime(catalog=load_catalog(cfg.tools.catalog), profile=cfg.tools.profile, retriever=retriever,
+                          prompts=Prompts.load(cfg.tools.prompts), budgets=budgets, topk=cfg.tools.topk,
+                          code_timeout=cfg.tools.code_timeout, expert_max_tokens=cfg.tools.expert_max_tokens)
+    if cfg.tools.memoize_experts:
+        runtime.llm = MemoizedLLM(runtime.llm)
+    return runtime
+
+
+def _strip_tokens(rollout: Rollout) -> dict[str, Any]:
+    d = rollout.to_dict()
+    for turn in d["turns"]:
+        for key in ("prompt_ids", "response_ids", "logprobs", "loss_mask"):
+            turn.pop(key, None)
+    return d
+
+
+# ---------------------------------------------------------------------------- the loop
+def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
+        judge: Callable[[Task, Rollout], bool] | None = None) -> dict[str, Any]:
+    """Train as `cfg` says; return the last step's metrics.  `runtime`/`judge` override the
+    config's tools and judge (tests and custom environments)."""
+    run_dir = Path(cfg.run.dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    torch.manual_seed(cfg.run.seed)
+    device = torch.device(cfg.run.device)
+
+    # data, policy, reference, optimiser
+    tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
+    steps_per_epoch = max(1, len(tasks) // cfg.rollout.tasks_per_step)
+    total_steps = cfg.trainer.total_steps or cfg.trainer.epochs * steps_per_epoch
+    resume_from = ckpt.resolve_resume(cfg.run.resume, run_dir / "checkpoints")
+    checkpoint = ckpt.verify_checkpoint(resume_from, fingerprint(cfg)) if resume_from else None
+    model, tokenizer = load_policy(str(checkpoint.model_dir) if checkpoint else cfg.model.path,
+                                   cfg.model.dtype, cfg.run.device)
+    check_logprob_path(model, model.get_input_embeddings().weight.shape[0], device)
+    reference = None
+    if cfg.algorithm.kl_coef > 0:
+        reference = (load_policy(cfg.model.path, cfg.model.dtype, cfg.run.device)[0] if checkpoint or
+                     cfg.model.reference != "same" else copy.deepcopy(model))
+        if cfg.model.reference not in ("same", cfg.model.path):
+            reference = load_policy(cfg.model.reference, cfg.model.dtype, cfg.run.device)[0]
+        reference.requires_grad_(False)
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
+                                  eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay)
+    scheduler = make_scheduler(optimizer, cfg.optim.scheduler, cfg.optim.warmup_steps, total_steps)
+    sampler = TaskSampler(len(tasks), cfg.run.seed, cfg.data.shuffle)
+    start_step, wandb_id = 0, None
+    if checkpoint:
+        state = checkpoint.load_state()
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        ckpt.set_rng_state(state["rng"])
+        sampler.position, start_step, wandb_id = state["data_position"], checkpoint.step, state.get("wandb_id")
+
+    # rollout side: engine, tools, judge, loss
+    engine = make_engine_for(cfg, model, tokenizer)
+    runtime = runtime or build_runtime(cfg)
+    judge = judge or make_judge(cfg.reward.judge, cfg.reward.judge_model)
+    loop_config = LoopConfig(max_turns=cfg.rollout.max_turns, temperature=cfg.rollout.temperature,
+                             max_tokens=cfg.rollout.max_tokens, constrained=cfg.rollout.constrained,
+                             budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
+    loss_fn = PPOClipLoss(cfg.algorithm.eps_low, cfg.algorithm.eps_high, cfg.algorithm.dual_clip,
+                          cfg.algorithm.kl_coef, cfg.algorithm.kl_type)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    logger = MetricsLogger(run_dir, config=to_dict(cfg), name=cfg.run.name, project=cfg.logging.project,
+                           wandb_mode=cfg.logging.wandb, wandb_id=wandb_id, console=cfg.logging.console,
+                           resume_step=start_step, total_steps=total_steps)
+    logger.message(f"[bold]config[/] (saved to {run_dir / 'config.yaml'}):\n{dump_yaml(cfg)}")
+    logger.message(f"{len(tasks)} tasks, {total_steps} steps; "
+                   + (f"resuming from {checkpoint.path} (step {start_step})" if checkpoint else "starting fresh"))
+
+    def save(step: int, data_position: int) -> Path:
+        state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                 "rng": ckpt.rng_state(), "data_position": data_position, "step": step,
+                 "wandb_id": logger.wandb_id}
+        path = ckpt.save_checkpoint(run_dir / "checkpoints", step, model, tokenizer, state, fingerprint(cfg),
+                                    keep=cfg.trainer.keep_checkpoints)
+        logger.message(f"checkpoint: {path}")
+        return path
+
+    metrics: dict[str, Any] = {}
+    with ckpt.Preemption(on_signal=lambda s: None) as preempt:
+        for step in range(start_step, total_steps):
+            started, position = time.monotonic(), sampler.position
+            batch = [tasks[i] for i in sampler.take(cfg.rollout.tasks_per_step)]
+            try:
+                with logger.progress(f"step {step + 1} rollouts", len(batch)) as bar:
+                    task_bar = bar.add_task("rollouts", total=len(batch) * cfg.rollout.rollouts_per_task)
+                    groups = collect_rollouts(
+                        batch, engine, runtime, loop_config, rollouts_per_task=cfg.rollout.rollouts_per_task,
+                        seed=cfg.run.seed, step=step, price_model=cfg.model.price_model,
+                        concurrency=cfg.rollout.concurrency, should_stop=lambda: preempt.requested,
+                        on_done=lambda i, r: bar.advance(task_bar))
+            except Preempted:   # the weights are still those of `step`: save them and the data position
+                save(step, position)
+                logger.close()
+                os._exit(ckpt.PREEMPTED_EXIT_CODE)   # abandon the running episodes' threads
+            rollout_time = time.monotonic() - started
+
+            scored = score_groups(batch, groups, judge, estimator=cfg.algorithm.advantage,
+                                  min_group_std=cfg.algorithm.min_group_std)
+            samples = build_turn_samples(scored.rollouts, scored.advantages)
+            update_metrics: dict[str, float] = {}
+            if samples:
+                update_metrics = ppo_update(
+                    model, reference, optimizer, samples, loss_fn, pad_id=pad_id, device=device,
+                    temperature=cfg.rollout.temperature, micro_batch_size=cfg.algorithm.micro_batch_size,
+                    ppo_epochs=cfg.algorithm.ppo_epochs, mini_batches=cfg.algorithm.mini_batches,
+                    grad_clip=cfg.optim.grad_clip, old_logprobs=cfg.algorithm.old_logprobs,
+                    seed=cfg.run.seed * 100_003 + step)
+                if not (cfg.engine.kind == "hf" and cfg.engine.share_weights):
+                    engine.update_weights(model.state_dict())
+            scheduler.step()
+
+            rewards = [r for g in scored.rewards for r in g]
+            metrics = {**rollout_metrics(groups), **update_metrics,
+                       "reward/mean": sum(rewards) / max(1, len(rewards)),
+                       "filter/groups_kept": float(scored.groups_kept),
+                       "filter/rollouts_kept": float(len(scored.rollouts)),
+                       "train/samples": float(len(samples)),
+                       "train/tokens": float(sum(sum(s.loss_mask) for s in samples)),
+                       "train/lr": scheduler.get_last_lr()[0], "data/epoch": sampler.epoch,
+                       "time/rollout": rollout_time, "time/step": time.monotonic() - started}
+            if isinstance(runtime.llm, MemoizedLLM):
+                metrics["tools/expert_cache_hits"] = float(runtime.llm.hits)
+            logger.log(step + 1, metrics)
+            if cfg.logging.rollouts_every and (step + 1) % cfg.logging.rollouts_every == 0:
+                _append_rollouts(run_dir / "rollouts.jsonl", step + 1, batch, groups)
+            if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == total_steps or preempt.requested:
+                save(step + 1, sampler.position)
+            if preempt.requested:
+                logger.close()
+                os._exit(ckpt.PREEMPTED_EXIT_CODE)
+    logger.close()
+    return metrics
+
+
+def _append_rollouts(path: Path, step: int, tasks: list[Task], groups: list[list[Rollout]]) -> None:
+    import json
+
+    with path.open("a") as f:
+        for task, group in zip(tasks, groups):
+            for r in group:
+                f.write(json.dumps({"step": step, "question": task.question, "reference": task.answer,
+                                    **_strip_tokens(r)}) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="overrides: section.key=value, the value parsed as YAML "
+                                            "(e.g. optim.lr=1e-5 rollout.constrained=true)")
+    parser.add_argument("--config", type=Path, required=True, help="a YAML file in training/configs/")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(dump_yaml(cfg), end="")
+        return 0
+    try:
+        run(cfg)
+    except (ConfigError, ckpt.CheckpointError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
