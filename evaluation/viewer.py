@@ -4,7 +4,7 @@ The records are embedded as JSON; a little script lists the tasks (filter: all /
 incorrect / error) and shows, per task, the prediction, the verdict and every turn's
 reasoning, tool, alias, expert model, what the tool returned (documents, code and its
 output), tokens, dollars and seconds.  All text goes through `textContent`, so nothing in
-a model's output can run as HTML.
+a model's output can run as HTML.  `viewer.html#filter=incorrect&task=<id>` opens a view.
 """
 from __future__ import annotations
 
@@ -78,7 +78,13 @@ function render() {
     e.onclick = () => show(r); list.append(e); });
 }
 document.getElementById("filter").onchange = render;
+// A link can open a view: viewer.html#filter=incorrect&task=<id>
+const params = new URLSearchParams(location.hash.slice(1));
+if (["all", "correct", "incorrect", "error"].includes(params.get("filter")))
+  document.getElementById("filter").value = params.get("filter");
 render();
+const linked = RUN.records.find(r => r.id === params.get("task"));
+if (linked) show(linked);
 </script></body></html>
 """
 

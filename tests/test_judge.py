@@ -73,3 +73,22 @@ def test_prompt_file_must_use_exactly_the_three_placeholders(tmp_path):
         load_judge_prompt(bad)
     with pytest.raises(JudgeError, match="cannot read"):
         load_judge_prompt(tmp_path / "missing.txt")
+
+
+def test_llm_judge_through_llm_call_and_a_local_openai_server(tmp_path, monkeypatch):
+    """The default path: Judge -> LLM_CALL -> registry -> HTTP -> an OpenAI-compatible server."""
+    from evaluation.mock_backend import MockBackend, registry_yaml
+
+    with MockBackend() as server:
+        models = tmp_path / "models.yaml"
+        models.write_text(registry_yaml(server.base_url, ["local-judge"]))
+        monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(models))
+        judge = Judge("local-judge")
+        right = judge("Who wrote Jane Eyre?", "It was Charlotte Bronte.", "Charlotte Bronte")
+        wrong = judge("Who wrote Jane Eyre?", "Emily Bronte", "Charlotte Bronte")
+        assert server.requests == 2
+    assert (right.correct, right.rule, right.raw) == (True, "llm", "True")
+    assert (wrong.correct, wrong.rule, wrong.raw) == (False, "llm", "False")
+    # priced by tools.json: the registry entry charges the Qwen3-8B rate (0.2 $/1M in and out)
+    assert right.cost == pytest.approx((right.usage.prompt_tokens + right.usage.completion_tokens) * 0.2e-6)
+    assert right.usage.prompt_tokens > 50 and right.latency > 0
