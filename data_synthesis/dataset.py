@@ -1,0 +1,121 @@
+"""Write training examples with HF `datasets` (parquet + JSONL) and a dataset card.
+
+    python -m data_synthesis.dataset --tau2 out/school out/bank --qa ../shared/benchmarks/frames/frames.jsonl \
+        --out data/train --seed 0 [--per-item 2] [--limit-qa 200] [--price-jitter 2]
+
+Output folder: train.parquet, train.jsonl (same rows), README.md (counts per kind,
+domain and difficulty; preference presets; how to read it).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+from datasets import Dataset, Features, Value, disable_progress_bars
+
+from data_synthesis.offline import atomic_write
+from data_synthesis.records import TrainingExample
+
+FEATURES = Features({
+    "id": Value("string"), "kind": Value("string"), "domain": Value("string"), "difficulty": Value("string"),
+    "question": Value("string"), "instruction": Value("string"), "answer": Value("string"),
+    "tau2_task": Value("string"), "domain_dir": Value("string"), "tools": Value("string"),
+    "prices": Value("string"), "latency_s": Value("string"), "preference": Value("string"),
+    "preference_name": Value("string"), "preference_text": Value("string"), "seed": Value("int64"),
+    "source": Value("string"),
+})
+
+
+def write_dataset(examples: list[TrainingExample], out: Path, title: str, command: str = "") -> dict:
+    """Write train.parquet, train.jsonl and README.md under `out`; return the counts."""
+    if not examples:
+        raise ValueError("no examples to write: every input was empty or dropped")
+    ids = [e.id for e in examples]
+    dupes = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+    if dupes:
+        raise ValueError(f"duplicate example ids {dupes[:3]}: pass each domain / QA file once")
+    out.mkdir(parents=True, exist_ok=True)
+    disable_progress_bars()  # the callers show their own progress
+    ds = Dataset.from_list([e.to_row() for e in examples], features=FEATURES)
+    for name, write in (("train.parquet", ds.to_parquet), ("train.jsonl", ds.to_json)):
+        tmp = out / f".{name}.tmp"
+        write(str(tmp)) if name.endswith("parquet") else write(str(tmp), lines=True, force_ascii=False)
+        tmp.replace(out / name)  # atomic: readers never see half a file
+    counts = dataset_counts(examples)
+    atomic_write(out / "README.md", dataset_card(counts, title, command))
+    return counts
+
+
+def dataset_counts(examples: list[TrainingExample]) -> dict:
+    by = Counter((e.kind, e.domain, e.difficulty) for e in examples)
+    return {"total": len(examples),
+            "by_kind": dict(sorted(Counter(e.kind for e in examples).items())),
+            "by_domain_difficulty": [{"kind": k, "domain": d, "difficulty": lvl, "count": n}
+                                     for (k, d, lvl), n in sorted(by.items())],
+            "by_preference": dict(sorted(Counter(e.preference_name.split(":")[0] for e in examples).items()))}
+
+
+def dataset_card(counts: dict, title: str, command: str) -> str:
+    levels = ["easy", "medium", "hard", "unrated"]
+    table = {}
+    for row in counts["by_domain_difficulty"]:
+        table.setdefault((row["kind"], row["domain"]), Counter())[row["difficulty"]] += row["count"]
+    lines = ["---", "configs:", "- config_name: default", "  data_files:", "  - split: train",
+             "    path: train.parquet", "---", f"# {title}", "",
+             "Training examples for the ToolOrchestra reproduction, written by `data_synthesis`. Each row is a",
+             "QA question or a tau2 task with its own randomised tool subset, alias -> model mapping, prices and",
+             "preference vector, all also stated in `instruction`. Field reference: docs/data_synthesis.md.",
+             "Mapping-valued columns (`tools`, `prices`, `latency_s`, `preference`, `tau2_task`) are JSON text;",
+             "read rows with `data_synthesis.records.load_examples(path)` or `TrainingExample.from_row(row)`.", "",
+             f"Total: {counts['total']} examples ({', '.join(f'{k}: {n}' for k, n in counts['by_kind'].items())}).",
+             "", "| kind | domain | " + " | ".join(levels) + " | total |", "|---|---|" + "---:|" * (len(levels) + 1)]
+    for (kind, domain), per in sorted(table.items()):
+        lines.append(f"| {kind} | {domain} | " + " | ".join(str(per.get(lvl, 0)) for lvl in levels)
+                     + f" | {sum(per.values())} |")
+    lines += ["", "Preference presets: " + ", ".join(f"{k} {n}" for k, n in counts["by_preference"].items()) + "."]
+    if command:
+        lines += ["", "Made with:", "", f"    {command}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from data_synthesis.domain import load_domain
+    from data_synthesis.examples import Randomization, load_qa, qa_examples, tau2_examples
+    from data_synthesis.schema import SchemaError
+    from orchestrator.catalog import CatalogError, load_catalog
+
+    p = argparse.ArgumentParser(prog="python -m data_synthesis.dataset", description=__doc__.split("\n\n")[0])
+    p.add_argument("--tau2", nargs="*", default=[], metavar="DIR", help="domain folders with tasks.json")
+    p.add_argument("--qa", nargs="*", default=[], metavar="FILE", help="FRAMES-style JSONL {id, question, answer}")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--per-item", type=int, default=1, help="randomised examples per task/question")
+    p.add_argument("--limit-qa", type=int, default=None, help="first N questions of each QA file")
+    p.add_argument("--price-jitter", type=float, default=2.0, help="price factor range [1/j, j] (1 = none)")
+    p.add_argument("--catalog", default=None, help="tools.json (default: the repository's)")
+    args = p.parse_args(argv)
+    if not args.tau2 and not args.qa:
+        p.error("give at least one --tau2 DIR or --qa FILE")
+    try:
+        catalog = load_catalog(args.catalog)
+        cfg = Randomization(price_jitter=args.price_jitter)
+        examples = []
+        for d in args.tau2:
+            dom = load_domain(d)
+            examples += tau2_examples(dom.tasks, dom.name, catalog, args.seed, cfg, str(Path(d)), args.per_item, d)
+        for f in args.qa:
+            rows = load_qa(f)[: args.limit_qa]
+            examples += qa_examples(rows, Path(f).stem, catalog, args.seed, cfg, args.per_item, f)
+        counts = write_dataset(examples, Path(args.out), "ToolOrchestra training examples",
+                               "python -m data_synthesis.dataset " + " ".join(argv if argv is not None else sys.argv[1:]))
+    except (ValueError, SchemaError, CatalogError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {counts['total']} examples to {args.out} ({counts['by_kind']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
