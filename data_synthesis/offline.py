@@ -63,22 +63,27 @@ def dump_json(value: object) -> str:
 
 
 def resolve_source(domain_dir: str | Path, seed: int = 0, fake: bool = False,
-                   counts: dict[str, int] | None = None) -> DomainSource:
+                   records: int | None = None) -> DomainSource:
     """A shipped schema name, a schema file, or a folder with db.json and/or schema.yaml.
 
     With a db.json the existing records are used (schema.yaml beside it, else inferred);
-    `fake=True` replaces them with Faker records from that schema.
+    `fake=True` replaces them with Faker records from that schema.  `records` sets how
+    many Faker records each collection gets (default: the schema's `count`s).
     """
     path = Path(domain_dir)
+
+    def make_db(schema: Schema) -> dict:
+        return generate_db(schema, seed, None if records is None else {c: records for c in schema.collections})
+
     if not path.exists():
         if str(domain_dir) in shipped_schemas():
             schema = load_schema(str(domain_dir))
-            return DomainSource(schema, generate_db(schema, seed, counts), f"shipped schema {domain_dir}")
+            return DomainSource(schema, make_db(schema), f"shipped schema {domain_dir}")
         raise SchemaError(f"{path}: no such folder or schema file, and not a shipped schema "
                           f"(shipped: {shipped_schemas()}); pass a folder with db.json or schema.yaml")
     if path.is_file():
         schema = load_schema(path)
-        return DomainSource(schema, generate_db(schema, seed, counts), f"schema file {path}")
+        return DomainSource(schema, make_db(schema), f"schema file {path}")
     has_db, has_schema = (path / "db.json").exists(), (path / "schema.yaml").exists()
     if not has_db and not has_schema:
         raise SchemaError(f"{path}: holds neither db.json nor schema.yaml; a domain needs one of them")
@@ -86,10 +91,10 @@ def resolve_source(domain_dir: str | Path, seed: int = 0, fake: bool = False,
         db = load_db(path / "db.json")
         schema = load_schema(path / "schema.yaml") if has_schema else infer_schema(db, path.name, str(path / "db.json"))
         if fake:
-            return DomainSource(schema, generate_db(schema, seed, counts), f"Faker records, schema of {path}")
+            return DomainSource(schema, make_db(schema), f"Faker records, schema of {path}")
         return DomainSource(schema, db, f"existing records of {path / 'db.json'}")
     schema = load_schema(path / "schema.yaml")
-    return DomainSource(schema, generate_db(schema, seed, counts), f"schema {path / 'schema.yaml'}")
+    return DomainSource(schema, make_db(schema), f"schema {path / 'schema.yaml'}")
 
 
 def write_environment(source: DomainSource, out: Path) -> list:
