@@ -65,12 +65,10 @@ def summarise(rollouts: list[Rollout], correct: list[bool]) -> dict:
 
 
 def build_index(corpus: Path, out: Path) -> Path:
-    from retrieval.build_index import build_index as build
+    from retrieval.build_index import build
 
     index_dir = out / "index"
-    if not (index_dir / "done").exists():
-        build(corpus=corpus, out=index_dir)
-        (index_dir / "done").write_text("ok\n")
+    build(corpus=corpus, out=index_dir)  # resumes / returns at once when already built
     return index_dir
 
 

@@ -99,12 +99,12 @@ class ToolRuntime:
         reply = self._ask_expert(call, self.prompts.render(
             "expert_search", question=state.question, context=self._context(state)), catalog)
         query = extract_query(reply, fallback=state.question)
-        hits = self.retriever.retrieve([query], self.topk)[0]
+        result = self.retriever.retrieve([query], self.topk)
         docs = [Document(id=str(h["document"]["id"]), contents=h["document"]["contents"],
-                         source="web" if h.get("source") == "web" else "local") for h in hits]
-        web = [d for d in docs if d.source == "web"]
-        if web:
-            call.cost += catalog.search_cost(web_searches=1, pages=len(web))
+                         source=h["document"].get("source", "local")) for h in result[0]]
+        # web fallback fees, as the retriever reports them (RetrievalClient's `Retrieved`)
+        call.cost += catalog.search_cost(web_searches=getattr(result, "web_searches", 0),
+                                         pages=getattr(result, "pages", 0))
         new = state.add_documents(docs)
         call.output = f"query: {query!r}; {len(docs)} documents ({new} new)"
 
