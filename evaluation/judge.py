@@ -5,6 +5,11 @@ Rules, in order:
 2. a case-insensitive exact match with the reference (after stripping) is right;
 3. otherwise an LLM judge (any LLM_CALL model) reads the prompt file and answers True/False.
 
+Two judge names need no model, for runs where no capable judge is at hand (the embedded
+default's 135M model cannot judge): "exact" stops after rules 1-2 (anything else is wrong),
+"contains" then accepts a prediction holding the reference as a whole word or phrase
+(rule "contains"). Neither is the paper's judge; the run's record says which one decided.
+
 The verdict keeps which rule decided and the judge's raw reply, so a run can be re-judged
 or audited later.  The judge's own tokens are priced like any call but kept apart from the
 orchestrator's cost: the paper's cost per query does not include grading.
@@ -23,6 +28,7 @@ DEFAULT_JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge.txt"
 MAX_ANSWER_WORDS = 500
 _PLACEHOLDERS = {"question", "reference", "prediction"}
 _VERDICT_RE = re.compile(r"\b(true|false)\b", re.IGNORECASE)
+RULE_JUDGES = ("exact", "contains")   # judge names that call no model
 
 
 class JudgeError(RuntimeError):
@@ -31,7 +37,8 @@ class JudgeError(RuntimeError):
 
 @dataclass
 class Verdict:
-    """`correct` and why: rule in {"empty", "too_long", "exact", "llm", "llm_unparsed"}."""
+    """`correct` and why: rule in {"empty", "too_long", "exact", "llm", "llm_unparsed"}, or with a
+    rule judge {"not_exact", "contains", "not_contained"}."""
 
     correct: bool
     rule: str
@@ -93,7 +100,7 @@ class Judge:
     def __init__(self, model: str, prompt_path: str | Path | None = None,
                  call: Callable[..., LLMResponse] | None = None, max_tokens: int = 256):
         self.model = model
-        self.template = load_judge_prompt(prompt_path)
+        self.template = load_judge_prompt(prompt_path)   # checked even for rule judges: fail early
         self._call = call
         self.max_tokens = max_tokens
 
@@ -101,6 +108,11 @@ class Judge:
         verdict = rule_verdict(prediction, reference)
         if verdict is not None:
             return verdict
+        if self.model == "exact":
+            return Verdict(False, "not_exact", judge_model="exact")
+        if self.model == "contains":
+            found = re.search(rf"(?<!\w){re.escape(reference.strip().lower())}(?!\w)", prediction.lower())
+            return Verdict(found is not None, "contains" if found else "not_contained", judge_model="contains")
         prompt = self.template.format(question=question, reference=reference, prediction=prediction.strip())
         call = self._call or _default_call()
         try:

@@ -44,13 +44,14 @@ def build_parser(benchmark: str) -> argparse.ArgumentParser:
     add_common_args(parser)
     parser.set_defaults(max_turns=None, max_tokens=None)   # resolved below: the embedded default is smaller
     t = parser.add_argument_group("retrieval, experts and judge")
-    t.add_argument("--retriever", help="URL of a retrieval service (POST /retrieve)")
+    t.add_argument("--retriever", help="retrieval service base URL(s), comma-separated (POST /retrieve)")
     t.add_argument("--index", type=Path, help="index folder (retrieval/build_index.py) searched in-process")
     t.add_argument("--topk", type=int, default=3, help="documents per search")
     t.add_argument("--expert-max-tokens", type=int, help="completion tokens per expert call (default 2048)")
     t.add_argument("--constrained", action="store_true",
                    help="constrain the orchestrator to valid tool calls (vllm / transformers backends)")
-    t.add_argument("--judge-model", help="LLM judge, a configs/models.yaml name (default: --model)")
+    t.add_argument("--judge-model", help="LLM judge, a configs/models.yaml name, or 'exact' / 'contains' for "
+                                         "rules only (default: --model; the embedded default: contains)")
     t.add_argument("--judge-prompt", type=Path, help="judge prompt file (default: evaluation/prompts/judge.txt)")
     return parser
 
@@ -62,7 +63,9 @@ def make_retriever(args: argparse.Namespace):
         from retrieval.client import RetrievalClient
     except ImportError as exc:
         raise CLIError(f"--retriever/--index need retrieval/client.py ({exc})") from None
-    return RetrievalClient(args.retriever) if args.retriever else RetrievalClient.in_process(args.index)
+    if args.retriever:
+        return RetrievalClient([u.strip() for u in args.retriever.split(",") if u.strip()])
+    return RetrievalClient.in_process(args.index)
 
 
 def embedded_world(out_dir: Path, n_tasks: int) -> tuple[Path, Path]:
@@ -72,7 +75,7 @@ def embedded_world(out_dir: Path, n_tasks: int) -> tuple[Path, Path]:
 
     corpus, tasks = write_world(out_dir / "world", n_lookup=n_tasks // 2, n_arith=n_tasks - n_tasks // 2)
     index = out_dir / "index"
-    build(corpus=corpus, out=index)
+    build(corpus=corpus, out=index, progress=False)   # resumes / reuses a finished index
     return tasks, index
 
 
@@ -86,6 +89,8 @@ def resolve(args: argparse.Namespace, benchmark: str) -> bool:
     if embedded:
         args.profile = args.profile or EMBEDDED["profile"]
         args.constrained = args.constrained or small
+    if small and embedded and not args.judge_model:
+        args.judge_model = "contains"   # a 135M model cannot judge; see evaluation/judge.py
     return embedded
 
 

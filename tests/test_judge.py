@@ -92,3 +92,15 @@ def test_llm_judge_through_llm_call_and_a_local_openai_server(tmp_path, monkeypa
     # priced by tools.json: the registry entry charges the Qwen3-8B rate (0.2 $/1M in and out)
     assert right.cost == pytest.approx((right.usage.prompt_tokens + right.usage.completion_tokens) * 0.2e-6)
     assert right.usage.prompt_tokens > 50 and right.latency > 0
+
+
+def test_rule_judges_call_no_model():
+    def call(*a, **k):
+        raise AssertionError("a rule judge must not call a model")
+
+    exact, contains = Judge("exact", call=call), Judge("contains", call=call)
+    assert (exact("q", "Paris", "paris").rule, exact("q", "It is Paris", "Paris").correct) == ("exact", False)
+    v = contains("q", "He was born in 1835, in Ohio.", "1835")
+    assert (v.correct, v.rule, v.judge_model) == (True, "contains", "contains")
+    v = contains("q", "Born in 18350.", "1835")         # whole words only
+    assert (v.correct, v.rule) == (False, "not_contained")
