@@ -1,0 +1,98 @@
+"""Typed training config: YAML <-> dataclasses one to one, overrides with type checks."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from training.config import ConfigError, TrainConfig, load_config, save_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "training" / "configs").glob("*.yaml"))
+
+
+def test_defaults_are_the_papers_update_values():
+    cfg = load_config(None)
+    assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.grad_clip, cfg.optim.scheduler) == (1e-6, 0.01, 1.0, "constant")
+    assert (cfg.algorithm.eps_low, cfg.algorithm.eps_high, cfg.algorithm.dual_clip) == (0.2, 0.28, 10.0)
+    assert (cfg.algorithm.kl_coef, cfg.algorithm.kl_type, cfg.algorithm.ppo_epochs) == (1e-4, "mse", 1)
+    assert (cfg.rollout.tasks_per_step, cfg.rollout.rollouts_per_task, cfg.rollout.max_turns) == (16, 8, 30)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_shipped_configs_load_and_cover_every_key(path):
+    import yaml
+
+    cfg = load_config(path)
+    raw = yaml.safe_load(path.read_text())
+    # one to one: every section and key of the dataclasses is written out in the YAML
+    for section in dataclasses.fields(TrainConfig):
+        assert section.name in raw, f"{path.name}: section {section.name} missing"
+        keys = {f.name for f in dataclasses.fields(getattr(cfg, section.name))}
+        assert set(raw[section.name]) == keys, f"{path.name}: {section.name} keys differ"
+
+
+def test_paper_config_holds_the_papers_values():
+    cfg = load_config(ROOT / "training" / "configs" / "paper.yaml")
+    assert (cfg.rollout.tasks_per_step, cfg.rollout.rollouts_per_task, cfg.rollout.temperature) == (16, 8, 1.0)
+    assert (cfg.rollout.max_turns, cfg.rollout.max_tokens, cfg.rollout.context_tokens) == (30, 8768, 24000)
+    assert (cfg.optim.lr, cfg.algorithm.kl_coef, cfg.trainer.epochs) == (1e-6, 1e-4, 10)
+
+
+def test_overrides_parse_as_yaml_and_are_type_checked():
+    cfg = load_config(None, ["optim.lr=1e-5", "rollout.constrained=true", "optim.betas=[0.9, 0.95]",
+                             "data.default_preference={outcome: 1, cost: 0.5}", "tools.catalog=null",
+                             "rollout.temperature=1"])
+    assert cfg.optim.lr == 1e-5 and cfg.rollout.constrained is True and cfg.optim.betas == [0.9, 0.95]
+    assert cfg.data.default_preference == {"outcome": 1.0, "cost": 0.5}
+    assert isinstance(cfg.rollout.temperature, float)      # an int widens to a float field
+
+
+@pytest.mark.parametrize("override, message", [
+    ("optim.lr=fast", "optim.lr: expected a number, got str 'fast'"),
+    ("rollout.max_turns=2.5", "rollout.max_turns: expected an integer, got float 2.5"),
+    ("rollout.constrained=maybe", "rollout.constrained: expected true or false"),
+    ("engine.kind=sglang", "engine.kind: 'sglang' is not one of ['hf', 'vllm']"),
+    ("optim.lrr=1", "optim.lrr: unknown key 'lrr' in optim"),
+    ("optimiser.lr=1", "unknown key 'optimiser' in the top level"),
+    ("optim.lr", "expected key=value"),
+    ("optim.lr.x=1", "optim.lr.x: optim.lr is a value, not a section"),
+    ("data.default_preference={cost: cheap}", "data.default_preference.cost: expected a number"),
+    ("rollout.rollouts_per_task=0", "rollout.rollouts_per_task: must be >= 1"),
+])
+def test_bad_overrides_name_the_key(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert message in str(err.value)
+
+
+def test_unknown_yaml_key_is_named_with_the_known_ones(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\n  learning_rate: 1.0e-6\n")
+    with pytest.raises(ConfigError, match=r"optim: unknown key\(s\) \['learning_rate'\]; known: .*'lr'"):
+        load_config(path)
+
+
+def test_saved_config_round_trips(tmp_path):
+    cfg = load_config(None, ["optim.lr=3e-6", "run.name=x"])
+    save_config(cfg, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == cfg
+
+
+def test_cli_reports_a_bad_override_without_a_traceback():
+    out = subprocess.run([sys.executable, str(ROOT / "training" / "train.py"), "--config",
+                          str(ROOT / "training" / "configs" / "paper.yaml"), "optim.lr=fast"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2
+    assert "error: optim.lr: expected a number, got str 'fast'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_prints_the_resolved_config():
+    out = subprocess.run([sys.executable, str(ROOT / "training" / "train.py"), "--config",
+                          str(ROOT / "training" / "configs" / "paper.yaml"), "optim.lr=2e-6", "--print-config"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "lr: 2.0e-06" in out.stdout
