@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         domain = result.extra.get("domain") or _domain_name(out)
         summary = {"command": command, "domain": domain, "mode": "llm" if args.llm else "offline",
                    "origin": result.extra.get("origin", ""), "tools": result.n_tools, **result.tally,
-                   "llm_steps": result.extra.get("steps", {})}
+                   "llm_steps": result.extra.get("steps", {}), **result.extra.get("summary", {})}
         if not args.no_dataset and result.tasks:
             summary["dataset"] = write_records(result, out, domain, args, command)
         atomic_write(out / "summary.json", dump_json(summary))

@@ -34,7 +34,7 @@ def to_tau2_task(draft: Draft, domain: str, task_id: str) -> dict:
                for i, a in enumerate(draft.actions)]
     level = difficulty(len(actions), draft.evolved)
     meta = {"template": draft.template, "kind": draft.kind, "difficulty": level,
-            "evolved": draft.evolved, "user": draft.user, "source": "offline"}
+            "evolved": draft.evolved, "user": draft.user, "source": draft.source}
     return {
         "id": task_id,
         "description": {"purpose": f"{draft.template.replace('_', ' ')} ({level}): " + " ".join(draft.wants),
@@ -44,9 +44,9 @@ def to_tau2_task(draft: Draft, domain: str, task_id: str) -> dict:
             "reason_for_call": " ".join(draft.wants),
             "known_info": draft.known_info,
             "unknown_info": draft.unknown_info,
-            "task_instructions": ("Give the agent only the information it asks for. " + _CONFIRM
-                                  + (" Ask for all your requests in this one conversation."
-                                     if len(draft.wants) > 1 else "")),
+            "task_instructions": draft.task_instructions or (
+                "Give the agent only the information it asks for. " + _CONFIRM
+                + (" Ask for all your requests in this one conversation." if len(draft.wants) > 1 else "")),
         }},
         "ticket": None,
         "initial_state": None,

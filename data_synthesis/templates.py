@@ -36,6 +36,8 @@ class Draft:
     communicate_info: list[str] = field(default_factory=list)
     nl_assertions: list[str] = field(default_factory=list)
     evolved: list[str] = field(default_factory=list)
+    task_instructions: str = ""                # how the simulated user behaves ("" = the default)
+    source: str = "offline"                    # "offline" templates or "llm"
 
 
 def _fmt(value: object) -> str:
