@@ -326,7 +326,7 @@ def test_openapi_fuzzing_finds_no_server_error(searcher):
     op = schema["/retrieve"]["POST"]
 
     @given(case=op.as_strategy())
-    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
     def fuzz(case):
         response = case.call()
         assert response.status_code < 500, (case.body, response.text[:300])
