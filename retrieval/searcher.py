@@ -77,8 +77,11 @@ class Searcher:
         from retrieval.dense import DenseIndex
         from retrieval.encoders import Encoder
 
-        self.encoder = encoder or Encoder(self.meta.get("encoder_path") or self.meta["encoder"],
-                                          profile=self.meta.get("profile"), device=device,
+        # The folder the build loaded, when it exists here; else the name (a Hub id or "minilm"),
+        # so an index built on another machine still finds its encoder.
+        path = self.meta.get("encoder_path")
+        name = path if path and Path(path).is_dir() else self.meta["encoder"]
+        self.encoder = encoder or Encoder(name, profile=self.meta.get("profile"), device=device,
                                           max_length=self.meta.get("max_length"))
         if self.encoder.dim != self.meta["dim"]:
             raise ValueError(f"encoder gives {self.encoder.dim}-d vectors but {self.folder} holds {self.meta['dim']}-d ones")

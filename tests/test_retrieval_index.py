@@ -49,8 +49,9 @@ def test_docstore_numeric_ids_need_no_dictionary(tmp_path):
     corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": str(i), "contents": f"doc {i}"} for i in range(5)])
     write_docstore(corpus, tmp_path / "ix", progress=False)
     store = DocStore(tmp_path / "ix")
-    assert store.ids_are_rows and store.row_of("3") == 3 and store.row_of("03") is None
-    assert store._row_of is None or "03" not in store._row_of
+    assert store.ids_are_rows and store.row_of("3") == 3 and store.row_of(4) == 4
+    assert store._row_of is None                 # answered without building id -> row
+    assert store.row_of("03") is None and store.row_of("5") is None
 
 
 def test_malformed_corpus_lines_are_all_reported_with_line_numbers(tmp_path):
