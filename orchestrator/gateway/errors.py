@@ -31,6 +31,13 @@ class LLMCallError(RuntimeError):
         self.attempts = attempts
         self.retryable = retryable
 
+    def __reduce__(self):   # picklable across worker processes despite keyword-only arguments
+        return (_rebuild_call_error, (str(self), self.model, self.endpoint, self.attempts, self.retryable))
+
+
+def _rebuild_call_error(message, model, endpoint, attempts, retryable) -> "LLMCallError":
+    return LLMCallError(message, model=model, endpoint=endpoint, attempts=attempts, retryable=retryable)
+
 
 _MASKED_KEY = re.compile(r"\S*\*{3,}\S*")
 

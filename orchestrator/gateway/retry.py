@@ -3,7 +3,7 @@
 Which errors are worth retrying: timeouts, refused/broken connections, HTTP 408/409/429
 and 5xx.  Everything else (bad request, wrong key, unknown model, a local model that
 ran out of time) fails at once.  The bound on a call's wall clock is therefore about
-(max_retries + 1) x timeout_s + the sum of the waits (each <= backoff_max_s).
+(max_retries + 1) x timeout_s + the sum of the waits (each <= max_wait_s).
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-import httpx
 from tenacity import (RetryCallState, Retrying, retry_if_exception, stop_after_attempt,
                       wait_exponential_jitter)
 
@@ -36,16 +35,6 @@ def is_retryable_status(status: int | None) -> bool:
     return status is not None and (status in RETRY_STATUS or status >= 500)
 
 
-def is_retryable_exception(exc: BaseException) -> bool:
-    """Transport-level failures (any SDK built on httpx) plus retryable HTTP statuses."""
-    if isinstance(exc, (httpx.TimeoutException, httpx.TransportError, TimeoutError, ConnectionError)):
-        return True
-    name = type(exc).__name__
-    if name in ("APITimeoutError", "APIConnectionError"):      # openai / anthropic SDKs
-        return True
-    return is_retryable_status(getattr(exc, "status_code", None))
-
-
 @dataclass
 class RetryPolicy:
     max_retries: int = 3          # attempts = max_retries + 1
@@ -65,7 +54,7 @@ class RetryPolicy:
 
         retrying = Retrying(
             stop=stop_after_attempt(self.max_retries + 1),
-            wait=wait_exponential_jitter(initial=self.initial_s, max=self.max_wait_s, jitter=self.initial_s),
+            wait=wait_exponential_jitter(multiplier=self.initial_s, max=self.max_wait_s, jitter=self.initial_s),
             retry=retry_if_exception(lambda e: isinstance(e, AttemptError) and e.retryable),
             before_sleep=_log,
             reraise=True,
