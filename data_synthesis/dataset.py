@@ -9,6 +9,7 @@ domain and difficulty; preference presets; how to read it).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -104,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         examples = []
         for d in args.tau2:
             dom = load_domain(d)
-            examples += tau2_examples(dom.tasks, dom.name, catalog, args.seed, cfg, str(Path(d)), args.per_item, d)
+            # relative to the output folder, so the dataset and its domains move together
+            rel = os.path.relpath(Path(d).resolve(), Path(args.out).resolve())
+            examples += tau2_examples(dom.tasks, dom.name, catalog, args.seed, cfg, rel, args.per_item, d)
         for f in args.qa:
             rows = load_qa(f)[: args.limit_qa]
             examples += qa_examples(rows, Path(f).stem, catalog, args.seed, cfg, args.per_item, f)

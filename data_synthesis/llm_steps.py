@@ -54,7 +54,7 @@ def extract_code(text: str) -> str:
 class StepRunner:
     """Calls `LLM_CALL.get_llm_response` for steps and keeps per-step counters and cost."""
 
-    def __init__(self, model: str, retries: int = 2, temperature: float = 0.7, max_tokens: int = 2048,
+    def __init__(self, model: str, retries: int = 2, temperature: float = 0.7, max_tokens: int = 4096,
                  call: Callable[..., Any] | None = None):
         if call is None:
             from LLM_CALL import get_llm_response as call
@@ -68,6 +68,7 @@ class StepRunner:
     def ask(self, step: str, text: str, check: Callable[[str], T], max_tokens: int | None = None) -> T | None:
         """The checked value of the first reply that passes `check`, or None after all retries.
 
+        `max_tokens` (completion tokens) is capped by the runner's own limit.
         Counters per step: "ok" (passed), "retried" (a failed try that was retried),
         "dropped" (every try failed), "call_error" (the LLM call itself failed).
         """
@@ -77,7 +78,7 @@ class StepRunner:
         for attempt in range(1 + self.retries):
             try:
                 reply = self.call(self.model, messages, temperature=self.temperature,
-                                  max_tokens=max_tokens or self.max_tokens)
+                                  max_tokens=min(max_tokens or self.max_tokens, self.max_tokens))
             except LLMCallError as exc:
                 self.counts[step]["call_error"] += 1
                 self.errors[step].append(f"LLM call failed: {exc}")

@@ -55,11 +55,11 @@ class LLMTaskWriter:
     def _rows_and_tools(self, level: str) -> tuple[str, list[str], str]:
         """(rows JSON, tool subset, user) for one task."""
         f, kinds = self.factory, self.domain.tool_types
-        user = f._user() or f._any_record()
+        user = f.sample_user() or f.any_record()
         cname, rid = user
         rows = {"user": {"collection": cname, "id": rid, "record": self.domain.db[cname][rid]}, "linked": []}
         base = [t.name for t in f.by_op.values() if t.collection == cname and t.op in ("find", "get")]
-        for child, fname, cid in f._children(cname, rid)[:3]:
+        for child, fname, cid in f.linked_records(cname, rid)[:3]:
             rows["linked"].append({"collection": child, "id": cid, "record": self.domain.db[child][cid]})
             base.append(f.by_op[("list_by", child, fname)].name)
         extra, _ = LEVELS[level]

@@ -41,12 +41,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--examples-per-task", type=int, default=1, help="randomised training examples per task")
     p.add_argument("--no-dataset", action="store_true", help="skip OUT/dataset")
     p.add_argument("--description", default="", help="(--llm) a sentence that seeds the domain")
+    p.add_argument("--llm-retries", type=int, default=2, help="(--llm) retries per step after a failed check")
+    p.add_argument("--llm-max-tokens", type=int, default=4096, help="(--llm) completion tokens per call, at most")
+    p.add_argument("--llm-temperature", type=float, default=0.7)
     args = p.parse_args(argv)
     for name in ("num_tasks", "examples_per_task"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.records is not None and args.records < 1:
         p.error("--records must be >= 1")
+    if args.llm_retries < 0 or args.llm_max_tokens < 16:
+        p.error("--llm-retries must be >= 0 and --llm-max-tokens >= 16")
     return args
 
 
@@ -59,7 +64,8 @@ def run_offline(args: argparse.Namespace, out: Path) -> DomainResult:
 def run_llm(args: argparse.Namespace, out: Path) -> DomainResult:
     from data_synthesis.llm_pipeline import LLMPipeline
 
-    pipeline = LLMPipeline(model=args.llm, seed=args.seed)
+    pipeline = LLMPipeline(model=args.llm, seed=args.seed, retries=args.llm_retries,
+                           max_tokens=args.llm_max_tokens, temperature=args.llm_temperature)
     with tqdm(total=args.num_tasks, desc=f"tasks {args.domain_dir} (llm)", unit="task", file=sys.stderr) as bar:
         return pipeline.build(args.domain_dir, out, args.num_tasks, description=args.description,
                               records=args.records, progress=bar.update)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from data_synthesis.templates import _CONFIRM, Draft, TaskFactory
+from data_synthesis.templates import CONFIRM, Draft, TaskFactory
 from data_synthesis.verify import Deduper, Tally, replay_reason, task_shape_reason
 
 EVOLVE_FRACTION = 0.35     # share of kept tasks that also get a harder variant
@@ -45,7 +45,7 @@ def to_tau2_task(draft: Draft, domain: str, task_id: str) -> dict:
             "known_info": draft.known_info,
             "unknown_info": draft.unknown_info,
             "task_instructions": draft.task_instructions or (
-                "Give the agent only the information it asks for. " + _CONFIRM
+                "Give the agent only the information it asks for. " + CONFIRM
                 + (" Ask for all your requests in this one conversation." if len(draft.wants) > 1 else "")),
         }},
         "ticket": None,

@@ -18,7 +18,7 @@ from data_synthesis.toolgen import ToolDef, create_params, id_param, label_paths
 from data_synthesis import toolkit_runtime as rt
 
 _SCALAR = ("string", "text", "enum", "integer", "number", "boolean", "date", "datetime")
-_CONFIRM = "When the agent lists a change and asks you to confirm, answer yes."
+CONFIRM = "When the agent lists a change and asks you to confirm, answer yes."
 
 
 @dataclass
@@ -73,7 +73,7 @@ class TaskFactory:
         return sorted(ids[0] for ids in seen.values() if len(ids) == 1)
 
     # ---- pieces ---------------------------------------------------------------------
-    def _user(self) -> tuple[str, str] | None:
+    def sample_user(self) -> tuple[str, str] | None:
         if not self.users:
             return None
         cname = self.rng.choice(sorted(self.users))
@@ -89,7 +89,7 @@ class TaskFactory:
         unknown = f"You do not know your {coll.entity} id."
         return [_act(find, {find.params[0].name: value})], persona, known, unknown
 
-    def _children(self, cname: str, rid: str) -> list[tuple[str, str, str]]:
+    def linked_records(self, cname: str, rid: str) -> list[tuple[str, str, str]]:
         """(child collection, ref field, child id) of records linked to the user."""
         out = []
         for child, coll in self.schema.collections.items():
@@ -121,7 +121,7 @@ class TaskFactory:
         return [f for f, s in coll.fields.items() if s.type in _SCALAR and rec.get(f) not in (None, "")
                 and f != coll.id_field and f not in coll.lookup_fields]
 
-    def _any_record(self, writable: bool = False) -> tuple[str, str] | None:
+    def any_record(self, writable: bool = False) -> tuple[str, str] | None:
         """A random (collection, id); with `writable`, only from collections with update tools."""
         updatable = {t.collection for t in self.by_op.values() if t.op == "update"}
         names = sorted(c for c in self.schema.collections if self.db.get(c) and (not writable or c in updatable))
@@ -132,7 +132,7 @@ class TaskFactory:
 
     def read_record(self) -> Draft | None:
         """A question about one record the user names by id (no authentication step)."""
-        pick = self._any_record()
+        pick = self.any_record()
         if pick is None or not self._scalar_fields(*pick):
             return None
         cname, rid = pick
@@ -146,7 +146,7 @@ class TaskFactory:
 
     def update_record(self) -> Draft | None:
         """A change to one record the user names by id."""
-        pick = self._any_record(writable=True)
+        pick = self.any_record(writable=True)
         if pick is None:
             return None
         cname, rid = pick
@@ -159,7 +159,7 @@ class TaskFactory:
                      [change[1].replace(f"of your {coll.entity}", f"of {coll.entity}")], nl_assertions=[change[2]])
 
     def read_own(self) -> Draft | None:
-        user = self._user()
+        user = self.sample_user()
         if user is None:
             return None
         cname, rid = user
@@ -190,7 +190,7 @@ class TaskFactory:
         return None
 
     def update_own(self) -> Draft | None:
-        user = self._user()
+        user = self.sample_user()
         if user is None:
             return None
         cname, rid = user
@@ -204,10 +204,10 @@ class TaskFactory:
                      nl_assertions=[change[2]])
 
     def _linked(self) -> tuple[str, str, str, str, str] | None:
-        user = self._user()
+        user = self.sample_user()
         if user is None:
             return None
-        children = self._children(*user)
+        children = self.linked_records(*user)
         if not children:
             return None
         return (*user, *self.rng.choice(children))
@@ -251,7 +251,7 @@ class TaskFactory:
                      nl_assertions=[change[2]])
 
     def create_linked(self) -> Draft | None:
-        user = self._user()
+        user = self.sample_user()
         if user is None:
             return None
         cname, rid = user
