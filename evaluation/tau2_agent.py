@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 # Before tau2 (and so litellm) is imported: litellm otherwise tries to download its price map at
 # import, with retries and sleeps; tau2 logs its registry at DEBUG. We price with tools.json.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LOGURU_LEVEL", "WARNING")
+os.environ.setdefault("LOGURU_LEVEL", "ERROR")
 
 from tau2.agent.base import LocalAgent, ValidAgentInputMessage, is_valid_agent_history_message
 from tau2.agent.llm_agent import AGENT_INSTRUCTION, SYSTEM_PROMPT, LLMAgentState

@@ -75,10 +75,9 @@ def print_rescore(paths: list[Path]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from loguru import logger
-
-    from evaluation.tau2_agent import AgentConfig
+    from evaluation.tau2_agent import AgentConfig   # first: it quiets litellm and tau2's import logs
     from evaluation.tau2_run import DOMAINS, Tau2Setup, load_jobs, simulate, write_tau2_results
+    from loguru import logger
 
     logger.remove()
     logger.add(sys.stderr, level=args.log_level)

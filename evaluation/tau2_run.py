@@ -17,7 +17,7 @@ from typing import Any
 # Before tau2 (and so litellm) is imported: litellm otherwise tries to download its price map at
 # import, with retries and sleeps; tau2 logs its registry at DEBUG. We price with tools.json.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LOGURU_LEVEL", "WARNING")
+os.environ.setdefault("LOGURU_LEVEL", "ERROR")
 
 from tau2.data_model.simulation import Results, RewardInfo, SimulationRun, TerminationReason
 from tau2.data_model.tasks import Task as Tau2Task

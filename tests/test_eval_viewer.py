@@ -48,5 +48,3 @@ def test_viewer_lists_filters_and_shows_a_trajectory(tmp_path):
     # model text is shown as text, never run or rendered as HTML
     assert "<title>frames my-orch all</title>" in view and "pwned</title>" not in view
     assert "&lt;b&gt;not bold&lt;/b&gt;" in view
-    errors = dom(path, "#filter=error&task=q3")
-    assert "1 of 3 tasks" in errors and "LLMCallError: timed out" in errors

@@ -80,23 +80,18 @@ def test_agent_cost_is_priced_by_tools_json_not_zero(tau2_run):
     assert r["user_cost"] > 0 and r["latency"] == pytest.approx(expert_step["latency"])
 
 
-def test_rescore_of_our_results_file_agrees_with_recorded_rewards(tau2_run, capsys):
-    path = tau2_run["out"] / "tau2_airline.json"
-    assert main(["--rescore", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert "airline: 2 simulations, pass^1 0.5000 (stored 0.5000); reward changed for 0" in out
-    assert "airline: pass^1 0.5000 over 2 simulations; 0 changed reward" in out
-
-
-def test_rescore_finds_a_tampered_reward(tau2_run, capsys):
-    data = json.loads((tau2_run["out"] / "tau2_airline.json").read_text())
-    sim = next(s for s in data["simulations"] if s["task_id"] == "2")
-    sim["reward_info"]["reward"] = 1.0
+def test_rescore_agrees_with_our_recorded_rewards_and_finds_a_tampered_one(tau2_run, capsys):
+    ours = tau2_run["out"] / "tau2_airline.json"
+    data = json.loads(ours.read_text())
+    next(s for s in data["simulations"] if s["task_id"] == "2")["reward_info"]["reward"] = 1.0
     tampered = tau2_run["tmp"] / "tampered.json"
     tampered.write_text(json.dumps(data))
-    assert main(["--rescore", str(tampered)]) == 0
+    assert main(["--rescore", str(ours), str(tampered)]) == 0
     out = capsys.readouterr().out
-    assert "pass^1 0.5000 (stored 1.0000); reward changed for 1" in out and "task 2: stored 1.0 -> rescored 0.0" in out
+    assert f"{ours}: airline: 2 simulations, pass^1 0.5000 (stored 0.5000); reward changed for 0" in out
+    assert f"{tampered}: airline: 2 simulations, pass^1 0.5000 (stored 1.0000); reward changed for 1" in out
+    assert "task 2: stored 1.0 -> rescored 0.0" in out
+    assert "airline: pass^1 0.5000 over 4 simulations; 1 changed reward" in out
 
 
 def test_rescore_of_a_file_written_by_tau2s_own_runner(tau2_run, capsys, tmp_path):
