@@ -18,7 +18,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 # Before tau2 (and so litellm) is imported: litellm otherwise tries to download its price map at
 # import, with retries and sleeps; tau2 logs its registry at DEBUG. We price with tools.json.

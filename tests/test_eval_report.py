@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from evaluation.report import main, report, summarize
+from evaluation.report import main, summarize
 
 RECORDS = [
     {"id": "q1", "status": "ok", "correct": True, "cost": 0.010, "latency": 30.0, "wall_s": 40.0,

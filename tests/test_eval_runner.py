@@ -15,7 +15,7 @@ class T:
 
 
 def lines(path):
-    return [json.loads(l) for l in path.read_text().splitlines()]
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_each_record_is_on_disk_as_soon_as_its_task_finishes(tmp_path):

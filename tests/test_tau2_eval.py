@@ -130,3 +130,41 @@ def test_bad_domain_and_missing_rescore_file(capsys, tmp_path):
     assert "--domains banking: unknown ['banking']" in capsys.readouterr().err
     assert main(["--rescore", str(tmp_path / "nope.json")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_agent_tools_and_modes_with_a_scripted_model():
+    from tau2.data_model.message import UserMessage
+    from tau2.registry import registry
+
+    from evaluation.tau2_agent import AgentConfig, OrchestratorAgent
+    from orchestrator.records import LLMResponse, ToolCall
+
+    env = registry.get_env_constructor("airline")()
+    calls = []
+
+    def llm(model, messages, tools=None, price_model=None, **kw):
+        calls.append((model, price_model, sorted(t["function"]["name"] for t in tools or [])))
+        if any(t["function"]["name"] == "call_expert" for t in tools or []):
+            return LLMResponse(model, "", [ToolCall("call_expert", {"model": script.pop(0)})], Usage(100, 10), cost=1e-5)
+        return LLMResponse(model, "Let me check.", [], Usage(200, 20), cost=3e-5)
+
+    catalog = load_catalog()
+    script = ["expert-1", "expert-9"]
+    agent = OrchestratorAgent(env.get_tools(), env.get_policy(),
+                              AgentConfig(model="orch", price_model="Qwen3-8B", catalog=catalog, mode="basic", llm=llm))
+    names = {s["function"]["name"] for s in agent.schemas}
+    assert "call_expert" in names and "transfer_to_human_agents" not in names and "book_reservation" in names
+    state = agent.get_init_state()
+    msg, state = agent.generate_next_message(UserMessage(role="user", content="hi"), state)
+    # basic tools: the expert is the orchestrator model itself, served and priced as it
+    assert [c[:2] for c in calls] == [("orch", "Qwen3-8B"), ("orch", "Qwen3-8B")]
+    assert "call_expert" not in calls[1][2]                      # the expert gets the domain tools only
+    assert msg.content == "Let me check." and msg.cost == pytest.approx(4e-5)
+    assert msg.raw_data["expert"] == {"alias": "expert-1", "model": "Qwen3-8B", "cost": 3e-5}
+    # an alias the catalog does not have goes to tau2's environment as is (it answers "tool not found")
+    msg, state = agent.generate_next_message(UserMessage(role="user", content="again"), state)
+    assert msg.content is None and msg.tool_calls[0].name == "call_expert" and len(calls) == 3
+
+    plain = OrchestratorAgent(env.get_tools(), env.get_policy(),
+                              AgentConfig(model="orch", price_model="Qwen3-8B", catalog=catalog, mode="none", llm=llm))
+    assert "call_expert" not in {s["function"]["name"] for s in plain.schemas}
