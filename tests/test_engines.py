@@ -244,28 +244,22 @@ def vllm_engine(folders):
     engine.close()
 
 
-@pytest.fixture(scope="module")
-def hf_a(folders):
-    from training.engines import make_engine
-
-    return make_engine("hf", folders["A"], device="cpu")
-
-
-def assert_greedy_matches(vllm_engine, hf_engine, reference_model):
+def assert_greedy_matches(vllm_engine, reference_model) -> list[list[int]]:
+    """vLLM's greedy tokens = transformers' `generate`; its log-probs = a forward pass's."""
     prompts = prompts_of(vllm_engine.tokenizer)
-    params = SamplingParams(temperature=0, max_tokens=12)
-    got, want = vllm_engine.generate(prompts, params), hf_engine.generate(prompts, params)
-    for prompt, g, w in zip(prompts, got, want):
-        assert g.token_ids == w.token_ids == hf_greedy(reference_model, prompt, 12)
-        assert g.logprobs == pytest.approx(w.logprobs, abs=1e-3)
-    return [g.token_ids for g in got]
+    gens = vllm_engine.generate(prompts, SamplingParams(temperature=0, max_tokens=12))
+    for prompt, gen in zip(prompts, gens):
+        assert gen.token_ids == hf_greedy(reference_model, prompt, 12)
+        assert torch.allclose(torch.tensor(gen.logprobs), forward_logprobs(reference_model, prompt, gen.token_ids),
+                              atol=1e-3)
+    return [g.token_ids for g in gens]
 
 
 @pytest.mark.slow
 @needs_vllm
-def test_vllm_greedy_from_token_ids_equals_transformers(vllm_engine, hf_a, reference):
+def test_vllm_greedy_from_token_ids_equals_transformers(vllm_engine, reference):
     assert isinstance(vllm_engine, Engine)
-    assert_greedy_matches(vllm_engine, hf_a, reference["A"])
+    assert_greedy_matches(vllm_engine, reference["A"])
 
 
 @pytest.mark.slow
@@ -280,43 +274,37 @@ def test_vllm_logprobs_are_under_the_sampling_temperature(vllm_engine, reference
 
 @pytest.mark.slow
 @needs_vllm
-def test_vllm_choices_and_stop_strings(vllm_engine, hf_a):
+def test_vllm_choices_and_stop_strings(vllm_engine, hf):
     prompt = prompts_of(vllm_engine.tokenizer)[0]
     gens = vllm_engine.generate([prompt] * 50, SamplingParams(temperature=1.0, max_tokens=20, choices=CHOICES, seed=0))
     counts = Counter(g.text for g in gens)
     assert set(counts) == set(CHOICES), counts
     assert all(g.finish_reason == "stop" for g in gens)
-    free = hf_a.generate([prompt], SamplingParams(temperature=0, max_tokens=12))[0]
-    stop = hf_a.tokenizer.decode(free.token_ids[2:4])
+    free = hf.generate([prompt], SamplingParams(temperature=0, max_tokens=12))[0]
+    stop = hf.tokenizer.decode(free.token_ids[2:4])
     params = SamplingParams(temperature=0, max_tokens=12, stop=[stop])
-    assert vllm_engine.generate([prompt], params)[0].token_ids == hf_a.generate([prompt], params)[0].token_ids
+    assert vllm_engine.generate([prompt], params)[0].token_ids == hf.generate([prompt], params)[0].token_ids
 
 
 @pytest.mark.slow
 @needs_vllm
 def test_vllm_update_weights_in_place_matches_transformers_on_the_new_weights(vllm_engine, reference, folders):
-    from training.engines import make_engine
-
-    hf_b = make_engine("hf", folders["B"], device="cpu")
-    before = assert_greedy_matches(vllm_engine, make_engine("hf", folders["A"], device="cpu"), reference["A"])
+    before = assert_greedy_matches(vllm_engine, reference["A"])
     try:
         vllm_engine.update_weights(reference["B"].state_dict())       # tensors, in place
-        after = assert_greedy_matches(vllm_engine, hf_b, reference["B"])
-        assert after != before
+        assert assert_greedy_matches(vllm_engine, reference["B"]) != before
     finally:
         vllm_engine.update_weights(folders["A"])                      # a folder, in place
-    assert assert_greedy_matches(vllm_engine, hf_b.__class__(folders["A"], device="cpu"), reference["A"]) == before
+    assert assert_greedy_matches(vllm_engine, reference["A"]) == before
 
 
 @pytest.mark.slow
 @needs_vllm
 def test_vllm_update_weights_by_rebuild_matches_transformers(vllm_engine, reference, folders):
-    from training.engines import make_engine
-
     vllm_engine.weight_sync = "rebuild"
     try:
         vllm_engine.update_weights(reference["B"].state_dict())       # saved to a temp folder, restarted
-        assert_greedy_matches(vllm_engine, make_engine("hf", folders["B"], device="cpu"), reference["B"])
+        assert_greedy_matches(vllm_engine, reference["B"])
     finally:
         vllm_engine.weight_sync = "inplace"
         vllm_engine.update_weights(folders["A"])
