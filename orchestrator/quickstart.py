@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import threading
 import time
 from pathlib import Path
@@ -34,17 +33,6 @@ from orchestrator.runtime import ToolRuntime
 from orchestrator.toyworld import load_tasks, write_world
 
 console = Console()
-
-
-def local_judge(prediction: str | None, reference: str) -> bool:
-    """Upstream's rules (empty / >500 words wrong, exact match right), then — instead of an
-    LLM judge, which a 135M model cannot be — the reference as a whole word of the prediction."""
-    from evaluation.judge import rule_verdict
-
-    verdict = rule_verdict(prediction, reference)
-    if verdict is not None:
-        return verdict.correct
-    return re.search(rf"(?<!\w){re.escape(reference.strip().lower())}(?!\w)", prediction.lower()) is not None
 
 
 def summarise(rollouts: list[Rollout], correct: list[bool]) -> dict:
@@ -112,11 +100,14 @@ def run(out: Path, n_tasks: int, concurrency: int, max_turns: int, seed: int) ->
     traj.write_text("")
     lock = threading.Lock()
     verdicts: dict[str, bool] = {}
+    # a 135M model cannot judge; upstream's rules, then the reference as a whole word of the answer
+    from evaluation.judge import Judge
+    judge = Judge("contains")
     with Progress(console=console) as progress, traj.open("a") as sink:
         bar = progress.add_task("episodes", total=len(tasks))
 
         def on_done(task, rollout):
-            ok = local_judge(rollout.final_answer, task.answer)
+            ok = judge(task.question, rollout.final_answer, task.answer).correct
             record = {**rollout.to_dict(), "question": task.question, "reference": task.answer, "correct": ok}
             with lock:
                 verdicts[task.id] = ok
