@@ -106,7 +106,8 @@ class ToolRuntime:
         call.cost += catalog.search_cost(web_searches=getattr(result, "web_searches", 0),
                                          pages=getattr(result, "pages", 0))
         new = state.add_documents(docs)
-        call.output = f"query: {query!r}; {len(docs)} documents ({new} new)"
+        listing = "".join(f"\n[{d.id}{' web' if d.source == 'web' else ''}] {d.contents[:200]}" for d in docs)
+        call.output = f"query: {query!r}; {len(docs)} documents ({new} new){listing}"
 
     def _code(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> None:
         reply = self._ask_expert(call, self.prompts.render(
