@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fastapi import FastAPI  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
+from retrieval.encoders import set_cpu_threads  # noqa: E402
 from retrieval.searcher import Searcher  # noqa: E402
 
 
@@ -57,7 +58,9 @@ def main() -> None:
     p.add_argument("--index", required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8001)
+    p.add_argument("--threads", type=int, default=1, help="torch/FAISS threads, as for our server")
     args = p.parse_args()
+    set_cpu_threads(args.threads)
     uvicorn.run(create_baseline_app(Searcher(args.index, method="dense")), host=args.host, port=args.port,
                 log_level="warning")
 

@@ -3,6 +3,7 @@
     python bench/retrieval_throughput.py [--work /tmp/retrieval-bench] [--sections server,search,real,bm25,nq]
 
 Sections:
+  threads one-query encoder latency with 1 vs 2 torch threads (why servers default to --threads 1).
   server  our micro-batched server vs the Search-R1-style baseline (bench/retrieval_baseline.py),
           both as subprocesses over the same dense flat index of the shared 1,000-passage corpus:
           throughput and p50/p99 latency at 1, 16 and 64 concurrent clients (1 query, top-5).
@@ -100,12 +101,13 @@ async def load(url: str, queries: list[str], clients: int, requests: int) -> dic
     return {"qps": requests / wall, "p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99)}
 
 
-def bench_server(work: Path, levels: list[int], per_client: int) -> list[dict]:
+def bench_server(work: Path, levels: list[int], per_client: int, threads: int) -> list[dict]:
     index = dense_index(work)
     queries = [first_sentence_query(d) for d in random.Random(0).sample(corpus_docs(), 500)]
+    common = ["--index", str(index), "--threads", str(threads)]
     systems = {
-        "baseline (Search-R1 style)": ([PY, "bench/retrieval_baseline.py", "--index", str(index), "--port", "8731"], 8731),
-        "ours (micro-batched)": ([PY, "-m", "retrieval.server", "--index", str(index), "--port", "8732"], 8732),
+        "baseline (Search-R1 style)": ([PY, "bench/retrieval_baseline.py", *common, "--port", "8731"], 8731),
+        "ours (micro-batched)": ([PY, "-m", "retrieval.server", *common, "--port", "8732"], 8732),
     }
     procs = {name: start(cmd, port) for name, (cmd, port) in systems.items()}
     rows = []
@@ -230,6 +232,24 @@ def bench_nq(work: Path) -> list[dict]:
     return rows
 
 
+def bench_threads() -> list[dict]:
+    """One-query encoder latency with 1 vs 2 torch threads, interleaved."""
+    import torch
+    from retrieval.encoders import Encoder
+    encoder = Encoder()
+    queries = [first_sentence_query(d) for d in random.Random(4).sample(corpus_docs(), 30)]
+    times: dict[int, list[float]] = {1: [], 2: []}
+    for q in queries:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            t0 = time.perf_counter()
+            encoder.encode_queries([q])
+            times[n].append(time.perf_counter() - t0)
+    rows = [{"torch_threads": n, "single_query_p50_ms": pct(t, 50), "p99_ms": pct(t, 99)} for n, t in times.items()]
+    print(rows, flush=True)
+    return rows
+
+
 # ---- report ---------------------------------------------------------------------------------
 def table(rows: list[dict], cols: list[str]) -> str:
     def fmt(v):
@@ -242,10 +262,11 @@ def table(rows: list[dict], cols: list[str]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", type=Path, default=Path("/tmp/retrieval-bench"))
-    p.add_argument("--sections", default="server,search,real,bm25,nq")
+    p.add_argument("--sections", default="threads,server,search,real,bm25,nq")
     p.add_argument("--clients", default="1,16,64")
     p.add_argument("--requests-per-client", type=int, default=5)
     p.add_argument("--synthetic-n", type=int, default=100_000)
+    p.add_argument("--threads", type=int, default=1, help="torch/FAISS threads here and in both servers")
     p.add_argument("--json", type=Path, default=None, help="also write all rows here")
     args = p.parse_args()
     if not SHARED.exists():
@@ -255,8 +276,14 @@ def main() -> None:
     started = time.time()
     print(f"machine: {machine()}", flush=True)
     results, out = {}, []
+    if "threads" in sections:
+        results["threads"] = bench_threads()
+        out.append(table(results["threads"], ["torch_threads", "single_query_p50_ms", "p99_ms"]))
+    from retrieval.encoders import set_cpu_threads
+    set_cpu_threads(args.threads)
     if "server" in sections:
-        results["server"] = bench_server(args.work, [int(c) for c in args.clients.split(",")], args.requests_per_client)
+        results["server"] = bench_server(args.work, [int(c) for c in args.clients.split(",")],
+                                         args.requests_per_client, args.threads)
         out.append(table(results["server"], ["system", "clients", "requests", "qps", "p50_ms", "p99_ms"]))
     if "search" in sections:
         results["search"] = bench_search(args.work, args.synthetic_n)

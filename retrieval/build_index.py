@@ -200,9 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=64, help="passages per encoder forward pass")
     p.add_argument("--max-length", type=int, default=None, help="truncate passages to this many tokens")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--threads", type=int, default=0, help="torch/FAISS threads (default 0: all cores)")
     args = p.parse_args(argv)
     if args.shard_size < 1 or args.batch_size < 1:
         p.error("--shard-size and --batch-size must be >= 1")
+    from retrieval.encoders import set_cpu_threads
+    set_cpu_threads(args.threads)
     try:
         report = build(args.corpus, args.out, encoder=args.encoder, index=args.index, bm25=args.bm25,
                        shard_size=args.shard_size, batch_size=args.batch_size, max_length=args.max_length,

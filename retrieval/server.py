@@ -170,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--method", choices=("dense", "bm25"), default=None, help="default: dense when built")
     p.add_argument("--eid-file", default=None, help="JSON {eid: [doc_id, ...]} of per-question whitelists")
     p.add_argument("--device", default=None, help="cpu or cuda (faiss-gpu + fp16 encoder)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch/FAISS threads (default 1: batching gives the throughput; 0 = all cores)")
     p.add_argument("--min-score", type=float, default=None, help="default minimum score (requests may override)")
     p.add_argument("--min-length", type=int, default=0, help="default minimum document length in characters")
     p.add_argument("--web-min-docs", type=int, default=3,
@@ -196,9 +198,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _load_service(args) -> RetrievalService:
+    from retrieval.encoders import set_cpu_threads
     from retrieval.searcher import Searcher
     from retrieval.web import web_search_from_env
 
+    set_cpu_threads(args.threads)
     searcher = Searcher(args.index, method=args.method, device=args.device, eid_file=args.eid_file)
     web = web_search_from_env(min_docs=args.web_min_docs)
     log.info("loaded %s (%s, %d documents); web fallback %s", args.index, searcher.method,
