@@ -235,6 +235,7 @@ def bench_nq(work: Path) -> list[dict]:
 def bench_threads() -> list[dict]:
     """One-query encoder latency with 1 vs 2 torch threads, interleaved."""
     import torch
+
     from retrieval.encoders import Encoder
     encoder = Encoder()
     queries = [first_sentence_query(d) for d in random.Random(4).sample(corpus_docs(), 30)]

@@ -1,13 +1,13 @@
-"""Micro-batching: many concurrent callers, one worker thread, one search per batch.
+"""Micro-batching: many concurrent callers, a few worker threads, one call per batch.
 
-Callers `submit` a list of items (one request's queries) and get a Future; a single
-worker thread takes everything queued (up to `max_batch` items), runs `fn` once over
-the concatenation and hands each caller its slice. Batches form by themselves under
-load: while the worker searches, new requests queue up and go together next time.
-`max_wait_s` optionally holds a batch open a little longer for stragglers.
+Callers `submit` a list of items (one request's queries) and get a Future; a worker
+thread takes everything queued (up to `max_batch` items), runs `fn` once over the
+concatenation and hands each caller its slice. Batches form by themselves under load:
+while a worker searches, new requests queue up and go together next time. `max_wait_s`
+optionally holds a batch open a little longer for stragglers.
 
-The worker thread is the only one that touches `fn`'s index and encoder, which is what
-makes GPU FAISS (not thread-safe) and the encoder safe under concurrent requests.
+`workers` > 1 lets several batches encode at once (one per CPU core, with one torch
+thread each); `fn` must then be thread-safe: `Searcher.search` serialises index access.
 """
 from __future__ import annotations
 
@@ -29,13 +29,16 @@ class MicroBatcher:
     """Run `fn(items) -> results` (same length, same order) over micro-batches on one thread."""
 
     def __init__(self, fn: Callable[[list], list], max_batch: int = 256, max_wait_s: float = 0.0,
-                 max_pending: int = 4096, name: str = "retrieval-batcher"):
+                 max_pending: int = 4096, workers: int = 1, name: str = "retrieval-batcher"):
         self.fn, self.max_batch, self.max_wait_s = fn, max_batch, max_wait_s
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self.batches = 0          # calls of fn so far (tests and benchmarks read it)
+        self._count_lock = threading.Lock()
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+                         for i in range(max(1, workers))]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, items: Sequence) -> Future:
         """Queue one request's items; the Future resolves to their results (a list)."""
@@ -49,11 +52,13 @@ class MicroBatcher:
         return fut
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the worker after the batches already queued."""
+        """Stop the workers after the batches already queued."""
         if not self._closed:
             self._closed = True
-            self._queue.put((None, None))
-            self._thread.join(timeout)
+            for _ in self._threads:
+                self._queue.put((None, None))
+            for thread in self._threads:
+                thread.join(timeout)
 
     def _take_batch(self) -> list[tuple[list, Future]] | None:
         first = self._queue.get()
@@ -86,7 +91,7 @@ class MicroBatcher:
             flat = [x for items, _ in batch for x in items]
             try:
                 results = self.fn(flat)
-                self.batches += 1
+                self._count()
             except Exception:                   # noqa: BLE001 -- isolate the request that broke it
                 log.exception("retrieval batch of %d queries failed; retrying its requests one by one", len(flat))
                 for items, fut in batch:
@@ -101,6 +106,10 @@ class MicroBatcher:
         # One bad request must not fail the others it happened to be batched with.
         try:
             fut.set_result(self.fn(items))
-            self.batches += 1
+            self._count()
         except Exception as err:                # noqa: BLE001 -- reported to its caller only
             fut.set_exception(err)
+
+    def _count(self) -> None:
+        with self._count_lock:
+            self.batches += 1

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.docstore import CorpusError, DocStore, write_docstore
 from retrieval.dense import KINDS, SHARD_DIR, build_faiss, shard_path, write_shard
+from retrieval.docstore import CorpusError, DocStore, write_docstore
 
 STATE_FILE = "build_state.json"
 META_FILE = "meta.json"

@@ -16,6 +16,7 @@ work wherever the Hub (or a local copy) is reachable.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -86,12 +87,15 @@ class Encoder:
     """Encodes queries and passages into L2-normalised float32 vectors of shape [n, dim].
 
     `device` is "cpu" or "cuda" (default: cuda when available); `fp16` defaults to True on
-    cuda. Not thread-safe by itself: the server gives it to one worker thread.
+    cuda. Texts are sorted by token count and cut into forward passes of at most
+    `batch_size` texts and `max_batch_tokens` padded tokens (default 1,024 on CPU, where
+    bigger passes spill the caches and pad more; unlimited on GPU). Thread-safe: concurrent
+    calls share the model; only tokenisation is serialised (fast tokenizers mutate state).
     """
 
     def __init__(self, name_or_path: str | None = None, profile: str | None = None,
                  device: str | None = None, fp16: bool | None = None, batch_size: int = 64,
-                 max_length: int | None = None):
+                 max_length: int | None = None, max_batch_tokens: int | None = None):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -104,7 +108,9 @@ class Encoder:
         self.fp16 = (self.device != "cpu") if fp16 is None else fp16
         self.batch_size = batch_size
         self.max_length = max_length or self.profile.max_length
+        self.max_batch_tokens = max_batch_tokens or (1024 if self.device == "cpu" else 0)
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        self._tokenizer_lock = threading.Lock()
         dtype = torch.float16 if self.fp16 else torch.float32
         self.model = AutoModel.from_pretrained(self.path, dtype=dtype).to(self.device).eval()
         self.dim = int(self.model.config.hidden_size)
@@ -121,18 +127,30 @@ class Encoder:
         import torch
 
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        # Sort by length so each batch pads little; write back in the original order.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        with self._tokenizer_lock:
+            enc = self.tokenizer(texts, truncation=True, max_length=self.max_length)   # unpadded lists
+        lengths = [len(ids) for ids in enc["input_ids"]]
         with torch.inference_mode():
-            for start in range(0, len(texts), self.batch_size):
-                idx = order[start:start + self.batch_size]
-                batch = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
-                                       max_length=self.max_length, return_tensors="pt").to(self.device)
+            for idx in self._passes(lengths):
+                with self._tokenizer_lock:
+                    batch = self.tokenizer.pad({k: [v[i] for i in idx] for k, v in enc.items()},
+                                               return_tensors="pt").to(self.device)
                 hidden = self.model(**batch).last_hidden_state          # [b, L, dim]
                 vecs = pool(hidden, batch["attention_mask"], self.profile.pooling)
-                vecs = torch.nn.functional.normalize(vecs.float(), dim=-1)
-                out[idx] = vecs.cpu().numpy()
+                out[idx] = torch.nn.functional.normalize(vecs.float(), dim=-1).cpu().numpy()
         return out
+
+    def _passes(self, lengths: list[int]) -> list[list[int]]:
+        """Text indices grouped into forward passes, shortest first (sorted: little padding)."""
+        passes, current = [], []
+        for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+            # Sorted ascending, so text i is the longest of the pass it joins.
+            padded = (len(current) + 1) * lengths[i]
+            if current and (len(current) == self.batch_size or (self.max_batch_tokens and padded > self.max_batch_tokens)):
+                passes.append(current)
+                current = []
+            current.append(i)
+        return passes + [current] if current else passes
 
 
 def pool(hidden, mask, how: str):

@@ -1,9 +1,9 @@
 """Answer batches of queries from an index folder: encode once, search once, filter, look up.
 
-`Searcher.search(queries)` is the one retrieval code path: the HTTP server's worker thread
-and the in-process client both call it with micro-batches of `Query`. It is not
-thread-safe by design (FAISS on GPU is not); `retrieval.batcher.MicroBatcher` gives it
-to exactly one thread.
+`Searcher.search(queries)` is the one retrieval code path: the HTTP server's worker threads
+and the in-process client both call it with micro-batches of `Query`. It is thread-safe:
+encoder calls may overlap (one per worker, on CPU), index access is serialised by a lock
+(FAISS on GPU is not thread-safe; upstream crashed under concurrent requests).
 
 A hit is Search-R1's `{"document": {"id", "contents"}, "score": float}`.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,7 @@ class Searcher:
         self.store = DocStore(self.folder)
         self.method = method or ("dense" if self.meta.get("index") else "bm25")
         self.encoder = None
+        self.device = "cpu"               # where encoder and index run (cuda: one batch worker)
         if self.method == "dense":
             self._load_dense(device, encoder, index_options)
         elif self.method == "bm25":
@@ -70,6 +72,7 @@ class Searcher:
         else:
             raise ValueError(f"method {method!r} is unknown; use dense or bm25")
         self.whitelists = load_whitelists(eid_file, self.store) if eid_file else None
+        self._index_lock = threading.Lock()
 
     def _load_dense(self, device, encoder, index_options) -> None:
         if not self.meta.get("index"):
@@ -85,7 +88,8 @@ class Searcher:
                                           max_length=self.meta.get("max_length"))
         if self.encoder.dim != self.meta["dim"]:
             raise ValueError(f"encoder gives {self.encoder.dim}-d vectors but {self.folder} holds {self.meta['dim']}-d ones")
-        self.index = DenseIndex(self.folder, self.meta, device=self.encoder.device, **index_options)
+        self.device = self.encoder.device
+        self.index = DenseIndex(self.folder, self.meta, device=self.device, **index_options)
 
     def check(self, query: Query) -> None:
         """Raise QueryError when `query` asks for something this index cannot do."""
@@ -103,12 +107,14 @@ class Searcher:
             return []
         plain = [i for i, q in enumerate(queries) if q.eid is None]
         k = max([_candidates(queries[i], len(self.store)) for i in plain] or [1])
+        vectors = None
         if self.method == "dense":
             vectors = self.encoder.encode_queries([q.text for q in queries])     # [b, dim]
-            scores, rows = self.index.search(vectors[plain], k) if plain else (None, None)
-        else:
-            vectors = None
-            scores, rows = self.index.search([queries[i].text for i in plain], k) if plain else (None, None)
+        scores = rows = None
+        if plain:
+            batch = vectors[plain] if vectors is not None else [queries[i].text for i in plain]
+            with self._index_lock:
+                scores, rows = self.index.search(batch, k)
         out: list[list[dict]] = [[] for _ in queries]
         for j, i in enumerate(plain):
             out[i] = self._hits(queries[i], scores[j], rows[j])
@@ -122,7 +128,8 @@ class Searcher:
         if vector is not None:            # dense: exact scores over the whitelist only
             return self.index.score_rows(vector, allowed, _candidates(q, len(allowed)))
         # BM25 has no per-query filter: search deep, keep whitelisted rows in rank order.
-        scores, rows = self.index.search([q.text], min(len(self.store), 1000))
+        with self._index_lock:
+            scores, rows = self.index.search([q.text], min(len(self.store), 1000))
         keep = np.isin(rows[0], allowed)
         return scores[0][keep], rows[0][keep]
 

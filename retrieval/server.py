@@ -10,8 +10,8 @@ POST /retrieve  {"queries": [str], "topk": int, "return_scores": bool,
   (without return_scores each hit is the bare document, as in Search-R1)
 GET /health; GET /openapi.json and /docs as FastAPI serves them.
 
-Concurrent requests are micro-batched (one encoder call, one index search per batch) on
-one worker thread. Limits answer 422 naming the field; too large a body 413; a full queue
+Concurrent requests are micro-batched (one encoder call, one index search per batch) by
+worker threads (one per core on CPU, one on GPU); index access is serialised. Limits answer 422 naming the field; too large a body 413; a full queue
 or a request slower than --request-timeout 503, so a client never waits forever.
 """
 # No `from __future__ import annotations`: FastAPI must see the real request model class.
@@ -110,7 +110,10 @@ def create_app(service: RetrievalService, limits: Limits = Limits(), default_min
             hits = await asyncio.wait_for(asyncio.wrap_future(fut), timeout=limits.request_timeout_s)
         except asyncio.TimeoutError:
             return _unavailable(f"retrieval took longer than {limits.request_timeout_s:g} s; retry later")
-        hits, usage = await run_in_threadpool(service.finish, queries, hits)
+        if service.web is None:          # nothing to fetch: skip a thread hop (ms on a busy CPU)
+            hits, usage = service.finish(queries, hits)
+        else:
+            hits, usage = await run_in_threadpool(service.finish, queries, hits)
         result = hits if body.return_scores else [[h["document"] for h in row] for row in hits]
         return {"result": result, "usage": usage}
 
@@ -178,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="Tavily fallback when fewer index hits survive (needs TAVILY_API_KEY)")
     p.add_argument("--max-batch", type=int, default=256, help="queries per micro-batch")
     p.add_argument("--max-wait-ms", type=float, default=0.0, help="hold a micro-batch open this long")
+    p.add_argument("--workers", type=int, default=None,
+                   help="batch worker threads (default: 1 on cuda, else one per CPU core)")
     p.add_argument("--endpoints-file", default=None,
                    help="register this server as 'retrieval' in the endpoints JSON (removed at shutdown)")
     p.add_argument("--advertise-host", default=None, help="host name written to --endpoints-file")
@@ -207,7 +212,10 @@ def _load_service(args) -> RetrievalService:
     web = web_search_from_env(min_docs=args.web_min_docs)
     log.info("loaded %s (%s, %d documents); web fallback %s", args.index, searcher.method,
              len(searcher.store), "on" if web else "off (no TAVILY_API_KEY)")
-    return RetrievalService(searcher, web, max_batch=args.max_batch, max_wait_s=args.max_wait_ms / 1000)
+    workers = args.workers or (1 if searcher.device.startswith("cuda") else os.cpu_count() or 1)
+    log.info("%d batch worker(s), %d torch/FAISS thread(s) each", workers, args.threads or 0)
+    return RetrievalService(searcher, web, max_batch=args.max_batch, max_wait_s=args.max_wait_ms / 1000,
+                            workers=workers)
 
 
 def _free_port(host: str) -> int:

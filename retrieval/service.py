@@ -14,13 +14,13 @@ from retrieval.web import WebSearch, add_web_hits
 
 
 class RetrievalService:
-    """Thread-safe: any number of callers; one worker thread owns the index and encoder."""
+    """Thread-safe: any number of callers, `workers` batch threads (default: 1)."""
 
     def __init__(self, searcher: Searcher, web: WebSearch | None = None, max_batch: int = 256,
-                 max_wait_s: float = 0.0, max_pending: int = 4096):
+                 max_wait_s: float = 0.0, max_pending: int = 4096, workers: int = 1):
         self.searcher, self.web = searcher, web
         self.batcher = MicroBatcher(searcher.search, max_batch=max_batch, max_wait_s=max_wait_s,
-                                    max_pending=max_pending)
+                                    max_pending=max_pending, workers=workers)
 
     def submit(self, queries: list[Query]) -> Future:
         """Validate (QueryError) and queue; the Future gives hits per query (index only)."""
@@ -29,7 +29,7 @@ class RetrievalService:
         return self.batcher.submit(queries)
 
     def finish(self, queries: list[Query], hits: list[list[dict]]) -> tuple[list[list[dict]], dict]:
-        """Add web hits where too few index hits survived (blocking network I/O)."""
+        """Add web hits where too few index hits survived (blocking network I/O when `web`)."""
         searches, pages = add_web_hits(self.web, [q.text for q in queries], [q.topk for q in queries], hits)
         return hits, {"web_searches": searches, "pages": pages}
 

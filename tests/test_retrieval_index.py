@@ -9,7 +9,7 @@ import pytest
 
 from retrieval import build_index as bi
 from retrieval.docstore import CorpusError, DocStore, read_corpus, write_docstore
-from retrieval.encoders import Encoder, PROFILES, pool, profile_for
+from retrieval.encoders import PROFILES, Encoder, pool, profile_for, set_cpu_threads
 from retrieval.searcher import Query, Searcher
 
 TINY = [
@@ -21,6 +21,19 @@ TINY = [
     {"id": "jazz", "contents": "Jazz is a music genre that originated in New Orleans in the late 19th century."},
     {"id": "short", "contents": "Volcano."},
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_cpu_thread():
+    """torch/FAISS on one thread, restored afterwards: on a busy shared CPU this is ~20x faster
+    for small batches (docs/retrieval.md, "Threads")."""
+    import faiss
+    import torch
+    before = torch.get_num_threads(), faiss.omp_get_max_threads()
+    set_cpu_threads(1)
+    yield
+    torch.set_num_threads(before[0])
+    faiss.omp_set_num_threads(before[1])
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -102,6 +115,15 @@ def test_pooling_by_hand():
     assert pool(hidden, mask, "cls").tolist() == [[1.0, 0.0], [9.0, 9.0]]
 
 
+def test_encoder_passes_group_sorted_texts_under_size_and_token_caps():
+    from types import SimpleNamespace
+    caps = SimpleNamespace(batch_size=3, max_batch_tokens=10)
+    # sorted by length: 1(1) 2(2) 3(2) | 4(4) 0(5): the 4th text breaks batch_size, then 2 x 5 = 10 fits
+    assert Encoder._passes(caps, [5, 1, 2, 2, 4]) == [[1, 2, 3], [4, 0]]
+    caps.max_batch_tokens = 9                    # 2 x 5 = 10 padded tokens > 9: text 0 goes alone
+    assert Encoder._passes(caps, [5, 1, 2, 2, 4]) == [[1, 2, 3], [4], [0]]
+
+
 def test_minilm_matches_sentence_transformers(encoder):
     from sentence_transformers import SentenceTransformer
     texts = [d["contents"] for d in TINY[:3]]
@@ -179,13 +201,7 @@ def test_ivfpq_recall_against_flat_on_clustered_vectors(tmp_path):
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     for i in range(0, n, 1000):
         write_shard(tmp_path, i // 1000, vecs[i:i + 1000])
-    import faiss
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)   # k-means with 2 OpenMP threads crawls on a shared 2-core box
-    try:
-        build_faiss(tmp_path, n, dim, 1000, "ivfpq", progress=False)
-    finally:
-        faiss.omp_set_num_threads(threads)
+    build_faiss(tmp_path, n, dim, 1000, "ivfpq", progress=False)
     index = DenseIndex(tmp_path, {"index": "ivfpq", "n_docs": n, "shard_size": 1000})
     queries = vecs[:50].astype(np.float32) + 0.05 * rng.normal(size=(50, dim)).astype(np.float32)
     exact = np.argsort(-(vecs.astype(np.float16).astype(np.float32) @ queries.T), axis=0)[:10].T
