@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # The CPU torch wheel lies on this machine's disk; any other spec pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: quickstart test venv venv-test bench clean
+.PHONY: quickstart test venv venv-test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,9 +46,6 @@ quickstart: $(VENV)/.core
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q -ra
-
-bench: $(VENV)/.test
-	$(PY) bench/run_all.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
