@@ -1,0 +1,176 @@
+"""Ray + DeepSpeed on CPU: the scale-out code path with gloo instead of NCCL (training/distributed).
+
+A local Ray cluster runs two DeepSpeed ZeRO-2 trainer ranks and one rollout engine (the
+transformers engine) as actors.  Checked: the two-rank update gives the single-process
+update's loss and gradient norm; after the bucketed broadcast the engine holds exactly the
+trainer's weights and generates what transformers generates with them; two steps of the
+distributed training loop run, log their weight-sync time and write a checkpoint that
+holds the same weights plus DeepSpeed's optimizer partitions.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import random
+
+import pytest
+
+pytest.importorskip("ray", reason="scale-out tests need ray[default] (pip install 'ray[default]==2.60.*')")
+pytest.importorskip("deepspeed", reason="scale-out tests need deepspeed (pip install deepspeed==0.19.8)")
+
+import torch  # noqa: E402
+
+from _train_world import build_policy, fake_runtime, overrides, write_tasks  # noqa: E402
+from orchestrator.engine import SamplingParams  # noqa: E402
+from training.config import load_config  # noqa: E402
+from training.distributed.config import DistributedConfig, DistributedConfigError  # noqa: E402
+from training.samples import TurnSample  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist-world")
+    return build_policy(root / "policy"), write_tasks(root / "tasks.jsonl")
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    from training.distributed.placement import connect
+
+    connect("local", num_cpus=2)
+    yield ray
+    ray.shutdown()
+
+
+def _samples(vocab: int, n: int = 7, seed: int = 0) -> list[TurnSample]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        prompt = [rng.randrange(3, vocab) for _ in range(rng.randint(4, 12))]
+        response = [rng.randrange(3, vocab) for _ in range(rng.randint(2, 8))]
+        mask = [1] * len(response)
+        mask[0] = 0 if i % 3 == 0 else 1          # some tool-output tokens inside the response
+        out.append(TurnSample(prompt, response, mask, None, advantage=rng.uniform(-2, 2), task_id=f"t{i}",
+                              turn_index=0))
+    return out
+
+
+def _single_process_update(policy, cfg, samples, seed):
+    from transformers import AutoModelForCausalLM
+
+    from training.losses import PPOClipLoss
+    from training.trainer import ppo_update
+
+    model = AutoModelForCausalLM.from_pretrained(policy).eval()
+    reference = copy.deepcopy(model).requires_grad_(False)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps,
+                            weight_decay=cfg.optim.weight_decay)
+    a = cfg.algorithm
+    metrics = ppo_update(model, reference, opt, samples, PPOClipLoss(a.eps_low, a.eps_high, a.dual_clip, a.kl_coef),
+                         pad_id=0, device=torch.device("cpu"), temperature=1.0, micro_batch_size=a.micro_batch_size,
+                         grad_clip=cfg.optim.grad_clip, seed=seed)
+    return model, metrics
+
+
+def test_split_mode_zero2_two_ranks_equal_one_process_and_engine_gets_the_weights(world, ray_local, tmp_path):
+    from transformers import AutoTokenizer
+
+    from training.checkpoint import list_checkpoints, verify_checkpoint
+    from training.distributed.group import RayPolicy
+    from training.distributed.run import run_distributed
+    from training.distributed.weight_sync import digest
+    from training.engines.hf import HFEngine
+    from training.logging import read_metrics
+
+    policy_dir, tasks = world
+    cfg = load_config(None, overrides(tmp_path, policy_dir, tasks, **{
+        "trainer.total_steps": 2, "run.threads": 1, "algorithm.micro_batch_size": 2}))
+    dist = DistributedConfig(backend="ray", mode="split", trainer_workers=2, rollout_workers=1, zero_stage=2,
+                             cpus_per_worker=0.5, bucket_mb=1)
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    policy = RayPolicy.start(cfg, dist, str(policy_dir), tokenizer, total_steps=3)
+    try:
+        # 1. ZeRO-2 over 2 gloo ranks = the single-process update (loss is split-invariant)
+        samples = _samples(len(tokenizer))
+        expected_model, expected = _single_process_update(policy_dir, cfg, samples, seed=7)
+        got = policy.update(samples, pad_id=0, temperature=1.0, micro_batch_size=2, ppo_epochs=1, mini_batches=1,
+                            old_logprobs="recompute", seed=7,
+                            loss={"eps_low": 0.2, "eps_high": 0.28, "dual_clip": 10.0, "kl_coef": 1e-4, "kl_type": "mse"})
+        assert got["train/loss"] == pytest.approx(expected["train/loss"], abs=1e-6)
+        assert got["train/pg_loss"] == pytest.approx(expected["train/pg_loss"], abs=1e-6)
+        assert got["train/grad_norm"] == pytest.approx(expected["train/grad_norm"], rel=1e-4)
+
+        # 2. bucketed broadcast (gloo): the engine now holds exactly the trainer's weights
+        assert policy.sync() > 0
+        digests = policy.weights_digests()
+        assert digests["trainer"] == digests["rollout-0"], digests
+        # ... which are the single-process update's (up to float rounding), so greedy
+        # generation from the engine equals transformers on the single-process weights
+        local = HFEngine(expected_model, tokenizer, device="cpu")
+        prompts = [s.prompt_ids for s in samples[:3]]
+        greedy = SamplingParams(temperature=0.0, max_tokens=12)
+        remote_out = policy.engine.generate(prompts, greedy)
+        assert [g.token_ids for g in remote_out] == [g.token_ids for g in local.generate(prompts, greedy)]
+
+        # 3. two steps of the distributed loop on the same actors
+        run_distributed(cfg, dist, runtime=fake_runtime(), policy=policy)
+        metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+        assert [m["step"] for m in metrics] == [1, 2]
+        assert all(m["time/weight_sync"] > 0 and m["train/samples"] > 0 for m in metrics)
+        digests = policy.weights_digests()
+        assert digests["trainer"] == digests["rollout-0"]
+        last = verify_checkpoint(list_checkpoints(tmp_path / "run" / "checkpoints")[-1])
+        assert last.step == 2 and (last.path / "deepspeed").is_dir()
+        from safetensors.torch import load_file
+        saved = load_file(str(last.model_dir / "model.safetensors"))
+        assert digest(saved.items()) == digests["trainer"]
+    finally:
+        policy.shutdown()
+
+
+def test_a_config_asking_for_more_gpus_than_exist_fails_before_starting(ray_local, world, tmp_path):
+    from training.distributed.group import RayPolicy
+
+    policy_dir, tasks = world
+    cfg = load_config(None, overrides(tmp_path, policy_dir, tasks, **{"run.device": "cuda"}))
+    dist = DistributedConfig(backend="ray", mode="split", trainer_workers=8, rollout_workers=2, tensor_parallel=4)
+    with pytest.raises(DistributedConfigError, match=r"needs 16 GPUs .* has 0"):
+        RayPolicy.start(cfg, dist, str(policy_dir), tokenizer=None)
+
+
+def test_dead_engine_chunks_are_retried_on_the_others_then_named(ray_local):
+    from ray.exceptions import RayActorError  # noqa: F401  (the error RayEngine handles)
+
+    from training.distributed.group import RayEngine, RolloutWorkersDead
+
+    @ray_local.remote(num_cpus=0)
+    class Echo:
+        def generate(self, prompts, params, seeds):
+            return [(p[0], s) for p, s in zip(prompts, seeds)]
+
+    a, b = Echo.remote(), Echo.remote()
+    engine = RayEngine([a, b], ["rollout-0", "rollout-1"], tokenizer=None)
+    prompts = [[i] for i in range(5)]
+    params = SamplingParams(seed=100)
+    assert engine.generate(prompts, params) == [(i, 100 + i) for i in range(5)]
+    ray_local.kill(a)
+    assert engine.generate(prompts, params) == [(i, 100 + i) for i in range(5)]   # same rows, same seeds
+    assert list(engine.dead) == ["rollout-0"]
+    ray_local.kill(b)
+    with pytest.raises(RolloutWorkersDead, match="rollout-0.*rollout-1"):
+        engine.generate(prompts, params)
+
+
+def test_weight_buckets_respect_the_size_limit_and_round_trip():
+    from training.distributed.weight_sync import pack, plan_buckets, unpack
+
+    tensors = {"a": torch.randn(256, 256), "b": torch.randn(10), "c": torch.randn(300, 300),
+               "d": torch.randn(3, dtype=torch.float64), "e": torch.randn(64)}
+    plan = plan_buckets(tensors.items(), bucket_mb=0.3)     # 0.3 MiB = 78,643 floats
+    assert [[m.name for m in b.tensors] for b in plan] == [["a", "b"], ["c"], ["e"], ["d"]]
+    for bucket in plan:
+        for name, view in unpack(bucket, pack(bucket, tensors, "cpu")):
+            assert torch.equal(view, tensors[name])
+    assert json.dumps([b.numel for b in plan]) == json.dumps([256 * 256 + 10, 300 * 300, 64, 3])

@@ -1,0 +1,62 @@
+"""A rollout engine replica (a Ray actor) for split mode: generates, and takes new weights
+over the weight-sync group (broadcast) or CUDA IPC handles.
+
+The engine is any `training.engines` kind ("hf", or "vllm" with `tensor_parallel_size`
+GPUs); it starts from the initial weights and is updated in place after every step.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from training.distributed.weight_sync import Bucket, SyncGroup, digest, receive_ipc, unpack
+
+
+class RolloutWorker:
+    def __init__(self, kind: str, model_path: str, engine_kwargs: dict, *, device: str, threads: int = 0):
+        from training.engines import make_engine
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.device = torch.device("cuda", 0) if device.startswith("cuda") else torch.device("cpu")
+        if kind == "hf":
+            engine_kwargs = {"device": str(self.device), **engine_kwargs}
+        self.kind = kind
+        self.engine = make_engine(kind, model_path, **engine_kwargs)
+        self.sync_group: SyncGroup | None = None
+
+    def ready(self) -> bool:
+        return True
+
+    def generate(self, prompts: list[list[int]], params, seeds: list[int | None]):
+        return self.engine.generate(prompts, params, seeds=seeds)
+
+    def join_sync_group(self, host: str, port: int, rank: int, world: int, backend: str) -> None:
+        self.sync_group = SyncGroup(host, port, rank, world, backend)
+
+    def receive_weights(self, plan: list[Bucket]) -> float:
+        """Receive every bucket from trainer rank 0, then load them into the engine; seconds."""
+        started = time.perf_counter()
+        weights: dict[str, torch.Tensor] = {}
+        for bucket, flat in self.sync_group.receive(plan):
+            weights.update(unpack(bucket, flat))      # views: `flat` stays alive through them
+        self.engine.update_weights(weights)
+        return time.perf_counter() - started
+
+    def receive_ipc(self, handles: list) -> float:
+        """Colocated on one GPU: copy the trainer's buckets from CUDA IPC handles; seconds."""
+        started = time.perf_counter()
+        weights: dict[str, torch.Tensor] = {}
+        for bucket, flat in receive_ipc(handles):
+            weights.update({n: t.clone() for n, t in unpack(bucket, flat)})
+        self.engine.update_weights(weights)
+        torch.cuda.synchronize()
+        return time.perf_counter() - started
+
+    def weights_digest(self) -> str:
+        """Digest of the engine's weights (HF engine: its model's parameters)."""
+        model = getattr(self.engine, "model", None)
+        if model is None:
+            raise NotImplementedError(f"weights_digest: the {self.kind} engine does not expose its weights")
+        return digest(model.named_parameters())

@@ -1,0 +1,204 @@
+"""One data-parallel training rank (a Ray actor): the policy under DeepSpeed ZeRO, the frozen
+reference, and, when colocated, a rollout engine in the same process.
+
+Created by `training.distributed.group.RayPolicy`; every method below is called on all
+ranks at once unless it says "rank 0".  Devices: a rank sees the one GPU Ray gave it
+(`cuda:0`) or runs on CPU (gloo); DeepSpeed's process group holds only the trainer ranks.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+
+from training.distributed.weight_sync import Bucket, SyncGroup, digest, ipc_handles, plan_buckets
+
+
+class TrainWorker:
+    def __init__(self, rank: int, world: int, master_addr: str, master_port: int, *, backend: str,
+                 device: str, threads: int = 0):
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", LOCAL_SIZE="1",
+                          MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+        if threads:
+            torch.set_num_threads(threads)
+        import deepspeed
+
+        self.rank, self.world = rank, world
+        self.device = torch.device("cuda", 0) if device.startswith("cuda") else torch.device("cpu")
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+        self.engine = self.reference = self.rollout = None
+        self.sync_group: SyncGroup | None = None
+        self._ipc_keepalive: list = []
+
+    # ------------------------------------------------------------------ set-up
+    def setup(self, *, model_path: str, reference_path: str | None, dtype: str, ds_config: dict,
+              optim: dict, scheduler: dict, reference_offload: bool, gradient_checkpointing: bool,
+              seed: int) -> dict[str, Any]:
+        """Load the policy (+ reference), wrap it in DeepSpeed; returns {"params": count}."""
+        import deepspeed
+        from transformers import AutoModelForCausalLM
+
+        from training.train import make_scheduler
+        from training.trainer import check_logprob_path
+
+        torch.manual_seed(seed)
+        torch_dtype = getattr(torch, dtype)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).eval()
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        if reference_path is not None:
+            ref_device = "cpu" if reference_offload else self.device
+            self.reference = AutoModelForCausalLM.from_pretrained(reference_path, dtype=torch_dtype).to(ref_device)
+            self.reference.eval().requires_grad_(False)
+        self.reference_offload = reference_offload
+        optimizer = None
+        if "optimizer" not in ds_config:   # client optimizer: torch AdamW, no compiled DeepSpeed op
+            optimizer = torch.optim.AdamW(model.parameters(), lr=optim["lr"], betas=tuple(optim["betas"]),
+                                          eps=optim["eps"], weight_decay=optim["weight_decay"])
+        self.engine, opt, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config)
+        self.scheduler = make_scheduler(optimizer or opt, scheduler["kind"], scheduler["warmup"], scheduler["total"])
+        check_logprob_path(self.engine.module, self.engine.module.get_input_embeddings().weight.shape[0], self.device)
+        return {"params": sum(p.numel() for p in model.parameters())}
+
+    def free_port(self) -> int:
+        """A free TCP port on this node (for the weight-sync group's store)."""
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return s.getsockname()[1]
+
+    # ------------------------------------------------------------------ update
+    def update(self, shard, settings: dict) -> dict[str, float]:
+        """This rank's share of one PPO step (training.distributed.update.rank_update)."""
+        from training.distributed.update import rank_update
+        from training.losses import PPOClipLoss
+
+        loss_fn = PPOClipLoss(**settings["loss"])
+        started = time.perf_counter()
+        metrics = rank_update(self.engine, self.reference, shard, loss_fn, world=self.world,
+                              pad_id=settings["pad_id"], device=self.device, temperature=settings["temperature"],
+                              ppo_epochs=settings["ppo_epochs"], old_logprobs=settings["old_logprobs"],
+                              seed=settings["seed"], reference_offload=self.reference_offload)
+        self.scheduler.step()
+        metrics["seconds"] = time.perf_counter() - started
+        metrics["lr"] = self.scheduler.get_last_lr()[0]
+        return metrics
+
+    def scheduler_step(self) -> None:
+        self.scheduler.step()
+
+    # ------------------------------------------------------------------ weights
+    def _full_weights(self, names: list[str] | None = None) -> dict[str, torch.Tensor]:
+        """Full (un-partitioned) parameters; under ZeRO-3 gathered, collectively on all ranks."""
+        import deepspeed
+
+        params = dict(self.engine.module.named_parameters())
+        chosen = [params[n] for n in (names or list(params))]
+        if getattr(self.engine, "zero_optimization_stage", lambda: 0)() == 3:
+            with deepspeed.zero.GatheredParameters(chosen, modifier_rank=None):
+                return {n: p.detach().clone() for n, p in zip(names or list(params), chosen)}
+        return {n: p.detach() for n, p in zip(names or list(params), chosen)}
+
+    def weight_plan(self, bucket_mb: float) -> list[Bucket]:
+        return plan_buckets(((n, p) for n, p in self.engine.module.named_parameters()), bucket_mb)
+
+    def weights_digest(self) -> str:
+        return digest(self._full_weights().items())
+
+    def join_sync_group(self, host: str, port: int, world: int, backend: str) -> None:
+        """Rank 0: become rank 0 of the weight-sync group with the rollout engines."""
+        self.sync_group = SyncGroup(host, port, 0, world, backend)
+
+    def send_weights(self, plan: list[Bucket]) -> float:
+        """Broadcast the new weights bucket by bucket (rank 0 sends; under ZeRO-3 all ranks
+        gather each bucket).  Returns seconds."""
+        started = time.perf_counter()
+        for bucket in plan:
+            tensors = self._full_weights([m.name for m in bucket.tensors])
+            if self.rank == 0:
+                self.sync_group.send([bucket], tensors)
+        return time.perf_counter() - started
+
+    def export_ipc(self, plan: list[Bucket]) -> list:
+        """Rank 0, colocated on one GPU: CUDA IPC handles of the packed buckets (kept alive
+        here until `release_ipc`)."""
+        handles = []
+        for bucket in plan:
+            handles += ipc_handles([bucket], self._full_weights([m.name for m in bucket.tensors]), self.device)
+        self._ipc_keepalive = handles
+        return handles
+
+    def release_ipc(self) -> None:
+        self._ipc_keepalive = []
+
+    # ------------------------------------------------------------------ colocated engine
+    def start_engine(self, kind: str, model_path: str, engine_kwargs: dict) -> None:
+        """An engine in this process (colocated mode), built from the initial weights."""
+        from training.engines import make_engine
+
+        if kind == "hf":
+            engine_kwargs = {"device": str(self.device), **engine_kwargs}
+        self.rollout = make_engine(kind, model_path, **engine_kwargs)
+
+    def generate(self, prompts: list[list[int]], params, seeds: list[int | None]):
+        return self.rollout.generate(prompts, params, seeds=seeds)
+
+    def sync_inprocess(self) -> float:
+        """Colocated: hand the new weights to this process's engine; returns seconds.
+        A vLLM engine with sleep mode wakes its weights first and its KV cache last."""
+        started = time.perf_counter()
+        llm = getattr(self.rollout, "llm", None)
+        sleeping = llm is not None and getattr(self, "_engine_asleep", False)
+        if sleeping:
+            llm.wake_up(tags=["weights"])
+        self.rollout.update_weights(self._full_weights())
+        if sleeping:
+            llm.wake_up(tags=["kv_cache"])
+            self._engine_asleep = False
+        return time.perf_counter() - started
+
+    def engine_sleep(self) -> None:
+        """Colocated vLLM with enable_sleep_mode: free weights and KV cache for the update."""
+        llm = getattr(self.rollout, "llm", None)
+        if llm is not None and self.device.type == "cuda" and getattr(llm.llm_engine, "vllm_config", None) \
+                and llm.llm_engine.vllm_config.model_config.enable_sleep_mode:
+            llm.sleep(level=1)
+            self._engine_asleep = True
+
+    def engine_digest(self) -> str:
+        return digest(self.rollout.model.named_parameters()) if hasattr(self.rollout, "model") else ""
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_deepspeed(self, folder: str) -> None:
+        """All ranks: DeepSpeed's own checkpoint (partitioned optimizer state) into `folder`."""
+        self.engine.save_checkpoint(folder, tag="state")
+
+    def load_deepspeed(self, folder: str, scheduler_state: dict | None) -> None:
+        path, _ = self.engine.load_checkpoint(folder, tag="state", load_module_strict=True,
+                                              load_optimizer_states=True, load_lr_scheduler_states=False)
+        if path is None:
+            raise FileNotFoundError(f"{folder}: no DeepSpeed state (tag 'state') to resume from")
+        if scheduler_state is not None:
+            self.scheduler.load_state_dict(scheduler_state)
+
+    def save_model(self, folder: str) -> None:
+        """Rank 0 (after `_full_weights` on all ranks under ZeRO-3): a from_pretrained folder."""
+        weights = {n: t.to("cpu") for n, t in self._full_weights().items()}
+        if self.rank == 0:
+            self.engine.module.save_pretrained(folder, state_dict=weights, safe_serialization=True)
+
+    def scheduler_state(self) -> dict:
+        return self.scheduler.state_dict()
+
+    def rng_state(self) -> dict:
+        from training.checkpoint import rng_state
+
+        return rng_state()
+
+    def ready(self) -> bool:
+        return True
