@@ -51,19 +51,20 @@ def offline(domains: list[str], n: int, repeats: int) -> list[dict]:
     return rows
 
 
-def llm(model: str, n: int, max_tokens: int, retries: int) -> dict:
+def llm(model: str, n: int, max_tokens: int, retries: int, timeout_s: float) -> dict:
     from data_synthesis.llm_pipeline import LLMPipeline
     with tempfile.TemporaryDirectory() as tmp:
-        pipeline = LLMPipeline(model, seed=0, retries=retries, max_tokens=max_tokens)
+        pipeline = LLMPipeline(model, seed=0, retries=retries, max_tokens=max_tokens, timeout_s=timeout_s)
         start = time.perf_counter()
         result = pipeline.build("school", Path(tmp) / "llm", n, records=6)
         seconds = time.perf_counter() - start
     steps = result.extra["steps"]
-    drafts = sum(steps.get("task", {}).values()) - steps.get("task", {}).get("retried", 0)
+    drafts = steps.get("task", {}).get("ok", 0) + steps.get("task", {}).get("dropped", 0)
     return {"model": model, "seconds": seconds, "calls": result.extra["summary"]["llm_calls"],
             "task_drafts": drafts, "kept": len(result.tasks), "steps": steps,
             "llm_tools": result.extra["summary"]["llm_tools"], "policy": result.extra["summary"]["policy"],
-            "max_tokens": max_tokens, "retries": retries}
+            "max_tokens": max_tokens, "retries": retries,
+            "first_errors": {s: errs[0] for s, errs in pipeline.runner.errors.items() if errs}}
 
 
 def render(rows: list[dict], n: int, repeats: int, llm_row: dict | None, command: str) -> str:
@@ -86,9 +87,11 @@ def render(rows: list[dict], n: int, repeats: int, llm_row: dict | None, command
                   "|---:|---:|---:|---:|---:|---:|---|",
                   f"| {llm_row['calls']} | {llm_row['seconds']:.0f} | {llm_row['task_drafts']} | {llm_row['kept']} | "
                   f"{frac:.0%} | {len(llm_row['llm_tools'].get('kept', []))} | {llm_row['policy']} |", "",
-                  "Per step (ok / retried / dropped): " + "; ".join(
-                      f"{s} {c.get('ok', 0)}/{c.get('retried', 0)}/{c.get('dropped', 0)}"
-                      for s, c in llm_row["steps"].items()) + "."]
+                  "Per step (ok / retried / dropped, of which LLM call failed): " + "; ".join(
+                      f"{s} {c.get('ok', 0)}/{c.get('retried', 0)}/{c.get('dropped', 0)} ({c.get('call_error', 0)})"
+                      for s, c in llm_row["steps"].items()) + ".",
+                  "", "First problem per step: " + "; ".join(
+                      f"{s}: {e[:160]!r}" for s, e in llm_row["first_errors"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -112,18 +115,20 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", type=int, default=200)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--domains", nargs="+", default=["school", "bank", "railway"])
+    p.add_argument("--domains", nargs="*", default=["school", "bank", "railway"])
     p.add_argument("--llm", default=None, help="LLM_CALL model for the LLM row (e.g. smollm2-135m)")
     p.add_argument("--llm-tasks", type=int, default=2)
     p.add_argument("--llm-max-tokens", type=int, default=200)
     p.add_argument("--llm-retries", type=int, default=1)
+    p.add_argument("--llm-timeout", type=float, default=900, help="seconds per LLM call attempt")
     p.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = p.parse_args()
     missing = [d for d in args.domains if d != "school" and not (TOOLSCALE / d).is_dir()]
     if missing:
         p.error(f"{missing}: not in {TOOLSCALE}")
     rows = offline(args.domains, args.tasks, args.repeats)
-    llm_row = llm(args.llm, args.llm_tasks, args.llm_max_tokens, args.llm_retries) if args.llm else None
+    llm_row = (llm(args.llm, args.llm_tasks, args.llm_max_tokens, args.llm_retries, args.llm_timeout)
+               if args.llm else None)
     command = "python bench/synth_throughput.py " + " ".join(sys.argv[1:])
     text = render(rows, args.tasks, args.repeats, llm_row, command)
     print(text)

@@ -30,8 +30,9 @@ DEFAULT_RECORDS = 10   # per collection: LLM records cost tokens, keep the defau
 
 class LLMPipeline:
     def __init__(self, model: str, seed: int = 0, retries: int = 2, max_tokens: int = 4096,
-                 temperature: float = 0.7, call: Callable | None = None):
-        self.runner = StepRunner(model, retries=retries, temperature=temperature, max_tokens=max_tokens, call=call)
+                 temperature: float = 0.7, call: Callable | None = None, timeout_s: float | None = None):
+        self.runner = StepRunner(model, retries=retries, temperature=temperature, max_tokens=max_tokens, call=call,
+                                 timeout_s=timeout_s)
         self.seed = seed
         self.rng = random.Random(seed)
 

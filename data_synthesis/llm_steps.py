@@ -55,11 +55,12 @@ class StepRunner:
     """Calls `LLM_CALL.get_llm_response` for steps and keeps per-step counters and cost."""
 
     def __init__(self, model: str, retries: int = 2, temperature: float = 0.7, max_tokens: int = 4096,
-                 call: Callable[..., Any] | None = None):
+                 call: Callable[..., Any] | None = None, timeout_s: float | None = None):
         if call is None:
             from LLM_CALL import get_llm_response as call
         self.model, self.retries, self.temperature, self.max_tokens = model, retries, temperature, max_tokens
         self.call = call
+        self.timeout_s = timeout_s      # per attempt; None = the registry entry's timeout_s
         self.counts: dict[str, Counter] = defaultdict(Counter)
         self.errors: dict[str, list[str]] = defaultdict(list)
         self.cost = 0.0
@@ -78,7 +79,8 @@ class StepRunner:
         for attempt in range(1 + self.retries):
             try:
                 reply = self.call(self.model, messages, temperature=self.temperature,
-                                  max_tokens=min(max_tokens or self.max_tokens, self.max_tokens))
+                                  max_tokens=min(max_tokens or self.max_tokens, self.max_tokens),
+                                  **({"timeout": self.timeout_s} if self.timeout_s else {}))
             except LLMCallError as exc:
                 self.counts[step]["call_error"] += 1
                 self.errors[step].append(f"LLM call failed: {exc}")

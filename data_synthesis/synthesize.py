@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--llm-retries", type=int, default=2, help="(--llm) retries per step after a failed check")
     p.add_argument("--llm-max-tokens", type=int, default=4096, help="(--llm) completion tokens per call, at most")
     p.add_argument("--llm-temperature", type=float, default=0.7)
+    p.add_argument("--llm-timeout", type=float, default=None, help="(--llm) seconds per call attempt "
+                   "(default: the model's timeout_s in configs/models.yaml)")
     args = p.parse_args(argv)
     for name in ("num_tasks", "examples_per_task"):
         if getattr(args, name) < 1:
@@ -65,7 +67,8 @@ def run_llm(args: argparse.Namespace, out: Path) -> DomainResult:
     from data_synthesis.llm_pipeline import LLMPipeline
 
     pipeline = LLMPipeline(model=args.llm, seed=args.seed, retries=args.llm_retries,
-                           max_tokens=args.llm_max_tokens, temperature=args.llm_temperature)
+                           max_tokens=args.llm_max_tokens, temperature=args.llm_temperature,
+                           timeout_s=args.llm_timeout)
     with tqdm(total=args.num_tasks, desc=f"tasks {args.domain_dir} (llm)", unit="task", file=sys.stderr) as bar:
         return pipeline.build(args.domain_dir, out, args.num_tasks, description=args.description,
                               records=args.records, progress=bar.update)
