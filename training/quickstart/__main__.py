@@ -1,0 +1,3 @@
+from training.quickstart.run import main
+
+raise SystemExit(main())

@@ -1,0 +1,215 @@
+"""`make quickstart`, learning part: GRPO visibly teaches a small orchestrator, on CPU.
+
+    python -m training.quickstart [--out runs/quickstart] [--train-tasks 48] [--eval-tasks 32] [key=value ...]
+
+Stages (each printed with its wall time):
+  1. world: corpus + train / held-out tasks + a MiniLM/FAISS index (training/quickstart/env.py);
+  2. policy: a tiny random Llama with SmolLM2's tokenizer, warmed up on demonstrations
+     that pick aliases uniformly (training/quickstart/warmup.py) = the starting policy;
+  3. initial evaluation on the held-out tasks (experts not memoized: real latency);
+  4. GRPO with training/configs/quickstart.yaml (`python training/train.py` does the same);
+  5. final evaluation on the same held-out tasks, with the same sampling seeds;
+  6. summary.json (`initial` and `final`: accuracy, cost_per_task $, latency_per_task s,
+     tool_calls_per_task per alias) and training_curves.png (reward, accuracy, cost per step).
+
+Trailing `key=value` arguments override the trainer config (e.g. trainer.total_steps=20).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.context import Budgets, Prompts
+from orchestrator.loop import LoopConfig, Task
+from training.checkpoint import list_checkpoints
+from training.config import TrainConfig, load_config
+from training.quickstart.env import FAVOURED_ALIAS, PREFERENCE, build_index, build_world, quickstart_catalog
+from training.trainer import collect_rollouts, load_tasks, make_judge
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+EVAL_STEP = 1_000_000          # sampling seeds of the evaluations (same for initial and final)
+console = Console()
+
+
+def _paths_overrides(out: Path) -> list[str]:
+    """Point the trainer config at this output folder (the YAML's defaults assume runs/quickstart)."""
+    world = out / "world"
+    return [f"run.dir={out / 'train'}", f"model.path={out / 'policy-warm'}",
+            f"data.train_files=[{world / 'train.jsonl'}]", f"tools.catalog={world / 'tools.json'}",
+            f"tools.index={world / 'index'}"]
+
+
+def prepare_world(out: Path, cfg: TrainConfig, n_train: int, n_eval: int) -> dict[str, Path]:
+    paths = build_world(out / "world", n_train=n_train, n_eval=n_eval, seed=cfg.run.seed)
+    quickstart_catalog(out / "world")
+    paths["index"] = build_index(paths["corpus"], out / "world" / "index")
+    return paths
+
+
+def prepare_policy(out: Path, cfg: TrainConfig, runtime, train_tasks: list[Task], args) -> Path:
+    """Tiny random policy with SmolLM2's tokenizer, then the supervised warm-up."""
+    from transformers import AutoTokenizer
+
+    from orchestrator.embedded import smollm2_path
+    from training.quickstart.warmup import demonstrations, supervised_warmup
+    from training.tiny_policy import build_tiny_policy
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+    init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
+                             heads=4, seed=cfg.run.seed)
+    demos = demonstrations(train_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
+                           budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk,
+                           seed=cfg.run.seed)
+    console.print(f"warm-up: {len(demos)} demonstrated turns, aliases uniform")
+    return supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
+                             batch_size=16, seed=cfg.run.seed, log=console.print)
+
+
+def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judge, temperature: float,
+             sink: Path) -> dict:
+    """One episode per held-out task; the foundation quickstart's four numbers + tool shares."""
+    from orchestrator.quickstart import summarise
+    from training.train import _strip_tokens, load_policy, make_engine_for
+
+    model, tokenizer = load_policy(str(model_dir), cfg.model.dtype, cfg.run.device)
+    engine = make_engine_for(cfg, model, tokenizer)
+    loop = LoopConfig(max_turns=cfg.rollout.max_turns, temperature=temperature, max_tokens=cfg.rollout.max_tokens,
+                      constrained=cfg.rollout.constrained, budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
+    try:
+        groups = collect_rollouts(tasks, engine, runtime, loop, rollouts_per_task=1, seed=cfg.run.seed,
+                                  step=EVAL_STEP, price_model=cfg.model.price_model,
+                                  concurrency=cfg.rollout.concurrency)
+    finally:
+        getattr(engine, "close", lambda: None)()
+    rollouts = [g[0] for g in groups]
+    correct = [bool(r.finished and judge(t, r)) for t, r in zip(tasks, rollouts)]
+    with sink.open("w") as f:
+        for task, r, ok in zip(tasks, rollouts, correct):
+            f.write(json.dumps({"question": task.question, "reference": task.answer, "correct": ok,
+                                **_strip_tokens(r)}) + "\n")
+    summary = summarise(rollouts, correct)
+    calls = summary["tool_calls_per_task"]
+    search = sum(v for a, v in calls.items() if a.startswith("search-"))
+    summary["favoured_share"] = calls.get(FAVOURED_ALIAS, 0.0) / max(1e-9, sum(calls.values()))
+    summary["favoured_share_of_search"] = calls.get(FAVOURED_ALIAS, 0.0) / max(1e-9, search)
+    return summary
+
+
+def plot(metrics_file: Path, initial: dict, final: dict, out: Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from training.logging import read_metrics
+
+    rows = read_metrics(metrics_file)
+    steps = [r["step"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    panels = [("reward/mean", "reward (train rollouts)", None),
+              ("rollout/accuracy", "accuracy", "accuracy"),
+              ("rollout/cost", "cost per rollout ($)", "cost_per_task")]
+    for ax, (key, title, eval_key) in zip(axes, panels):
+        ax.plot(steps, [r.get(key, float("nan")) for r in rows], marker="o", label="train rollouts (T=1)")
+        if eval_key:
+            ax.scatter([0, steps[-1] if steps else 1], [initial[eval_key], final[eval_key]], color="red",
+                       zorder=3, label="held-out eval")
+        ax.set_title(title)
+        ax.set_xlabel("GRPO step")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "training_curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def checks(initial: dict, final: dict) -> dict:
+    cut = 1 - final["cost_per_task"] / max(1e-12, initial["cost_per_task"])
+    return {"cost_reduction": round(cut, 4), "cost_at_least_40pct_lower": cut >= 0.40,
+            "accuracy_not_lower": final["accuracy"] >= initial["accuracy"],
+            "favoured_share_rises": final["favoured_share"] > initial["favoured_share"]}
+
+
+def print_table(initial: dict, final: dict, result: dict) -> None:
+    table = Table(title="quickstart: held-out tasks, before and after GRPO")
+    for col in ("policy", "accuracy", "$ / task", "s / task", f"{FAVOURED_ALIAS} share", "calls / task"):
+        table.add_column(col)
+    for name, s in (("initial (warm-up)", initial), ("final (GRPO)", final)):
+        calls = ", ".join(f"{a}: {c:.2f}" for a, c in s["tool_calls_per_task"].items())
+        table.add_row(name, f"{s['accuracy']:.2f}", f"{s['cost_per_task']:.6f}", f"{s['latency_per_task']:.2f}",
+                      f"{s['favoured_share']:.2f}", calls)
+    console.print(table)
+    console.print(f"cost per task {-100 * result['cost_reduction']:+.0f}%; checks: "
+                  + ", ".join(f"{k}={v}" for k, v in result.items() if k != "cost_reduction"))
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/quickstart"))
+    parser.add_argument("--train-tasks", type=int, default=48, help="training tasks (half lookup, half arithmetic)")
+    parser.add_argument("--eval-tasks", type=int, default=32, help="held-out tasks")
+    parser.add_argument("--eval-temperature", type=float, default=0.6, help="paper: 0.6 for validation")
+    parser.add_argument("--hidden", type=int, default=64, help="tiny policy width")
+    parser.add_argument("--layers", type=int, default=2, help="tiny policy depth")
+    parser.add_argument("--warmup-epochs", type=int, default=6)
+    parser.add_argument("--warmup-lr", type=float, default=3e-3)
+    parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from training.train import build_runtime, run
+
+    args = _args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    started, stages = time.monotonic(), {}
+    out = args.out
+    cfg = load_config(CONFIG, _paths_overrides(out) + list(args.overrides))
+    shutil.rmtree(out / "train", ignore_errors=True)   # a demo: every run starts from scratch
+
+    def stage(name: str, t0: float) -> None:
+        stages[name] = round(time.monotonic() - t0, 1)
+        console.print(f"[bold]{name}[/]: {stages[name]} s")
+
+    t0 = time.monotonic()
+    world = prepare_world(out, cfg, args.train_tasks, args.eval_tasks)
+    train_tasks, eval_tasks = load_tasks([str(world["train"])]), load_tasks([str(world["eval"])])
+    eval_runtime = build_runtime(dataclasses.replace(cfg, tools=dataclasses.replace(cfg.tools, memoize_experts=False)))
+    judge = make_judge(cfg.reward.judge, cfg.reward.judge_model)
+    stage("world", t0)
+    t0 = time.monotonic()
+    warm = prepare_policy(out, cfg, eval_runtime, train_tasks, args)
+    stage("warm-up", t0)
+    t0 = time.monotonic()
+    initial = evaluate(warm, eval_tasks, eval_runtime, cfg, judge, args.eval_temperature, out / "eval_initial.jsonl")
+    stage("initial evaluation", t0)
+    t0 = time.monotonic()
+    run(cfg)
+    stage("GRPO", t0)
+    t0 = time.monotonic()
+    final_model = list_checkpoints(Path(cfg.run.dir) / "checkpoints")[-1] / "model"
+    final = evaluate(final_model, eval_tasks, eval_runtime, cfg, judge, args.eval_temperature, out / "eval_final.jsonl")
+    stage("final evaluation", t0)
+
+    result = checks(initial, final)
+    png = plot(Path(cfg.run.dir) / "metrics.jsonl", initial, final, out)
+    summary = {"initial": initial, "final": final, "checks": result, "favoured_alias": FAVOURED_ALIAS,
+               "preference": PREFERENCE, "eval_temperature": args.eval_temperature,
+               "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,
+               "config": str(Path(cfg.run.dir) / "config.yaml"), "stage_seconds": stages,
+               "wall_seconds": round(time.monotonic() - started, 1)}
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(out / "summary.json")
+    print_table(initial, final, result)
+    console.print(f"summary: {out / 'summary.json'}  plot: {png}  wall time: {summary['wall_seconds']} s")
+    return 0

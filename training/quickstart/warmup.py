@@ -1,0 +1,97 @@
+"""Supervised warm-up of the tiny random policy on synthesized demonstrations.
+
+A randomly initialised policy cannot read a question yet, so before GRPO it is taught,
+by plain next-token cross-entropy on a few hundred demonstrated turns, *which tool
+kind* answers which question: search then answer for lookups, enhance_reasoning then
+answer for arithmetic.  The demonstrations pick every alias uniformly at random, so
+the warmed-up policy knows the protocol but nothing about price: the cost and
+preference behaviour that follows is learned by GRPO from the reward alone.
+
+Each demonstrated turn is exactly what the loop shows and records at run time: the
+context rebuilt by `orchestrator.context.build_messages`, rendered by
+`orchestrator.policy.render_prompt`, and the canonical tokens of one allowed call + EOS.
+"""
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from orchestrator.context import Budgets, CodeBlock, Document, EpisodeState, Prompts, TokenCounter, build_messages
+from orchestrator.loop import Task, task_catalog
+from orchestrator.policy import render_prompt
+from orchestrator.toolcall import format_tool_call
+from training.samples import TurnSample, collate_samples
+from training.trainer import response_logprobs
+
+EVIDENCE_TOOL = {"lookup": "search", "arithmetic": "enhance_reasoning"}
+
+
+def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, alias: str) -> TurnSample:
+    qa = [t for t in catalog.tools if t.kind in ("search", "code", "answer")]
+    messages = build_messages(state, prompts, budgets, TokenCounter(tokenizer))
+    prompt = tokenizer(render_prompt(tokenizer, messages, catalog.openai_tools(tools=qa)),
+                       add_special_tokens=False)["input_ids"]
+    response = tokenizer(format_tool_call(tool, {"model": alias}), add_special_tokens=False)["input_ids"]
+    response = response + [tokenizer.eos_token_id]
+    return TurnSample(prompt, response, [1] * len(response), None, 1.0, "demo", 0)
+
+
+def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
+    """What the evidence tool would have added: retrieved documents, or a code result."""
+    if task.metadata["type"] == "lookup":
+        hits = retriever.retrieve([task.question], topk)[0]
+        state.add_documents([Document(id=str(h["document"]["id"]), contents=h["document"]["contents"]) for h in hits])
+    else:
+        expression = task.question.split("What is ", 1)[1].split("?", 1)[0]
+        state.code_blocks.append(CodeBlock(code=f"print({expression})", output=task.answer))
+
+
+def demonstrations(tasks: list[Task], tokenizer, base_catalog, retriever, *, prompts: Prompts,
+                   budgets: Budgets, topk: int, seed: int) -> list[TurnSample]:
+    """Two demonstrated turns per task (evidence tool, then answer), aliases uniform."""
+    rng = random.Random(seed)
+    samples = []
+    for task in tasks:
+        catalog = task_catalog(base_catalog, task)
+        state = EpisodeState(task.question)
+        tool = EVIDENCE_TOOL[task.metadata["type"]]
+        samples.append(_turn(tokenizer, catalog, prompts, budgets, state, tool, rng.choice(list(task.tools[tool]))))
+        _evidence(task, state, retriever, topk)
+        samples.append(_turn(tokenizer, catalog, prompts, budgets, state, "answer",
+                             rng.choice(list(task.tools["answer"]))))
+    return samples
+
+
+def supervised_warmup(model_dir: Path, out_dir: Path, samples: list[TurnSample], *, epochs: int, lr: float,
+                      batch_size: int, seed: int, log=print) -> Path:
+    """Cross-entropy on the demonstrated responses; saves the warmed-up policy to `out_dir`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()   # eval: no dropout
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    started = time.monotonic()
+    for epoch in range(epochs):
+        order = samples[:]
+        rng.shuffle(order)
+        losses = []
+        for i in range(0, len(order), batch_size):
+            batch = collate_samples(order[i:i + batch_size], tokenizer.pad_token_id)
+            logp = response_logprobs(model, batch)                                     # [B, L]
+            mask = batch.response_mask.bool()
+            loss = -logp[mask].mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(loss.item())
+        log(f"warm-up epoch {epoch + 1}/{epochs}: loss {sum(losses) / len(losses):.4f} "
+            f"({time.monotonic() - started:.0f} s)")
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
