@@ -77,6 +77,8 @@ class BatchingEngine:
     # ---------------------------------------------------------------- Engine API
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Blocks until this call's generations are ready (one per prompt, in order)."""
+        if not prompts:
+            raise ValueError("generate(prompts=...): expected a non-empty list of token-id lists")
         return self._submit(_Request(prompts=[list(p) for p in prompts], params=params)).result()
 
     def update_weights(self, state_dict_or_path) -> None:

@@ -72,7 +72,10 @@ def _inverse_cdf_sample(probs: torch.Tensor, gens: list[torch.Generator]) -> tor
     zero-probability token.
     """
     cdf = probs.cumsum(dim=-1)                                                # [A, V]
-    u = torch.cat([torch.rand(1, generator=g, device=probs.device) for g in gens])
+    if all(g is gens[0] for g in gens):                                       # one launch, not A
+        u = torch.rand(len(gens), generator=gens[0], device=probs.device)
+    else:
+        u = torch.cat([torch.rand(1, generator=g, device=probs.device) for g in gens])
     u = (u * cdf[:, -1]).unsqueeze(-1)                                        # [A, 1]
     return torch.searchsorted(cdf, u, right=True)[:, 0].clamp(max=probs.shape[-1] - 1)
 

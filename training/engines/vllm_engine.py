@@ -14,7 +14,8 @@
   machine has no CUDA vLLM).  `weight_sync="rebuild"` instead saves the weights and
   re-creates the engine (slower, independent of vLLM internals).
 - On CPU the engine runs in this process by default (`in_process=True`: no engine-core or
-  worker subprocesses, so no spawn `__main__` guard and ~10x faster start and rebuild).
+  worker subprocesses, so no spawn `__main__` guard; here a first start took ~25 s instead of
+  ~75 s, and a rebuild ~6 s instead of ~60 s).
   In that mode vLLM takes the default torch.distributed group (world size 1); a trainer
   that needs its own process group should pass `in_process=False`.
 """
@@ -34,18 +35,22 @@ from orchestrator.engine import Generation, SamplingParams
 from training.engines.common import decode, row_seeds, validate_request
 
 
-def _refresh_tied_lm_head(worker) -> None:
-    """On a vLLM CPU worker: rebuild the packed GEMM of vocab-parallel layers (the tied lm_head).
+class WorkerWeightSync:
+    """Methods added to every vLLM worker (`worker_extension_cls`), called by name through
+    `collective_rpc`, so nothing needs pickling across processes."""
 
-    `reload_weights` re-processes every layer whose weights it loaded; a tied lm_head gets
-    no weights of its own, so its oneDNN handle still holds the old embedding matrix.
-    """
-    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+    def refresh_tied_lm_head(self) -> None:
+        """CPU worker: rebuild the packed GEMM of vocab-parallel heads (a tied lm_head).
 
-    for module in worker.model_runner.get_model().modules():
-        if isinstance(module, ParallelLMHead) and hasattr(module, "cpu_linear") and module.weight.numel():
-            dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+        `reload_weights` re-processes every layer whose weights it loaded; a tied lm_head
+        gets no tensors of its own, so its oneDNN handle still holds the old embeddings.
+        """
+        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+        from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+        for module in self.model_runner.get_model().modules():
+            if isinstance(module, ParallelLMHead) and hasattr(module, "cpu_linear") and module.weight.numel():
+                dispatch_cpu_unquantized_gemm(module, remove_weight=False)
 
 
 @contextlib.contextmanager
@@ -94,10 +99,13 @@ class VLLMEngine:
         self.max_model_len = max_model_len
         self.work_dir = work_dir
         self._llm_kwargs = dict(dtype=dtype or ("float32" if self.on_cpu else "auto"), seed=seed,
-                                max_model_len=max_model_len, logprobs_mode="processed_logprobs",
-                                enforce_eager=self.on_cpu, **llm_kwargs)
+                                max_model_len=max_model_len, enforce_eager=self.on_cpu)
         if self.on_cpu:
-            self._llm_kwargs.setdefault("max_num_seqs", 64)     # rollout batches; shorter warm-up
+            self._llm_kwargs["max_num_seqs"] = 64                # rollout batches; shorter warm-up
+        self._llm_kwargs.update(llm_kwargs)
+        self._llm_kwargs["logprobs_mode"] = "processed_logprobs"  # the contract: sampler log-probs
+        if self.on_cpu:
+            self._llm_kwargs["worker_extension_cls"] = f"{__name__}.WorkerWeightSync"
         self._saved: Path | None = None                          # our temp weights folder, if any
         self._lock = threading.Lock()
         self.llm = self._build(self.model_path)
@@ -169,7 +177,8 @@ class VLLMEngine:
         set_threads, threads = torch.set_num_threads, torch.get_num_threads()
         try:
             with _env(env):
-                vllm.envs.disable_envs_cache()       # read the variables above afresh
+                # read the variables above afresh (vLLM caches them once an engine has started)
+                getattr(vllm.envs, "disable_envs_cache", lambda: None)()
                 return LLM(weights_path, tokenizer=self.tokenizer_path, **kwargs)
         finally:
             torch.set_num_threads = set_threads
@@ -199,7 +208,7 @@ class VLLMEngine:
             self.llm.collective_rpc("reload_weights", kwargs={
                 "weights_iterator": weights, "is_checkpoint_format": True})
         if self.on_cpu:
-            self.llm.collective_rpc(_refresh_tied_lm_head)
+            self.llm.collective_rpc("refresh_tied_lm_head")
         self.llm.reset_prefix_cache()
 
     # ---------------------------------------------------------------- saved weights
