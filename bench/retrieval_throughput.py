@@ -5,8 +5,10 @@
 Sections:
   threads one-query encoder latency with 1 vs 2 torch threads (why servers default to --threads 1).
   server  our micro-batched server vs the Search-R1-style baseline (bench/retrieval_baseline.py),
-          both as subprocesses over the same dense flat index of the shared 1,000-passage corpus:
-          throughput and p50/p99 latency at 1, 16 and 64 concurrent clients (1 query, top-5).
+          both as subprocesses over the same dense flat index: throughput and p50/p99 latency at
+          1, 16 and 64 concurrent clients (1 query, top-5), on (a) the shared 1,000-passage corpus
+          (the encoder dominates) and (b) 1M placeholder passages with clustered random vectors
+          (the flat scan dominates, as on a Wikipedia-scale CPU index).
   search  FAISS alone on synthetic clustered N x 384 vectors (queries pre-encoded): flat, hnsw and
           ivfpq at default settings: build time, size, single-query p50/p99, batched q/s, recall@10.
   real    recall@10 of hnsw and ivfpq against flat on the real corpus' MiniLM embeddings.
@@ -84,46 +86,88 @@ def start(cmd: list[str], port: int) -> subprocess.Popen:
 
 
 async def load(url: str, queries: list[str], clients: int, requests: int) -> dict:
-    """`clients` concurrent loops send one-query requests until `requests` are done."""
+    """`clients` concurrent loops send one-query requests until `requests` are done.
+
+    A failed request (connection error, non-200) is counted, not retried.
+    """
     import httpx
     latencies: list[float] = []
+    errors = 0
     todo = iter(range(requests))
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=clients)) as http:
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=httpx.Limits(max_connections=clients)) as http:
         async def client():
+            nonlocal errors
             for i in todo:
                 t0 = time.perf_counter()
-                r = await http.post("/retrieve", json={"queries": [queries[i % len(queries)]], "topk": 5})
-                r.raise_for_status()
-                latencies.append(time.perf_counter() - t0)
+                try:
+                    r = await http.post("/retrieve", json={"queries": [queries[i % len(queries)]], "topk": 5})
+                    r.raise_for_status()
+                    latencies.append(time.perf_counter() - t0)
+                except httpx.HTTPError:
+                    errors += 1
         t0 = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(clients)))
         wall = time.perf_counter() - t0
-    return {"qps": requests / wall, "p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99)}
+    return {"qps": len(latencies) / wall, "p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99), "errors": errors}
 
 
-def bench_server(work: Path, levels: list[int], per_client: int, threads: int) -> list[dict]:
-    index = dense_index(work)
+def synthetic_index(work: Path, n: int, dim: int = 384, shard: int = 50_000) -> Path:
+    """An index folder of n placeholder passages whose vectors are clustered random unit vectors.
+
+    Queries are still encoded by MiniLM, so a request costs what it would on a real n-passage
+    flat index; only the hits are meaningless.
+    """
+    from retrieval.dense import build_faiss, write_shard
+    from retrieval.docstore import write_docstore
+    from retrieval.encoders import resolve_encoder
+    out = work / f"synthetic-server-{n}"
+    if (out / "meta.json").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = out / "corpus.jsonl"
+    with corpus.open("w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": str(i), "contents": f"placeholder passage number {i}"}) + "\n")
+    write_docstore(corpus, out, progress=False)
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(max(1, n // 100), dim)).astype(np.float32)
+    for start in range(0, n, shard):
+        m = min(shard, n - start)
+        x = centres[rng.integers(0, len(centres), m)] + 0.7 * rng.normal(size=(m, dim)).astype(np.float32)
+        write_shard(out, start // shard, x / np.linalg.norm(x, axis=1, keepdims=True))
+    build_faiss(out, n, dim, shard, "flat", progress=False)
+    meta = {"n_docs": n, "shard_size": shard, "index": "flat", "dim": dim, "bm25": False, "encoder": "minilm",
+            "encoder_path": resolve_encoder("minilm"), "profile": "minilm", "max_length": 256}
+    (out / "meta.json").write_text(json.dumps(meta))
+    return out
+
+
+def bench_server(work: Path, levels: list[int], per_client: int, threads: int, synthetic_n: int) -> list[dict]:
     queries = [first_sentence_query(d) for d in random.Random(0).sample(corpus_docs(), 500)]
-    common = ["--index", str(index), "--threads", str(threads)]
-    systems = {
-        "baseline (Search-R1 style)": ([PY, "bench/retrieval_baseline.py", *common, "--port", "8731"], 8731),
-        "ours (micro-batched)": ([PY, "-m", "retrieval.server", *common, "--port", "8732"], 8732),
-    }
-    procs = {name: start(cmd, port) for name, (cmd, port) in systems.items()}
     rows = []
-    try:
-        for name, (_, port) in systems.items():      # warm both up (first encoder calls are slow)
-            asyncio.run(load(f"http://127.0.0.1:{port}", queries, 4, 16))
-        for clients in levels:                       # interleaved, so load drift hits both alike
-            requests = max(40, clients * per_client)
-            for name, (_, port) in systems.items():
-                stats = asyncio.run(load(f"http://127.0.0.1:{port}", queries, clients, requests))
-                rows.append({"system": name, "clients": clients, "requests": requests, **stats})
-                print(rows[-1], flush=True)
-    finally:
-        for proc in procs.values():
-            proc.terminate()
-            proc.wait(30)
+    scenarios = {"1k real passages (encoder-bound)": dense_index(work)}
+    if synthetic_n:
+        scenarios[f"{synthetic_n // 1000}k flat (index-bound)"] = synthetic_index(work, synthetic_n)
+    for scenario, index in scenarios.items():
+        common = ["--index", str(index), "--threads", str(threads)]
+        systems = {
+            "baseline (Search-R1 style)": ([PY, "bench/retrieval_baseline.py", *common, "--port", "8731"], 8731),
+            "ours (micro-batched)": ([PY, "-m", "retrieval.server", *common, "--port", "8732"], 8732),
+        }
+        procs = {name: start(cmd, port) for name, (cmd, port) in systems.items()}
+        try:
+            for name, (_, port) in systems.items():      # warm both up (first encoder calls are slow)
+                asyncio.run(load(f"http://127.0.0.1:{port}", queries, 4, 16))
+            for clients in levels:                       # interleaved, so load drift hits both alike
+                requests = max(40, clients * per_client)
+                for name, (_, port) in systems.items():
+                    stats = asyncio.run(load(f"http://127.0.0.1:{port}", queries, clients, requests))
+                    rows.append({"index": scenario, "system": name, "clients": clients, "requests": requests, **stats})
+                    print(rows[-1], flush=True)
+        finally:
+            for proc in procs.values():
+                proc.terminate()
+                proc.wait(30)
     return rows
 
 
@@ -266,7 +310,9 @@ def main() -> None:
     p.add_argument("--sections", default="threads,server,search,real,bm25,nq")
     p.add_argument("--clients", default="1,16,64")
     p.add_argument("--requests-per-client", type=int, default=5)
-    p.add_argument("--synthetic-n", type=int, default=100_000)
+    p.add_argument("--synthetic-n", type=int, default=100_000, help="vectors for the search section")
+    p.add_argument("--server-synthetic-n", type=int, default=1_000_000,
+                   help="passages of the index-bound server scenario (0: skip it)")
     p.add_argument("--threads", type=int, default=1, help="torch/FAISS threads here and in both servers")
     p.add_argument("--json", type=Path, default=None, help="also write all rows here")
     args = p.parse_args()
@@ -284,8 +330,9 @@ def main() -> None:
     set_cpu_threads(args.threads)
     if "server" in sections:
         results["server"] = bench_server(args.work, [int(c) for c in args.clients.split(",")],
-                                         args.requests_per_client, args.threads)
-        out.append(table(results["server"], ["system", "clients", "requests", "qps", "p50_ms", "p99_ms"]))
+                                         args.requests_per_client, args.threads, args.server_synthetic_n)
+        out.append(table(results["server"], ["index", "system", "clients", "requests", "qps", "p50_ms", "p99_ms",
+                                             "errors"]))
     if "search" in sections:
         results["search"] = bench_search(args.work, args.synthetic_n)
         out.append(table(results["search"], ["kind", "n", "build_s", "index_mib", "single_p50_ms", "single_p99_ms",

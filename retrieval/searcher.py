@@ -2,13 +2,15 @@
 
 `Searcher.search(queries)` is the one retrieval code path: the HTTP server's worker threads
 and the in-process client both call it with micro-batches of `Query`. It is thread-safe:
-encoder calls may overlap (one per worker, on CPU), index access is serialised by a lock
-(FAISS on GPU is not thread-safe; upstream crashed under concurrent requests).
+encoder calls may overlap (one per worker, on CPU); a GPU index is used under a lock (FAISS
+on GPU is not thread-safe; upstream crashed under concurrent requests), while CPU FAISS and
+Lucene searchers take concurrent searches as they are.
 
 A hit is Search-R1's `{"document": {"id", "contents"}, "score": float}`.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -72,7 +74,7 @@ class Searcher:
         else:
             raise ValueError(f"method {method!r} is unknown; use dense or bm25")
         self.whitelists = load_whitelists(eid_file, self.store) if eid_file else None
-        self._index_lock = threading.Lock()
+        self._index_lock = threading.Lock() if self.device.startswith("cuda") else contextlib.nullcontext()
 
     def _load_dense(self, device, encoder, index_options) -> None:
         if not self.meta.get("index"):

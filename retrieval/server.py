@@ -11,8 +11,9 @@ POST /retrieve  {"queries": [str], "topk": int, "return_scores": bool,
 GET /health; GET /openapi.json and /docs as FastAPI serves them.
 
 Concurrent requests are micro-batched (one encoder call, one index search per batch) by
-worker threads (one per core on CPU, one on GPU); index access is serialised. Limits answer 422 naming the field; too large a body 413; a full queue
-or a request slower than --request-timeout 503, so a client never waits forever.
+worker threads (one per core on CPU, one on GPU); index access is serialised. Limits
+answer 422 naming the field; too large a body 413; a full queue or a request slower than
+--request-timeout 503, so a client never waits forever.
 """
 # No `from __future__ import annotations`: FastAPI must see the real request model class.
 import argparse
@@ -179,10 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-length", type=int, default=0, help="default minimum document length in characters")
     p.add_argument("--web-min-docs", type=int, default=3,
                    help="Tavily fallback when fewer index hits survive (needs TAVILY_API_KEY)")
-    p.add_argument("--max-batch", type=int, default=256, help="queries per micro-batch")
+    p.add_argument("--max-batch", type=int, default=None,
+                   help="queries per micro-batch (default: 256 on cuda; 32 on CPU, about one encoder pass)")
     p.add_argument("--max-wait-ms", type=float, default=0.0, help="hold a micro-batch open this long")
     p.add_argument("--workers", type=int, default=None,
                    help="batch worker threads (default: 1 on cuda, else one per CPU core)")
+    p.add_argument("--request-timeout", type=float, default=60.0, help="seconds before a request answers 503")
     p.add_argument("--endpoints-file", default=None,
                    help="register this server as 'retrieval' in the endpoints JSON (removed at shutdown)")
     p.add_argument("--advertise-host", default=None, help="host name written to --endpoints-file")
@@ -195,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     port = args.port or _free_port(args.host)
     register, unregister = _registration(args, port)
-    app = create_app(service, default_min_score=args.min_score, default_min_length=args.min_length,
-                     on_startup=register, on_shutdown=unregister)
+    app = create_app(service, Limits(request_timeout_s=args.request_timeout), default_min_score=args.min_score,
+                     default_min_length=args.min_length, on_startup=register, on_shutdown=unregister)
     import uvicorn
     uvicorn.run(app, host=args.host, port=port, log_level="warning", timeout_keep_alive=30)
     return 0
@@ -212,10 +215,14 @@ def _load_service(args) -> RetrievalService:
     web = web_search_from_env(min_docs=args.web_min_docs)
     log.info("loaded %s (%s, %d documents); web fallback %s", args.index, searcher.method,
              len(searcher.store), "on" if web else "off (no TAVILY_API_KEY)")
-    workers = args.workers or (1 if searcher.device.startswith("cuda") else os.cpu_count() or 1)
-    log.info("%d batch worker(s), %d torch/FAISS thread(s) each", workers, args.threads or 0)
-    return RetrievalService(searcher, web, max_batch=args.max_batch, max_wait_s=args.max_wait_ms / 1000,
-                            workers=workers)
+    # GPU: one worker, big batches (a batch costs about what one query does). CPU: one worker
+    # per core with batches of about one encoder pass, so the cores share the work.
+    gpu = searcher.device.startswith("cuda")
+    workers = args.workers or (1 if gpu else os.cpu_count() or 1)
+    max_batch = args.max_batch or (256 if gpu else 32)
+    log.info("%d batch worker(s) of up to %d queries, %s torch/FAISS thread(s) each", workers, max_batch,
+             args.threads or "all")
+    return RetrievalService(searcher, web, max_batch=max_batch, max_wait_s=args.max_wait_ms / 1000, workers=workers)
 
 
 def _free_port(host: str) -> int:

@@ -124,3 +124,32 @@ def test_in_process_mode_reports_query_errors(index_dir):
         with pytest.raises(RetrievalError, match="eid: this server has no eid whitelists"):
             local.retrieve(["q"], eid="e1")
         assert local.retrieve([]) == []
+
+
+def test_server_cli_registers_in_the_endpoints_file_and_unregisters_on_stop(index_dir, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    endpoints = tmp_path / "endpoints.json"
+    proc = subprocess.Popen([sys.executable, "-m", "retrieval.server", "--index", str(index_dir), "--port", "0",
+                             "--endpoints-file", str(endpoints)], stderr=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        deadline = time.monotonic() + 120
+        while not (endpoints.exists() and json.loads(endpoints.read_text()).get("retrieval")):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "server did not register within 120 s"
+            time.sleep(0.2)
+        hits = RetrievalClient(endpoints_file=endpoints).retrieve(["river in Africa"], topk=1)
+        assert hits[0][0]["document"]["id"] == "0"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    assert json.loads(endpoints.read_text()).get("retrieval") is None
+
+
+def test_server_cli_explains_a_missing_index(tmp_path, capsys):
+    from retrieval.server import main
+    assert main(["--index", str(tmp_path / "nope")]) == 2
+    assert "no meta.json" in capsys.readouterr().err
