@@ -91,7 +91,8 @@ def table(rows: list[dict], args, server_start_s: float | None) -> str:
         "calls from b threads, different prompts; tokens/s = completion tokens of the batch / wall "
         f"seconds of the batch. Median of {args.repeats} batches after one warm-up call.",
         "",
-        f"Machine: {MACHINE}. Python {platform.python_version()}, {os.cpu_count()} logical CPUs.",
+        f"Machine: {MACHINE}. Python {platform.python_version()}, {os.cpu_count()} logical CPUs; "
+        f"1-minute load average {args.load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end.",
         "",
         f"Command: `python bench/gateway_throughput.py --repeats {args.repeats} --max-tokens {args.max_tokens} "
         f"--batches {' '.join(map(str, args.batches))} --backends {' '.join(args.backends)} --write`",
@@ -126,7 +127,7 @@ def write_section(text: str) -> None:
     if SECTION in doc:
         head, rest = doc.split(SECTION, 1)
         nxt = rest.find("\n## ")
-        doc = head + text + (rest[nxt + 1:] if nxt >= 0 else "")
+        doc = head + text.rstrip("\n") + "\n" + (rest[nxt:] if nxt >= 0 else "")
     else:
         doc = doc.rstrip("\n") + "\n\n" + text
     tmp = BENCHMARKS.with_suffix(".md.tmp")
@@ -142,6 +143,7 @@ def main() -> int:
     parser.add_argument("--backends", nargs="+", choices=list(MODELS), default=["vllm", "transformers"])
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
+    args.load_before = os.getloadavg()[0]
     rows, server_start = [], None
     if "transformers" in args.backends:
         rows += measure("transformers", args.batches, args.repeats, args.max_tokens)

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-GATHER_S = 0.01     # how long a leader waits for other requests to join its batch
+GATHER_S = 0.05     # how long a leader waits for other requests to join its batch (s)
 log = logging.getLogger("toolorchestra.gateway")
 
 
