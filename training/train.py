@@ -30,6 +30,7 @@ import argparse  # noqa: E402
 import copy  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
+import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
@@ -120,6 +121,8 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
     save_config(cfg, run_dir / "config.yaml")
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
+    # the schedule counts training steps, also those whose batch was filtered empty
+    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before")
     torch.manual_seed(cfg.run.seed)
     device = torch.device(cfg.run.device)
 

@@ -277,21 +277,12 @@ def score_groups(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]],
 
 
 def make_judge(kind: str, model: str | None = None) -> Callable[[Task, Rollout], bool]:
-    """QA outcome: "exact" (upstream's rules), "contains" (+ the reference as a whole word of
-    the answer), "llm" (+ an LLM judge through LLM_CALL)."""
-    from evaluation.judge import Judge, rule_verdict
+    """QA outcome through evaluation.judge: "exact" (upstream's rules), "contains" (+ the
+    reference as a whole word of the answer), "llm" (+ `model` as judge via LLM_CALL)."""
+    from evaluation.judge import Judge
 
-    if kind == "llm":
-        llm_judge = Judge(model)
-        return lambda task, r: llm_judge(task.question, r.final_answer, task.answer or "").correct
-    if kind == "contains":
-        from orchestrator.quickstart import local_judge
-        return lambda task, r: local_judge(r.final_answer, task.answer or "")
-
-    def exact(task: Task, r: Rollout) -> bool:
-        verdict = rule_verdict(r.final_answer, task.answer or "")
-        return bool(verdict and verdict.correct)
-    return exact
+    judge = Judge(model if kind == "llm" else kind)
+    return lambda task, r: judge(task.question, r.final_answer, task.answer or "").correct
 
 
 # ---------------------------------------------------------------------------- log-probs

@@ -140,16 +140,21 @@ def checks(initial: dict, final: dict) -> dict:
 
 
 def print_table(initial: dict, final: dict, result: dict) -> None:
-    table = Table(title="quickstart: held-out tasks, before and after GRPO")
-    for col in ("policy", "accuracy", "$ / task", "s / task", f"{FAVOURED_ALIAS} share", "calls / task"):
-        table.add_column(col)
-    for name, s in (("initial (warm-up)", initial), ("final (GRPO)", final)):
-        calls = ", ".join(f"{a}: {c:.2f}" for a, c in s["tool_calls_per_task"].items())
-        table.add_row(name, f"{s['accuracy']:.2f}", f"{s['cost_per_task']:.6f}", f"{s['latency_per_task']:.2f}",
-                      f"{s['favoured_share']:.2f}", calls)
+    table = Table(title="quickstart: the same held-out tasks, before and after GRPO")
+    for col in ("", "initial (warm-up)", "final (GRPO)"):
+        table.add_column(col, justify="right")
+    rows = [("accuracy", "accuracy", "{:.2f}"), ("$ / task", "cost_per_task", "{:.6f}"),
+            ("s / task (tool latency)", "latency_per_task", "{:.2f}"),
+            (f"{FAVOURED_ALIAS} share of calls", "favoured_share", "{:.2f}")]
+    for title, key, fmt in rows:
+        table.add_row(title, fmt.format(initial[key]), fmt.format(final[key]))
+    aliases = sorted(set(initial["tool_calls_per_task"]) | set(final["tool_calls_per_task"]))
+    for alias in aliases:
+        table.add_row(f"{alias} calls / task", f"{initial['tool_calls_per_task'].get(alias, 0):.2f}",
+                      f"{final['tool_calls_per_task'].get(alias, 0):.2f}")
     console.print(table)
-    console.print(f"cost per task {-100 * result['cost_reduction']:+.0f}%; checks: "
-                  + ", ".join(f"{k}={v}" for k, v in result.items() if k != "cost_reduction"))
+    console.print(f"cost per task {-100 * result['cost_reduction']:+.0f}%; "
+                  + ", ".join(f"{k}: {v}" for k, v in result.items() if k != "cost_reduction"))
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
