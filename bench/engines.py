@@ -24,9 +24,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.embedded import smollm2_path  # noqa: E402
-from orchestrator.engine import SamplingParams  # noqa: E402
-from training.engines import make_engine  # noqa: E402
+from orchestrator.embedded import smollm2_path
+from orchestrator.engine import SamplingParams
+from training.engines import make_engine
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Rollout engines"

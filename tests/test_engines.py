@@ -21,10 +21,9 @@ CHOICES = ["<tool_call>A</tool_call>", "yes"]
 
 
 def tiny_model(seed: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from orchestrator.embedded import smollm2_path
-    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(smollm2_path())
     torch.manual_seed(seed)

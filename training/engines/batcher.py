@@ -124,7 +124,7 @@ class BatchingEngine:
             if head is None:                     # close(): everything before it has run
                 return
             if head.prompts is None:
-                self._settle(head, lambda: self.engine.update_weights(head.weights))
+                self._settle(head, lambda r=head: self.engine.update_weights(r.weights))
             else:
                 self._run_batch(head)
 

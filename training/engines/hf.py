@@ -18,8 +18,7 @@ from pathlib import Path
 import torch
 
 from orchestrator.engine import Generation, SamplingParams
-from training.engines.common import (completes_stop, decode, eos_token_ids, row_seeds,
-                                     validate_request)
+from training.engines.common import completes_stop, decode, eos_token_ids, row_seeds, validate_request
 
 
 class ChoiceTrie:

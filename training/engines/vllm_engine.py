@@ -78,7 +78,8 @@ class VLLMEngine:
         max_model_len: prompt + response tokens per sequence.
         weight_sync: "inplace" (reload into the running engine) or "rebuild" (save + restart).
         in_process: run engine core and worker in this process; default True on CPU.
-        work_dir: where saved weights go for "rebuild" (default: a temp folder).
+        work_dir: where weights given as a state dict are saved when they must go through disk
+            ("rebuild", or "inplace" across processes); default: the system temp folder.
         llm_kwargs: passed to `vllm.LLM` (e.g. gpu_memory_utilization, max_num_seqs).
     """
 
@@ -98,8 +99,8 @@ class VLLMEngine:
         self.weight_sync = weight_sync
         self.max_model_len = max_model_len
         self.work_dir = work_dir
-        self._llm_kwargs = dict(dtype=dtype or ("float32" if self.on_cpu else "auto"), seed=seed,
-                                max_model_len=max_model_len, enforce_eager=self.on_cpu)
+        self._llm_kwargs = {"dtype": dtype or ("float32" if self.on_cpu else "auto"), "seed": seed,
+                            "max_model_len": max_model_len, "enforce_eager": self.on_cpu}
         if self.on_cpu:
             self._llm_kwargs["max_num_seqs"] = 64                # rollout batches; shorter warm-up
         self._llm_kwargs.update(llm_kwargs)
@@ -120,6 +121,8 @@ class VLLMEngine:
 
         validate_request(prompts, params, self.vocab_size, self.max_model_len)
         seeds = row_seeds(params, len(prompts)) if seeds is None else list(seeds)
+        if len(seeds) != len(prompts):
+            raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts")
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
         with self._lock:
             outputs = self.llm.generate(requests, [self._sampling(params, s) for s in seeds], use_tqdm=False)
