@@ -1,0 +1,121 @@
+"""The learning quickstart's pieces: its world, its catalog, and warm-up turns that match the loop."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator.catalog import load_catalog
+from orchestrator.context import Budgets, Prompts
+from orchestrator.engine import Generation
+from orchestrator.loop import LoopConfig, run_episode
+from orchestrator.policy import TokenPolicy
+from orchestrator.records import LLMResponse, Usage
+from orchestrator.runtime import ToolRuntime
+from orchestrator.toolcall import allowed_call_strings
+from training.quickstart.env import FAVOURED_ALIAS, PROMPTS_DIR, TOOL_ALIASES, build_world, quickstart_catalog
+from training.quickstart.run import checks
+from training.trainer import load_tasks
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    out = tmp_path_factory.mktemp("qs")
+    paths = build_world(out, n_train=12, n_eval=8, n_people=40)
+    return paths, load_catalog(quickstart_catalog(out))
+
+
+def test_train_and_held_out_tasks_are_disjoint_and_balanced(world):
+    paths, _ = world
+    train, held_out = load_tasks([str(paths["train"])]), load_tasks([str(paths["eval"])])
+    assert len(train) == 12 and len(held_out) == 8
+    assert not {t.id for t in train} & {t.id for t in held_out}
+    assert not {t.question for t in train} & {t.question for t in held_out}
+    for split in (train, held_out):
+        kinds = [t.metadata["type"] for t in split]
+        assert kinds.count("lookup") == kinds.count("arithmetic")
+        assert all(set(t.tools) == set(TOOL_ALIASES) and t.preference[FAVOURED_ALIAS] > 0 for t in split)
+    docs = {json.loads(line)["id"] for line in paths["corpus"].read_text().splitlines()}
+    assert all(t.metadata["doc_id"] in docs for t in train + held_out if t.metadata["type"] == "lookup")
+
+
+def test_quickstart_catalog_keeps_tools_aliases_and_every_price(world):
+    _, catalog = world
+    base = load_catalog()
+    assert catalog.prices == base.prices and catalog.fees == base.fees
+    for tool in base.tools:
+        assert catalog.tool(tool.name).aliases == tool.aliases
+    # the favoured alias is not the cheapest search alias, so its rise is the preference's doing
+    usage = Usage(100, 20)
+    search = {a: catalog.llm_cost(s.model, usage) for a, s in catalog.tool("search").aliases.items()}
+    assert min(search, key=search.get) != FAVOURED_ALIAS
+
+
+class _Retriever:
+    def __init__(self, corpus):
+        self.docs = [json.loads(line) for line in corpus.read_text().splitlines()]
+
+    def retrieve(self, queries, topk):
+        name = queries[0].split(" was ")[1].split(" born")[0]
+        doc = next(d for d in self.docs if d["contents"].startswith(name))
+        return [[{"document": doc, "score": 1.0}]]
+
+
+def test_warmup_turns_are_exactly_what_the_loop_feeds_and_records(world):
+    """Demonstrations must match run time token for token, or the warm-up teaches another task."""
+    from training.quickstart.warmup import demonstrations
+    from training.tiny_policy import tiny_tokenizer
+
+    paths, catalog = world
+    tasks = load_tasks([str(paths["train"])])
+    lookup = next(t for t in tasks if t.metadata["type"] == "lookup")
+    arith = next(t for t in tasks if t.metadata["type"] == "arithmetic")
+    tok = tiny_tokenizer(allowed_call_strings(TOOL_ALIASES) * 20 + [t.question for t in tasks], 600)
+    prompts, budgets = Prompts.load(PROMPTS_DIR), Budgets(context_tokens=2048)
+    retriever = _Retriever(paths["corpus"])
+    demos = demonstrations([lookup, arith], tok, catalog, retriever, prompts=prompts, budgets=budgets,
+                           topk=1, seed=0)
+    assert len(demos) == 4
+    calls = [tok.decode(d.response_ids, skip_special_tokens=True) for d in demos]
+    assert ['"search"' in calls[0], '"answer"' in calls[1], '"enhance_reasoning"' in calls[2],
+            '"answer"' in calls[3]] == [True] * 4
+    assert all(d.response_ids[-1] == tok.eos_token_id and d.loss_mask == [1] * len(d.response_ids) for d in demos)
+
+    class Replay:                         # an engine answering with the demonstrated calls
+        tokenizer = tok
+
+        def __init__(self, turns):
+            self.turns, self.seen = list(turns), []
+
+        def generate(self, prompt_ids, params):
+            self.seen.append(prompt_ids[0])
+            demo = self.turns.pop(0)
+            return [Generation(demo.response_ids, [0.0] * len(demo.response_ids),
+                               tok.decode(demo.response_ids, skip_special_tokens=True))]
+
+    expression = arith.question.split("What is ")[1].split("?")[0]
+
+    def llm(model, messages, **kw):   # the code expert writes what the demonstration assumes
+        text = f"```python\nprint({expression})\n```" if "Python" in messages[0]["content"] else "x"
+        return LLMResponse(model=model, text=text, usage=Usage(10, 5))
+
+    def run_code(code, timeout):
+        return SimpleNamespace(stdout=arith.answer, stderr="", exit_code=0, timed_out=False, duration_s=0.0)
+
+    for task, turns in ((lookup, demos[:2]), (arith, demos[2:])):
+        engine = Replay(turns)
+        runtime = ToolRuntime(catalog=catalog, retriever=retriever, prompts=prompts, budgets=budgets, topk=1,
+                              llm=llm, run_code=run_code)
+        rollout = run_episode(task, TokenPolicy(engine, "Qwen3-8B"), runtime,
+                              LoopConfig(max_turns=2, constrained=True, budgets=budgets))
+        assert engine.seen == [t.prompt_ids for t in turns]
+        assert [t.response_ids for t in rollout.turns] == [t.response_ids for t in turns]
+
+
+def test_checks_compare_cost_accuracy_and_the_favoured_share():
+    initial = {"cost_per_task": 1e-3, "accuracy": 0.5, "favoured_share": 0.2}
+    final = {"cost_per_task": 0.55e-3, "accuracy": 0.5, "favoured_share": 0.4}
+    assert checks(initial, final) == {"cost_reduction": 0.45, "cost_at_least_40pct_lower": True,
+                                      "accuracy_not_lower": True, "favoured_share_rises": True}
+    assert checks(initial, {**final, "cost_per_task": 0.7e-3, "accuracy": 0.4})["cost_at_least_40pct_lower"] is False
