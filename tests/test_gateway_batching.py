@@ -34,6 +34,7 @@ class FakeModel:
 
 
 def _run_all(batcher: Batcher, jobs: list[Job]) -> list:
+    """Queue every job while the batcher is held busy, then release it: deterministic batches."""
     results: list = [None] * len(jobs)
 
     def go(i):
@@ -41,10 +42,16 @@ def _run_all(batcher: Batcher, jobs: list[Job]) -> list:
             results[i] = batcher.run(jobs[i])
         except Exception as exc:
             results[i] = exc
+    with batcher._lock:
+        batcher._busy = True
     threads = [threading.Thread(target=go, args=(i,)) for i in range(len(jobs))]
     for t in threads:
         t.start()
-        time.sleep(0.02)       # the first job leads alone; the rest queue behind it
+    while len(batcher._queue) < len(jobs):
+        time.sleep(0.01)
+    with batcher._lock:
+        batcher._busy = False
+        batcher._wake.notify_all()
     for t in threads:
         t.join(timeout=30)
     return results
@@ -55,23 +62,30 @@ def test_queued_jobs_with_equal_settings_share_one_left_padded_generate():
     batcher = Batcher(model, pad_id=PAD, max_batch=8)
     jobs = [Job(prompt=[5] * (1 + i), kwargs={"max_new_tokens": 2}, group=("g",)) for i in range(4)]
     results = _run_all(batcher, jobs)
-    assert [len(c["ids"]) for c in model.calls] == [1, 3]      # the leader alone, then the 3 that queued
-    second = model.calls[1]
-    assert second["ids"] == [[PAD, PAD, 5, 5], [PAD, 5, 5, 5], [5, 5, 5, 5]]   # left padding to width 4
-    assert second["mask"] == [[0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]]
-    # each job gets its own row back: [100 + row, its unpadded prompt length]
-    assert results == [[100, 1], [100, 2], [101, 3], [102, 4]]
+    assert len(model.calls) == 1 and batcher.stats == {"generate_calls": 1, "jobs": 4}
+    call = model.calls[0]
+    width = 4
+    for row, mask in zip(call["ids"], call["mask"]):     # left padding to the longest prompt
+        n = sum(mask)
+        assert row == [PAD] * (width - n) + [5] * n and mask == [0] * (width - n) + [1] * n
+    # each job gets its own row back: [100 + row index, its unpadded prompt length]
+    assert sorted(r[0] for r in results) == [100, 101, 102, 103]
+    assert [r[1] for r in results] == [1, 2, 3, 4]
 
 
 def test_different_settings_never_share_a_batch_and_max_batch_is_respected():
-    model = FakeModel()
+    model = FakeModel(delay_s=0.05)
     batcher = Batcher(model, pad_id=PAD, max_batch=2)
-    jobs = [Job(prompt=[1], kwargs={"do_sample": i % 2 == 0}, group=(i % 2,)) for i in range(7)]
-    _run_all(batcher, jobs)
+    # group 0 prompts are [10], group 1 prompts [11]: a mixed batch would show both in one call
+    jobs = [Job(prompt=[10 + i % 2], kwargs={"do_sample": i % 2 == 0}, group=(i % 2,)) for i in range(7)]
+    results = _run_all(batcher, jobs)
+    assert all(isinstance(r, list) for r in results)
     for call in model.calls:
-        assert len(call["ids"]) <= 2
-        assert len({call["kwargs"]["do_sample"]}) == 1
+        assert 1 <= len(call["ids"]) <= 2
+        assert len({row[0] for row in call["ids"]}) == 1
     assert sum(len(c["ids"]) for c in model.calls) == 7
+    assert len(model.calls) == 4            # groups of 4 and 3 jobs, two per call: 2 + 2 calls
+    assert sorted(str(c["kwargs"]["do_sample"]) for c in model.calls) == ["False", "False", "True", "True"]
 
 
 def test_deadline_becomes_max_time_and_constraints_apply_per_row():
