@@ -15,6 +15,8 @@ import random
 
 import pytest
 
+pytestmark = pytest.mark.slow   # starts a Ray cluster and DeepSpeed ranks (~1-3 min)
+
 pytest.importorskip("ray", reason="scale-out tests need ray[default] (pip install 'ray[default]==2.60.*')")
 pytest.importorskip("deepspeed", reason="scale-out tests need deepspeed (pip install deepspeed==0.19.8)")
 
@@ -126,6 +128,38 @@ def test_split_mode_zero2_two_ranks_equal_one_process_and_engine_gets_the_weight
         from safetensors.torch import load_file
         saved = load_file(str(last.model_dir / "model.safetensors"))
         assert digest(saved.items()) == digests["trainer"]
+
+        # 4. resume: a third step continues from checkpoint 2 (DeepSpeed state reloaded)
+        cfg3 = load_config(None, overrides(tmp_path, policy_dir, tasks, **{
+            "trainer.total_steps": 3, "run.threads": 1, "algorithm.micro_batch_size": 2}))
+        run_distributed(cfg3, dist, runtime=fake_runtime(), policy=policy)
+        assert [m["step"] for m in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
+        digests = policy.weights_digests()
+        assert digests["trainer"] == digests["rollout-0"] != digest(saved.items())
+    finally:
+        policy.shutdown()
+
+
+def test_colocated_engine_in_the_rank_process_takes_the_weights_in_process(world, ray_local, tmp_path):
+    from transformers import AutoTokenizer
+
+    from training.distributed.group import RayPolicy
+
+    policy_dir, tasks = world
+    cfg = load_config(None, overrides(tmp_path, policy_dir, tasks, **{"run.threads": 1, "algorithm.kl_coef": 0}))
+    dist = DistributedConfig(backend="ray", mode="colocated", trainer_workers=1, cpus_per_worker=1)
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    policy = RayPolicy.start(cfg, dist, str(policy_dir), tokenizer)
+    try:
+        assert policy.sync_kind == "inprocess" and policy.engine.names == ["trainer-0"]
+        before = policy.weights_digests()
+        policy.update(_samples(len(tokenizer), n=3), pad_id=0, temperature=1.0, micro_batch_size=4, ppo_epochs=1,
+                      mini_batches=1, old_logprobs="recompute", seed=1,
+                      loss={"eps_low": 0.2, "eps_high": 0.28, "dual_clip": 10.0, "kl_coef": 0.0, "kl_type": "mse"})
+        assert policy.weights_digests()["trainer-0-engine"] == before["trainer-0-engine"]   # not synced yet
+        assert policy.sync() >= 0
+        after = policy.weights_digests()
+        assert after["trainer"] == after["trainer-0-engine"] != before["trainer"]
     finally:
         policy.shutdown()
 
@@ -174,3 +208,36 @@ def test_weight_buckets_respect_the_size_limit_and_round_trip():
         for name, view in unpack(bucket, pack(bucket, tensors, "cpu")):
             assert torch.equal(view, tensors[name])
     assert json.dumps([b.numel for b in plan]) == json.dumps([256 * 256 + 10, 300 * 300, 64, 3])
+
+
+def test_distributed_section_embeds_in_the_training_config():
+    """What training/config.py's TrainConfig gains with `distributed: DistributedConfig`: its
+    loader checks the section like any other (types, unknown keys, overrides)."""
+    import dataclasses
+
+    from training.config import ConfigError, TrainConfig, from_dict
+
+    fields = [(f.name, f.type, f) for f in dataclasses.fields(TrainConfig)]
+    Embedded = dataclasses.make_dataclass("Embedded", fields + [
+        ("distributed", DistributedConfig, dataclasses.field(default_factory=DistributedConfig))])
+    Embedded.__module__ = TrainConfig.__module__   # resolve the string annotations there
+    cfg = from_dict(Embedded, {"distributed": {"backend": "ray", "zero_stage": 3,
+                                               "engine_args": {"gpu_memory_utilization": 0.5}}}, "")
+    assert cfg.distributed.zero_stage == 3 and cfg.distributed.engine_args == {"gpu_memory_utilization": 0.5}
+    with pytest.raises(ConfigError, match=r"distributed.mode: 'both' is not one of"):
+        from_dict(Embedded, {"distributed": {"mode": "both"}}, "")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['gpus'\]"):
+        from_dict(Embedded, {"distributed": {"gpus": 8}}, "")
+
+
+def test_impossible_combinations_fail_before_anything_starts():
+    from training.distributed.config import validate_distributed
+
+    cases = [(DistributedConfig(weight_sync="cuda_ipc"), "cpu", "hf", "cuda_ipc needs run.device: cuda"),
+             (DistributedConfig(mode="split", weight_sync="inprocess"), "cpu", "hf", "inprocess needs mode: colocated"),
+             (DistributedConfig(mode="colocated"), "cuda", "vllm", "cannot share the trainer's process"),
+             (DistributedConfig(zero_stage=4), "cpu", "hf", "zero_stage: 1, 2 or 3"),
+             (DistributedConfig(trainer_workers=0), "cpu", "hf", "trainer_workers: must be >= 1")]
+    for dist, device, kind, message in cases:
+        with pytest.raises(DistributedConfigError, match=message):
+            validate_distributed(dist, device=device, engine_kind=kind)

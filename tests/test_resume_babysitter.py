@@ -214,3 +214,15 @@ def test_server_root_strips_the_openai_suffix():
     assert server_root("http://n1:8000/v1") == "http://n1:8000"
     assert server_root("http://n1:8000/v1/") == "http://n1:8000"
     assert server_root("http://n1:8001") == "http://n1:8001"
+
+
+def test_the_example_cluster_config_loads(monkeypatch):
+    from pathlib import Path
+
+    for var in ("SLURM_ACCOUNT", "SLURM_PARTITION", "RUN", "MODELS_DIR"):
+        monkeypatch.setenv(var, f"/x/{var.lower()}")
+    cfg = load_babysitter_config(Path(__file__).resolve().parents[1] / "slurm" / "cluster.example.yaml")
+    assert [j.name for j in cfg.jobs] == ["experts-a", "experts-b", "retrieval", "train"]
+    assert cfg.sbatch_args == ["--account=/x/slurm_account", "--partition=/x/slurm_partition"]
+    assert cfg.jobs[0].env["MODELS"].split() == ["Qwen3-32B=/x/models_dir/Qwen3-32B:4",
+                                                 "Qwen2.5-Coder-32B-Instruct=/x/models_dir/Qwen2.5-Coder-32B-Instruct:4"]

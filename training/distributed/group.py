@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,12 +79,6 @@ def _split(start: int, stop: int, parts: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class _Staged:
     """Looks like a model to `training.checkpoint.save_checkpoint`: `save_pretrained` moves
@@ -111,39 +104,67 @@ class RayPolicy:
 
     # ------------------------------------------------------------------ start
     @classmethod
-    def start(cls, cfg, dist: DistributedConfig, model_path: str, tokenizer, *,
-              engine_kwargs: dict | None = None, total_steps: int = 1) -> "RayPolicy":
+    def start(cls, cfg, dist: DistributedConfig, model_path: str, tokenizer, *, total_steps: int = 1) -> "RayPolicy":
         """Validate, connect to Ray, check resources, place and start every actor.
 
         cfg: the TrainConfig (run, model, engine, optim, algorithm sections are read).
         model_path: the weights to start from (the initial policy or a checkpoint's model/).
+        Anything started is stopped again when a later part fails.
         """
         import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from training.distributed.placement import Placement, connect
-        from training.distributed.rollout_worker import RolloutWorker
-        from training.distributed.train_worker import TrainWorker
 
-        device, on_gpu = cfg.run.device, cfg.run.device.startswith("cuda")
-        validate_distributed(dist, device=device, engine_kind=cfg.engine.kind)
+        on_gpu = cfg.run.device.startswith("cuda")
+        validate_distributed(dist, device=cfg.run.device, engine_kind=cfg.engine.kind)
         connect(dist.ray_address)
         placement = Placement.for_config(dist, on_gpu)
         placement.check(ray.cluster_resources())
         pg = placement.reserve()
-        backend = dist.comm_backend if dist.comm_backend != "auto" else ("nccl" if on_gpu else "gloo")
-        threads = cfg.run.threads
+        policy = cls(dist, [], [], None, resolved_sync(dist, on_gpu), pg, dist.bucket_mb,
+                     dist.comm_backend if dist.comm_backend != "auto" else ("nccl" if on_gpu else "gloo"))
+        try:
+            policy._start_actors(cfg, placement, model_path, tokenizer, total_steps)
+        except BaseException:
+            policy.shutdown()
+            raise
+        return policy
 
-        def bundle(i: int, resources: dict) -> dict:
-            return dict(num_cpus=resources.get("CPU", 0), num_gpus=resources.get("GPU", 0),
-                        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
+    def _start_actors(self, cfg, placement, model_path: str, tokenizer, total_steps: int) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from training.distributed.rollout_worker import RolloutWorker
+        from training.distributed.train_worker import TrainWorker
+
+        dist, device, threads = self.dist, cfg.run.device, cfg.run.threads
+        ipc = self.sync_kind == "cuda_ipc"     # engine in its own process on the rank's GPU
+
+        def on(i: int, resources: dict, gpu_share: float = 1.0) -> dict:
+            return dict(num_cpus=resources.get("CPU", 0) * gpu_share, num_gpus=resources.get("GPU", 0) * gpu_share,
+                        scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i))
 
         n = dist.trainer_workers
-        first = ray.remote(_Probe).options(**bundle(0, {})).remote()
-        master_addr, master_port = ray.get(first.address.remote())
-        ray.kill(first)
-        trainers = [ray.remote(TrainWorker).options(**bundle(i, placement.trainer_bundles[i])).remote(
-            i, n, master_addr, master_port, backend=backend, device=device, threads=threads) for i in range(n)]
+        share = 0.5 if ipc else 1.0
+        self.trainers = [ray.remote(TrainWorker).options(**on(i, placement.trainer_bundles[i], share)).remote(
+            i, n, device=device, threads=threads) for i in range(n)]
+        engine_kwargs = dict(dist.engine_args)
+        if cfg.engine.kind == "vllm":
+            if dist.mode == "split" and dist.tensor_parallel > 1:
+                engine_kwargs.setdefault("tensor_parallel_size", dist.tensor_parallel)
+            elif dist.mode == "split":
+                engine_kwargs.setdefault("in_process", True)   # new weights arrive as tensors, not files
+            if ipc and dist.engine_sleep:
+                engine_kwargs.setdefault("enable_sleep_mode", True)
+        # engines start while the trainer ranks load
+        if ipc:
+            self.rollouts = [ray.remote(RolloutWorker).options(**on(i, placement.trainer_bundles[i], 0.5)).remote(
+                cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads) for i in range(n)]
+        elif dist.mode == "split":
+            self.rollouts = [ray.remote(RolloutWorker).options(**on(n + j, placement.rollout_bundles[j])).remote(
+                cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads)
+                for j in range(dist.rollout_workers)]
+        master = ray.get(self.trainers[0].address.remote())
         reference = None
         if cfg.algorithm.kl_coef > 0:
             reference = cfg.model.path if cfg.model.reference == "same" else cfg.model.reference
@@ -152,34 +173,24 @@ class RayPolicy:
         ds = deepspeed_config(zero_stage=dist.zero_stage, grad_clip=cfg.optim.grad_clip, dtype=cfg.model.dtype,
                               offload_optimizer=dist.offload_optimizer, optimizer=optim)
         scheduler = {"kind": cfg.optim.scheduler, "warmup": cfg.optim.warmup_steps, "total": total_steps}
-        ray.get([t.setup.remote(model_path=model_path, reference_path=reference, dtype=cfg.model.dtype,
-                                ds_config=ds, optim=optim, scheduler=scheduler,
-                                reference_offload=dist.reference == "offload",
+        ray.get([t.setup.remote(master=master, backend=self.comm_backend, model_path=model_path,
+                                reference_path=reference, dtype=cfg.model.dtype, ds_config=ds, optim=optim,
+                                scheduler=scheduler, reference_offload=dist.reference == "offload",
                                 gradient_checkpointing=cfg.model.gradient_checkpointing, seed=cfg.run.seed)
-                 for t in trainers])
-        engine_kwargs = dict(engine_kwargs or {})
-        sync = resolved_sync(dist, on_gpu)
-        if dist.mode == "colocated":
-            ray.get([t.start_engine.remote(cfg.engine.kind, model_path, engine_kwargs) for t in trainers])
-            workers, names = trainers, [f"trainer-{i}" for i in range(n)]
-            rollouts = []
+                 for t in self.trainers] + [w.ready.remote() for w in self.rollouts])
+        if self.sync_kind == "inprocess":
+            ray.get([t.start_engine.remote(cfg.engine.kind, model_path, engine_kwargs) for t in self.trainers])
+            workers, names = self.trainers, [f"trainer-{i}" for i in range(n)]
         else:
-            if cfg.engine.kind == "vllm" and dist.tensor_parallel > 1:
-                engine_kwargs.setdefault("tensor_parallel_size", dist.tensor_parallel)
-            rollouts = [ray.remote(RolloutWorker).options(**bundle(n + j, placement.rollout_bundles[j])).remote(
-                cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads)
-                for j in range(dist.rollout_workers)]
-            ray.get([w.ready.remote() for w in rollouts])
-            workers, names = rollouts, [f"rollout-{j}" for j in range(len(rollouts))]
-        policy = cls(dist, trainers, rollouts, RayEngine(workers, names, tokenizer), sync, pg, dist.bucket_mb, backend)
-        if sync == "broadcast":
-            policy._join_sync_group(master_addr)
-        return policy
+            workers, names = self.rollouts, [f"rollout-{j}" for j in range(len(self.rollouts))]
+        self.engine = RayEngine(workers, names, tokenizer)
+        if self.sync_kind == "broadcast":
+            self._join_sync_group(master[0])
 
     def _join_sync_group(self, host: str) -> None:
         import ray
 
-        port = ray.get(self.trainers[0].free_port.remote())
+        _, port = ray.get(self.trainers[0].address.remote())
         world = 1 + len(self.rollouts)
         calls = [self.trainers[0].join_sync_group.remote(host, port, world, self.comm_backend)]
         calls += [w.join_sync_group.remote(host, port, 1 + j, world, self.comm_backend)
@@ -192,6 +203,8 @@ class RayPolicy:
         """One PPO step over every trainer rank; the metrics `ppo_update` reports, plus time."""
         import ray
 
+        if self.sync_kind == "cuda_ipc":   # colocated engines give their GPU memory to the update
+            ray.get([w.sleep.remote() for w in self.rollouts])
         shards = shard_samples(samples, len(self.trainers), mini_batches, micro_batch_size)
         settings = {"pad_id": pad_id, "temperature": temperature, "ppo_epochs": ppo_epochs,
                     "old_logprobs": old_logprobs, "seed": seed, "loss": loss}
@@ -216,10 +229,10 @@ class RayPolicy:
         self._check_engines_alive()
         if self._plan is None:
             self._plan = ray.get(self.trainers[0].weight_plan.remote(self.bucket_mb))
-        if self.sync_kind == "cuda_ipc":
-            handles = ray.get(self.trainers[0].export_ipc.remote(self._plan))
-            seconds = max(ray.get([w.receive_ipc.remote(handles) for w in self.rollouts]))
-            ray.get(self.trainers[0].release_ipc.remote())
+        if self.sync_kind == "cuda_ipc":   # trainer rank i -> the engine on the same GPU
+            handles = ray.get([t.export_ipc.remote(self._plan) for t in self.trainers])
+            seconds = max(ray.get([w.receive_ipc.remote(h) for w, h in zip(self.rollouts, handles)]))
+            ray.get([t.release_ipc.remote() for t in self.trainers])
             return seconds
         sends = [t.send_weights.remote(self._plan) for t in self.trainers]
         receives = [w.receive_weights.remote(self._plan) for w in self.rollouts]
@@ -278,18 +291,13 @@ class RayPolicy:
         return out
 
     def shutdown(self) -> None:
+        """Stop every actor and release the placement group."""
         import ray
         from ray.util.placement_group import remove_placement_group
 
         for actor in self.trainers + self.rollouts:
             ray.kill(actor)
-        remove_placement_group(self.pg)
-
-
-class _Probe:
-    """Finds rank 0's node address and a free port there, for DeepSpeed's rendezvous."""
-
-    def address(self) -> tuple[str, int]:
-        import ray
-
-        return ray.util.get_node_ip_address(), _free_port()
+        self.trainers, self.rollouts = [], []
+        if self.pg is not None:
+            remove_placement_group(self.pg)
+            self.pg = None

@@ -12,7 +12,6 @@ mode puts each rank's engine in the rank's own process, so it needs no bundle of
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from training.distributed.config import DistributedConfig, DistributedConfigError, gpus_needed
@@ -24,16 +23,13 @@ def connect(address: str, *, num_cpus: int | None = None):
 
     if ray.is_initialized():
         return ray
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (_repo_root(), os.environ.get("PYTHONPATH")) if p)}}
+    # Actors import `training.*` like this process does: the package is installed (pip -e),
+    # or slurm/train.sbatch puts the repository on PYTHONPATH for every node.
     if address == "local":
-        ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="WARNING", runtime_env=env)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="WARNING")
     else:
-        ray.init(address=address, logging_level="WARNING", runtime_env=env)
+        ray.init(address=address, logging_level="WARNING")
     return ray
-
-
-def _repo_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclass

@@ -13,6 +13,13 @@ import torch
 from training.distributed.weight_sync import Bucket, SyncGroup, digest, receive_ipc, unpack
 
 
+def can_sleep(engine) -> bool:
+    """A vLLM engine on GPU started with enable_sleep_mode=True."""
+    llm = getattr(engine, "llm", None)
+    config = getattr(getattr(llm, "llm_engine", None), "vllm_config", None)
+    return bool(config is not None and config.model_config.enable_sleep_mode and torch.cuda.is_available())
+
+
 class RolloutWorker:
     def __init__(self, kind: str, model_path: str, engine_kwargs: dict, *, device: str, threads: int = 0):
         from training.engines import make_engine
@@ -25,6 +32,24 @@ class RolloutWorker:
         self.kind = kind
         self.engine = make_engine(kind, model_path, **engine_kwargs)
         self.sync_group: SyncGroup | None = None
+        self.asleep = False
+
+    def sleep(self) -> None:
+        """Colocated: free the engine's weights and KV cache while the trainer updates
+        (vLLM sleep mode level 1; a no-op for engines without it)."""
+        if can_sleep(self.engine) and not self.asleep:
+            self.engine.llm.sleep(level=1)
+            self.asleep = True
+
+    def _load(self, weights: dict[str, torch.Tensor]) -> None:
+        """Wake the weights, load the new ones, then wake the KV cache (weights first keeps the
+        peak memory at weights + one copy, not weights + KV cache + copy)."""
+        if self.asleep:
+            self.engine.llm.wake_up(tags=["weights"])
+        self.engine.update_weights(weights)
+        if self.asleep:
+            self.engine.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
 
     def ready(self) -> bool:
         return True
@@ -41,7 +66,7 @@ class RolloutWorker:
         weights: dict[str, torch.Tensor] = {}
         for bucket, flat in self.sync_group.receive(plan):
             weights.update(unpack(bucket, flat))      # views: `flat` stays alive through them
-        self.engine.update_weights(weights)
+        self._load(weights)
         return time.perf_counter() - started
 
     def receive_ipc(self, handles: list) -> float:
@@ -50,7 +75,7 @@ class RolloutWorker:
         weights: dict[str, torch.Tensor] = {}
         for bucket, flat in receive_ipc(handles):
             weights.update({n: t.clone() for n, t in unpack(bucket, flat)})
-        self.engine.update_weights(weights)
+        self._load(weights)
         torch.cuda.synchronize()
         return time.perf_counter() - started
 

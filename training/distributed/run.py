@@ -58,12 +58,18 @@ def run_distributed(cfg, dist: DistributedConfig | None = None, *, runtime=None,
     checkpoint = ckpt.verify_checkpoint(resume_from, fingerprint(cfg)) if resume_from else None
     model_path = str(checkpoint.model_dir) if checkpoint else cfg.model.path
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    layout = {"trainer_workers": dist.trainer_workers, "zero_stage": dist.zero_stage}
+    state = checkpoint.load_state() if checkpoint else {}
+    if checkpoint and state.get("distributed", layout) != layout:   # checked before any actor starts
+        raise ckpt.CheckpointError(
+            f"checkpoint {checkpoint.path} was written by {state['distributed']} but this config has {layout}: "
+            "DeepSpeed's optimizer partitions only load into the same ranks and stage; resume with those "
+            "distributed settings, or start a new run.dir from its model/ folder")
     owned = policy is None
     policy = policy or RayPolicy.start(cfg, dist, model_path, tokenizer, total_steps=total_steps)
     sampler = TaskSampler(len(tasks), cfg.run.seed, cfg.data.shuffle)
     start_step, wandb_id = 0, None
     if checkpoint:
-        state = checkpoint.load_state()
         policy.load(checkpoint.path, state.get("scheduler"))
         ckpt.set_rng_state(state["rng"])
         sampler.position, start_step, wandb_id = state["data_position"], checkpoint.step, state.get("wandb_id")
@@ -84,7 +90,8 @@ def run_distributed(cfg, dist: DistributedConfig | None = None, *, runtime=None,
                    + (f"resuming from {checkpoint.path} (step {start_step})" if checkpoint else "starting fresh"))
 
     def save(step: int, data_position: int) -> None:
-        state = {"rng": ckpt.rng_state(), "data_position": data_position, "step": step, "wandb_id": logger.wandb_id}
+        state = {"rng": ckpt.rng_state(), "data_position": data_position, "step": step, "wandb_id": logger.wandb_id,
+                 "distributed": layout}
         path = policy.save(run_dir / "checkpoints", step, tokenizer, state, fingerprint(cfg),
                            keep=cfg.trainer.keep_checkpoints)
         logger.message(f"checkpoint: {path}")

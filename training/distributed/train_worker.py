@@ -17,34 +17,42 @@ from training.distributed.weight_sync import Bucket, SyncGroup, digest, ipc_hand
 
 
 class TrainWorker:
-    def __init__(self, rank: int, world: int, master_addr: str, master_port: int, *, backend: str,
-                 device: str, threads: int = 0):
-        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", LOCAL_SIZE="1",
-                          MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+    def __init__(self, rank: int, world: int, *, device: str, threads: int = 0):
         if threads:
             torch.set_num_threads(threads)
-        import deepspeed
-
         self.rank, self.world = rank, world
         self.device = torch.device("cuda", 0) if device.startswith("cuda") else torch.device("cpu")
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
         self.engine = self.reference = self.rollout = None
         self.sync_group: SyncGroup | None = None
         self._ipc_keepalive: list = []
 
+    def address(self) -> tuple[str, int]:
+        """This node's address and a free port on it (rank 0 hosts the rendezvous)."""
+        import socket
+
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return ray.util.get_node_ip_address(), s.getsockname()[1]
+
     # ------------------------------------------------------------------ set-up
-    def setup(self, *, model_path: str, reference_path: str | None, dtype: str, ds_config: dict,
-              optim: dict, scheduler: dict, reference_offload: bool, gradient_checkpointing: bool,
-              seed: int) -> dict[str, Any]:
-        """Load the policy (+ reference), wrap it in DeepSpeed; returns {"params": count}."""
+    def setup(self, *, master: tuple[str, int], backend: str, model_path: str, reference_path: str | None,
+              dtype: str, ds_config: dict, optim: dict, scheduler: dict, reference_offload: bool,
+              gradient_checkpointing: bool, seed: int) -> dict[str, Any]:
+        """Join the trainer ranks' process group (`master`: rank 0's address and port), load
+        the policy (+ reference), wrap it in DeepSpeed; returns {"params": count}."""
         import deepspeed
         from transformers import AutoModelForCausalLM
 
         from training.train import make_scheduler
         from training.trainer import check_logprob_path
 
+        os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", LOCAL_SIZE="1",
+                          MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
         torch.manual_seed(seed)
         torch_dtype = getattr(torch, dtype)
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).eval()
@@ -63,14 +71,6 @@ class TrainWorker:
         self.scheduler = make_scheduler(optimizer or opt, scheduler["kind"], scheduler["warmup"], scheduler["total"])
         check_logprob_path(self.engine.module, self.engine.module.get_input_embeddings().weight.shape[0], self.device)
         return {"params": sum(p.numel() for p in model.parameters())}
-
-    def free_port(self) -> int:
-        """A free TCP port on this node (for the weight-sync group's store)."""
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return s.getsockname()[1]
 
     # ------------------------------------------------------------------ update
     def update(self, shard, settings: dict) -> dict[str, float]:
@@ -149,26 +149,10 @@ class TrainWorker:
         return self.rollout.generate(prompts, params, seeds=seeds)
 
     def sync_inprocess(self) -> float:
-        """Colocated: hand the new weights to this process's engine; returns seconds.
-        A vLLM engine with sleep mode wakes its weights first and its KV cache last."""
+        """Colocated: hand the new weights to this process's engine; returns seconds."""
         started = time.perf_counter()
-        llm = getattr(self.rollout, "llm", None)
-        sleeping = llm is not None and getattr(self, "_engine_asleep", False)
-        if sleeping:
-            llm.wake_up(tags=["weights"])
         self.rollout.update_weights(self._full_weights())
-        if sleeping:
-            llm.wake_up(tags=["kv_cache"])
-            self._engine_asleep = False
         return time.perf_counter() - started
-
-    def engine_sleep(self) -> None:
-        """Colocated vLLM with enable_sleep_mode: free weights and KV cache for the update."""
-        llm = getattr(self.rollout, "llm", None)
-        if llm is not None and self.device.type == "cuda" and getattr(llm.llm_engine, "vllm_config", None) \
-                and llm.llm_engine.vllm_config.model_config.enable_sleep_mode:
-            llm.sleep(level=1)
-            self._engine_asleep = True
 
     def engine_digest(self) -> str:
         return digest(self.rollout.model.named_parameters()) if hasattr(self.rollout, "model") else ""
