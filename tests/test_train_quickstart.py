@@ -22,17 +22,17 @@ from training.trainer import load_tasks
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     out = tmp_path_factory.mktemp("qs")
-    paths = build_world(out, n_train=12, n_eval=8, n_people=40)
+    paths = build_world(out, n_train=12, n_eval=8, n_warmup=6, n_people=40)
     return paths, load_catalog(quickstart_catalog(out))
 
 
 def test_train_and_held_out_tasks_are_disjoint_and_balanced(world):
     paths, _ = world
-    train, held_out = load_tasks([str(paths["train"])]), load_tasks([str(paths["eval"])])
-    assert len(train) == 12 and len(held_out) == 8
-    assert not {t.id for t in train} & {t.id for t in held_out}
-    assert not {t.question for t in train} & {t.question for t in held_out}
-    for split in (train, held_out):
+    train, held_out, warm = (load_tasks([str(paths[k])]) for k in ("train", "eval", "warmup"))
+    assert (len(train), len(held_out), len(warm)) == (12, 8, 6)
+    for a, b in ((train, held_out), (warm, held_out), (train, warm)):
+        assert not {t.question for t in a} & {t.question for t in b}
+    for split in (train, held_out, warm):
         kinds = [t.metadata["type"] for t in split]
         assert kinds.count("lookup") == kinds.count("arithmetic")
         assert all(set(t.tools) == set(TOOL_ALIASES) and t.preference[FAVOURED_ALIAS] > 0 for t in split)
@@ -74,12 +74,12 @@ def test_warmup_turns_are_exactly_what_the_loop_feeds_and_records(world):
     tok = tiny_tokenizer(allowed_call_strings(TOOL_ALIASES) * 20 + [t.question for t in tasks], 600)
     prompts, budgets = Prompts.load(PROMPTS_DIR), Budgets(context_tokens=2048)
     retriever = _Retriever(paths["corpus"])
-    demos = demonstrations([lookup, arith], tok, catalog, retriever, prompts=prompts, budgets=budgets,
-                           topk=1, seed=0)
-    assert len(demos) == 4
-    calls = [tok.decode(d.response_ids, skip_special_tokens=True) for d in demos]
-    assert ['"search"' in calls[0], '"answer"' in calls[1], '"enhance_reasoning"' in calls[2],
-            '"answer"' in calls[3]] == [True] * 4
+    demos = demonstrations([lookup, arith], tok, catalog, retriever, prompts=prompts, budgets=budgets, topk=1)
+    # every alias once: 3 search + 2 answer turns for the lookup, 2 reasoner + 2 answer for the sum
+    calls = [json.loads(tok.decode(d.response_ids, skip_special_tokens=True).split("\n")[1]) for d in demos]
+    assert [c["arguments"]["model"] for c in calls] == ["search-1", "search-2", "search-3", "answer-1",
+                                                        "answer-math-2", "reasoner-1", "reasoner-2",
+                                                        "answer-1", "answer-math-2"]
     assert all(d.response_ids[-1] == tok.eos_token_id and d.loss_mask == [1] * len(d.response_ids) for d in demos)
 
     class Replay:                         # an engine answering with the demonstrated calls
@@ -103,7 +103,7 @@ def test_warmup_turns_are_exactly_what_the_loop_feeds_and_records(world):
     def run_code(code, timeout):
         return SimpleNamespace(stdout=arith.answer, stderr="", exit_code=0, timed_out=False, duration_s=0.0)
 
-    for task, turns in ((lookup, demos[:2]), (arith, demos[2:])):
+    for task, turns in ((lookup, [demos[2], demos[4]]), (arith, [demos[6], demos[8]])):
         engine = Replay(turns)
         runtime = ToolRuntime(catalog=catalog, retriever=retriever, prompts=prompts, budgets=budgets, topk=1,
                               llm=llm, run_code=run_code)

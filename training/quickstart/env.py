@@ -72,26 +72,29 @@ def _with_tools(tasks: list[Task]) -> list[Task]:
     return tasks
 
 
-def build_world(out: Path, *, n_train: int, n_eval: int, n_people: int = 200, seed: int = 0) -> dict[str, Path]:
-    """Write corpus.jsonl, train.jsonl and eval.jsonl (half lookup, half arithmetic each).
+def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_people: int = 200,
+                seed: int = 0) -> dict[str, Path]:
+    """Write corpus.jsonl and train / eval / warmup .jsonl (half lookup, half arithmetic each).
 
-    Train and held-out tasks ask about different people and different numbers.
+    The splits ask about different people and different numbers; `warmup` holds the tasks
+    whose demonstrations the starting policy is taught on (never evaluated).
     """
     out.mkdir(parents=True, exist_ok=True)
     people = build_people(n_people, seed)
-    n_lookup = (n_train + n_eval) // 2
-    tasks = build_tasks(people, n_lookup, n_train + n_eval - n_lookup, seed)
+    sizes = {"train": n_train, "eval": n_eval, "warmup": n_warmup}
+    n_lookup = sum(n // 2 for n in sizes.values())
+    tasks = build_tasks(people, n_lookup, sum(sizes.values()) - n_lookup, seed)
     lookup = [t for t in tasks if t.metadata["type"] == "lookup"]
     arith = [t for t in tasks if t.metadata["type"] == "arithmetic"]
     rng = random.Random(seed)
-    train = lookup[:n_train // 2] + arith[:n_train - n_train // 2]
-    held_out = lookup[n_train // 2:] + arith[n_train - n_train // 2:]
-    rng.shuffle(train)
-    rng.shuffle(held_out)
-    paths = {"corpus": out / "corpus.jsonl", "train": out / "train.jsonl", "eval": out / "eval.jsonl"}
+    paths = {"corpus": out / "corpus.jsonl"}
     paths["corpus"].write_text("".join(json.dumps({"id": p.id, "contents": p.passage()}) + "\n" for p in people))
-    for name, split in (("train", train), ("eval", held_out)):
+    for name, n in sizes.items():
+        split = lookup[:n // 2] + arith[:n - n // 2]
+        lookup, arith = lookup[n // 2:], arith[n - n // 2:]
+        rng.shuffle(split)
         rows = [{**asdict(t), "metadata": json.dumps(t.metadata)} for t in _with_tools(split)]
+        paths[name] = out / f"{name}.jsonl"
         paths[name].write_text("".join(json.dumps(r) + "\n" for r in rows))
     return paths
 

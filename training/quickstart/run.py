@@ -47,14 +47,15 @@ def _paths_overrides(out: Path) -> list[str]:
             f"tools.index={world / 'index'}"]
 
 
-def prepare_world(out: Path, cfg: TrainConfig, n_train: int, n_eval: int) -> dict[str, Path]:
-    paths = build_world(out / "world", n_train=n_train, n_eval=n_eval, seed=cfg.run.seed)
+def prepare_world(out: Path, cfg: TrainConfig, args) -> dict[str, Path]:
+    paths = build_world(out / "world", n_train=args.train_tasks, n_eval=args.eval_tasks,
+                        n_warmup=args.warmup_tasks, seed=cfg.run.seed)
     quickstart_catalog(out / "world")
     paths["index"] = build_index(paths["corpus"], out / "world" / "index")
     return paths
 
 
-def prepare_policy(out: Path, cfg: TrainConfig, runtime, train_tasks: list[Task], args) -> Path:
+def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task], args) -> Path:
     """Tiny random policy with SmolLM2's tokenizer, then the supervised warm-up."""
     from transformers import AutoTokenizer
 
@@ -65,10 +66,9 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, train_tasks: list[Task]
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
                              heads=4, seed=cfg.run.seed)
-    demos = demonstrations(train_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
-                           budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk,
-                           seed=cfg.run.seed)
-    console.print(f"warm-up: {len(demos)} demonstrated turns, aliases uniform")
+    demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
+                           budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk)
+    console.print(f"warm-up: {len(demos)} demonstrated turns from {len(demo_tasks)} tasks, every alias equally often")
     return supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
                              batch_size=16, seed=cfg.run.seed, log=console.print)
 
@@ -162,11 +162,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("runs/quickstart"))
     parser.add_argument("--train-tasks", type=int, default=48, help="training tasks (half lookup, half arithmetic)")
     parser.add_argument("--eval-tasks", type=int, default=32, help="held-out tasks")
+    parser.add_argument("--warmup-tasks", type=int, default=48, help="extra tasks demonstrated in the warm-up")
     parser.add_argument("--eval-temperature", type=float, default=0.6, help="paper: 0.6 for validation")
     parser.add_argument("--hidden", type=int, default=64, help="tiny policy width")
     parser.add_argument("--layers", type=int, default=2, help="tiny policy depth")
     parser.add_argument("--warmup-epochs", type=int, default=6)
-    parser.add_argument("--warmup-lr", type=float, default=3e-3)
+    parser.add_argument("--warmup-lr", type=float, default=1e-2)
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
     return parser.parse_args(argv)
 
@@ -186,13 +187,14 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold]{name}[/]: {stages[name]} s")
 
     t0 = time.monotonic()
-    world = prepare_world(out, cfg, args.train_tasks, args.eval_tasks)
+    world = prepare_world(out, cfg, args)
     train_tasks, eval_tasks = load_tasks([str(world["train"])]), load_tasks([str(world["eval"])])
+    demo_tasks = train_tasks + (load_tasks([str(world["warmup"])]) if args.warmup_tasks else [])
     eval_runtime = build_runtime(dataclasses.replace(cfg, tools=dataclasses.replace(cfg.tools, memoize_experts=False)))
     judge = make_judge(cfg.reward.judge, cfg.reward.judge_model)
     stage("world", t0)
     t0 = time.monotonic()
-    warm = prepare_policy(out, cfg, eval_runtime, train_tasks, args)
+    warm = prepare_policy(out, cfg, eval_runtime, demo_tasks, args)
     stage("warm-up", t0)
     t0 = time.monotonic()
     initial = evaluate(warm, eval_tasks, eval_runtime, cfg, judge, args.eval_temperature, out / "eval_initial.jsonl")

@@ -3,9 +3,10 @@
 A randomly initialised policy cannot read a question yet, so before GRPO it is taught,
 by plain next-token cross-entropy on a few hundred demonstrated turns, *which tool
 kind* answers which question: search then answer for lookups, enhance_reasoning then
-answer for arithmetic.  The demonstrations pick every alias uniformly at random, so
-the warmed-up policy knows the protocol but nothing about price: the cost and
-preference behaviour that follows is learned by GRPO from the reward alone.
+answer for arithmetic.  Every decision is demonstrated once with *each* alias the tool
+offers, so the target alias distribution is exactly uniform: the warmed-up policy knows
+the protocol but nothing about price, and the cost and preference behaviour that follows
+is learned by GRPO from the reward alone.
 
 Each demonstrated turn is exactly what the loop shows and records at run time: the
 context rebuilt by `orchestrator.context.build_messages`, rendered by
@@ -50,18 +51,17 @@ def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
 
 
 def demonstrations(tasks: list[Task], tokenizer, base_catalog, retriever, *, prompts: Prompts,
-                   budgets: Budgets, topk: int, seed: int) -> list[TurnSample]:
-    """Two demonstrated turns per task (evidence tool, then answer), aliases uniform."""
-    rng = random.Random(seed)
+                   budgets: Budgets, topk: int) -> list[TurnSample]:
+    """Per task: the evidence call once per alias of its tool, then the answer call once per
+    answer alias (in the context the evidence call produced)."""
     samples = []
     for task in tasks:
         catalog = task_catalog(base_catalog, task)
         state = EpisodeState(task.question)
         tool = EVIDENCE_TOOL[task.metadata["type"]]
-        samples.append(_turn(tokenizer, catalog, prompts, budgets, state, tool, rng.choice(list(task.tools[tool]))))
+        samples += [_turn(tokenizer, catalog, prompts, budgets, state, tool, a) for a in task.tools[tool]]
         _evidence(task, state, retriever, topk)
-        samples.append(_turn(tokenizer, catalog, prompts, budgets, state, "answer",
-                             rng.choice(list(task.tools["answer"]))))
+        samples += [_turn(tokenizer, catalog, prompts, budgets, state, "answer", a) for a in task.tools["answer"]]
     return samples
 
 
