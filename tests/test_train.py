@@ -16,7 +16,7 @@ from orchestrator.records import LLMResponse, Rollout, Turn, Usage
 from training.checkpoint import list_checkpoints, verify_checkpoint
 from training.config import load_config
 from training.logging import read_metrics
-from training.trainer import MemoizedLLM, TaskSampler, load_tasks, score_groups
+from training.trainer import MemoizedLLM, TaskSampler, decision_mask, load_tasks, score_groups
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +136,11 @@ def test_memoized_expert_computes_a_repeated_prompt_once_even_concurrently():
     assert calls == ["m"] and memo.hits == 3 and memo.misses == 1
     memo("m", msgs, temperature=0.7, max_tokens=8)      # sampled experts are never cached
     assert len(calls) == 2
+
+
+def test_decision_mask_keeps_only_the_tokens_the_constraint_left_open():
+    eos = 9
+    choices = [[1, 2, 3, eos], [1, 2, 4, eos], [1, 5, eos]]
+    assert decision_mask([1, 2, 3, eos], choices) == [0, 1, 1, 0]   # 2-or-5, then 3-or-4; EOS forced
+    assert decision_mask([1, 5, eos], choices) == [0, 1, 0]
+    assert decision_mask([1, 2, 3, eos], [[1, 2, 3, eos]]) == [0, 0, 0, 0]

@@ -47,7 +47,8 @@ from training.logging import MetricsLogger  # noqa: E402
 from training.losses import PPOClipLoss  # noqa: E402
 from training.samples import build_turn_samples  # noqa: E402
 from training.trainer import (MemoizedLLM, Preempted, TaskSampler, check_logprob_path, collect_rollouts,  # noqa: E402
-                              load_tasks, make_judge, ppo_update, rollout_metrics, score_groups)
+                              load_tasks, make_judge, mask_forced_tokens, ppo_update, rollout_metrics,
+                              score_groups)
 
 
 # ---------------------------------------------------------------------------- set-up pieces
@@ -201,6 +202,8 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
                 os._exit(ckpt.PREEMPTED_EXIT_CODE)   # abandon the running episodes' threads
             rollout_time = time.monotonic() - started
 
+            if cfg.rollout.constrained:   # forced tokens were the constraint's choice, not the policy's
+                mask_forced_tokens(batch, groups, runtime.catalog, tokenizer)
             scored = score_groups(batch, groups, judge, estimator=cfg.algorithm.advantage,
                                   min_group_std=cfg.algorithm.min_group_std)
             samples = build_turn_samples(scored.rollouts, scored.advantages)

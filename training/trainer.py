@@ -237,6 +237,45 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
     return groups  # type: ignore[return-value]
 
 
+# ---------------------------------------------------------------------------- constrained turns
+def decision_mask(response_ids: Sequence[int], choices: Sequence[Sequence[int]]) -> list[int]:
+    """1 where the constraint left the policy a choice, 0 where it forced the token.
+
+    `choices` are the token ids of every allowed response (a call's tokens + EOS).  Under
+    constrained decoding a forced token has probability 1 under the sampler, so its
+    policy-gradient term is zero: training on it would only add noise.  [len(response_ids)]
+    """
+    mask = []
+    for i, token in enumerate(response_ids):
+        prefix = list(response_ids[:i])
+        options = {c[i] for c in choices if len(c) > i and list(c[:i]) == prefix}
+        mask.append(int(len(options) > 1))
+    return mask
+
+
+def choice_token_ids(tokenizer, choices: Sequence[str]) -> list[list[int]]:
+    """Token ids of each constrained choice as the engines generate it: the text's ids + EOS."""
+    return [tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for c in choices]
+
+
+def mask_forced_tokens(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]], catalog, tokenizer) -> None:
+    """Set each turn's `loss_mask` to its `decision_mask` (constrained rollouts only)."""
+    from orchestrator.loop import task_catalog
+    from orchestrator.toolcall import allowed_call_strings
+
+    cache: dict[str, list[list[int]]] = {}
+    for task, group in zip(tasks, groups):
+        view = task_catalog(catalog, task)
+        allowed = {t.name: list(t.aliases) for t in view.tools if t.kind in ("search", "code", "answer")}
+        key = json.dumps(allowed, sort_keys=True)
+        if key not in cache:
+            cache[key] = choice_token_ids(tokenizer, allowed_call_strings(allowed))
+        for rollout in group:
+            for turn in rollout.turns:
+                if turn.response_ids:
+                    turn.loss_mask = decision_mask(turn.response_ids, cache[key])
+
+
 # ---------------------------------------------------------------------------- rewards
 @dataclass
 class ScoredBatch:

@@ -1,7 +1,7 @@
 """Supervised warm-up of the tiny random policy on synthesized demonstrations.
 
 A randomly initialised policy cannot read a question yet, so before GRPO it is taught,
-by plain next-token cross-entropy on a few hundred demonstrated turns, *which tool
+by cross-entropy on a few hundred demonstrated turns, *which tool
 kind* answers which question: search then answer for lookups, enhance_reasoning then
 answer for arithmetic.  Every decision is demonstrated once with *each* alias the tool
 offers, so the target alias distribution is exactly uniform: the warmed-up policy knows
@@ -10,7 +10,9 @@ is learned by GRPO from the reward alone.
 
 Each demonstrated turn is exactly what the loop shows and records at run time: the
 context rebuilt by `orchestrator.context.build_messages`, rendered by
-`orchestrator.policy.render_prompt`, and the canonical tokens of one allowed call + EOS.
+`orchestrator.policy.render_prompt`, and the canonical tokens of one allowed call + EOS;
+the loss covers only the tokens where constrained decoding leaves a choice (the tool
+name, the alias), as in the GRPO phase.
 """
 from __future__ import annotations
 
@@ -23,9 +25,9 @@ import torch
 from orchestrator.context import Budgets, CodeBlock, Document, EpisodeState, Prompts, TokenCounter, build_messages
 from orchestrator.loop import Task, task_catalog
 from orchestrator.policy import render_prompt
-from orchestrator.toolcall import format_tool_call
+from orchestrator.toolcall import allowed_call_strings, format_tool_call
 from training.samples import TurnSample, collate_samples
-from training.trainer import response_logprobs
+from training.trainer import choice_token_ids, decision_mask, response_logprobs
 
 EVIDENCE_TOOL = {"lookup": "search", "arithmetic": "enhance_reasoning"}
 
@@ -35,9 +37,10 @@ def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, alias: str) ->
     messages = build_messages(state, prompts, budgets, TokenCounter(tokenizer))
     prompt = tokenizer(render_prompt(tokenizer, messages, catalog.openai_tools(tools=qa)),
                        add_special_tokens=False)["input_ids"]
-    response = tokenizer(format_tool_call(tool, {"model": alias}), add_special_tokens=False)["input_ids"]
-    response = response + [tokenizer.eos_token_id]
-    return TurnSample(prompt, response, [1] * len(response), None, 1.0, "demo", 0)
+    choices = choice_token_ids(tokenizer, allowed_call_strings({t.name: list(t.aliases) for t in qa}))
+    response = choice_token_ids(tokenizer, [format_tool_call(tool, {"model": alias})])[0]
+    # loss only where the constraint leaves a choice (tool name, alias), as in GRPO
+    return TurnSample(prompt, response, decision_mask(response, choices), None, 1.0, "demo", 0)
 
 
 def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
