@@ -94,8 +94,8 @@ def write_section(result: dict, command: str, model: str) -> None:
     lines = ["### Weight sync (CPU)", "",
              f"Trainer -> rollout engine, {Path(model).name} fp32 ({gb:.2f} GB of weights): seconds until the "
              "engine holds the new weights (bucketed broadcast + `update_weights`, or `update_weights` alone "
-             "in-process). Two processes on one machine, gloo over loopback; medians of the repeats. On GPUs "
-             "the same code broadcasts with NCCL (not measured here).", "",
+             "in-process). Two processes on one machine, gloo over loopback; medians of the repeats. The same "
+             "code on GPUs (NCCL, CUDA IPC) is measured in \"GPU\" below.", "",
              f"Machine: 2-core CPU, 24 GiB; shared with other workers during measurement. Python "
              f"{platform.python_version()}.", "", f"Command: `{command}`", "",
              "| transport | buckets | median s | min s | GB/s (median) |", "|---|---:|---:|---:|---:|"]

@@ -125,12 +125,13 @@ class TrainWorker:
         return time.perf_counter() - started
 
     def export_ipc(self, plan: list[Bucket]) -> list:
-        """Rank 0, colocated on one GPU: CUDA IPC handles of the packed buckets (kept alive
-        here until `release_ipc`)."""
-        handles = []
+        """Colocated on one GPU: CUDA IPC handles of the packed buckets; the buffers they
+        point into stay alive here until `release_ipc`."""
+        handles, self._ipc_keepalive = [], []
         for bucket in plan:
-            handles += ipc_handles([bucket], self._full_weights([m.name for m in bucket.tensors]), self.device)
-        self._ipc_keepalive = handles
+            h, buffers = ipc_handles([bucket], self._full_weights([m.name for m in bucket.tensors]), self.device)
+            handles += h
+            self._ipc_keepalive += buffers
         return handles
 
     def release_ipc(self) -> None:

@@ -147,15 +147,16 @@ class SyncGroup:
             yield bucket, flat
 
 
-def ipc_handles(plan: list[Bucket], tensors: dict[str, torch.Tensor], device) -> list:
+def ipc_handles(plan: list[Bucket], tensors: dict[str, torch.Tensor], device) -> tuple[list, list]:
     """Colocated, separate processes on one GPU: CUDA IPC handles of each packed bucket.
 
-    The packed buffers must stay alive until the receiver has copied them: the caller
-    keeps the returned list until `receive_ipc` has returned on the engine's side.
+    Returns (handles, buffers): send `handles` (small, picklable) to the engine; keep
+    `buffers` alive until it has copied them (the handles point into their memory).
     """
     from torch.multiprocessing.reductions import reduce_tensor
 
-    return [(bucket, reduce_tensor(pack(bucket, tensors, device))) for bucket in plan]
+    buffers = [pack(bucket, tensors, device) for bucket in plan]
+    return [(bucket, reduce_tensor(flat)) for bucket, flat in zip(plan, buffers)], buffers
 
 
 def receive_ipc(handles: list) -> Iterator[tuple[Bucket, torch.Tensor]]:
