@@ -12,6 +12,7 @@ thread each); `fn` must then be thread-safe: `Searcher.search` serialises index 
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -65,8 +66,12 @@ class MicroBatcher:
         if first[0] is None:
             return None
         batch, size = [first], len(first[0])
+        # Leave a fair share of what is queued to the other workers, so that on CPU every
+        # core encodes instead of one worker taking everything while the others idle.
+        share = math.ceil((1 + self._queue.qsize()) / len(self._threads))
+        limit = max(1, min(self.max_batch, share)) if len(self._threads) > 1 else self.max_batch
         deadline = time.monotonic() + self.max_wait_s
-        while size < self.max_batch:
+        while size < limit:
             try:
                 wait = deadline - time.monotonic()
                 item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
