@@ -295,6 +295,7 @@ class FakeTavily(BaseHTTPRequestHandler):
 
 
 def test_web_fallback_fills_topk_marks_web_hits_and_reports_fees(searcher):
+    pytest.importorskip("tavily", reason="the web fallback needs tavily-python")
     from orchestrator.catalog import load_catalog
     fake = ThreadingHTTPServer(("127.0.0.1", 0), FakeTavily)
     threading.Thread(target=fake.serve_forever, daemon=True).start()
@@ -320,6 +321,7 @@ def test_web_fallback_fills_topk_marks_web_hits_and_reports_fees(searcher):
 
 
 def test_web_fallback_is_off_without_a_key(monkeypatch):
+    pytest.importorskip("tavily", reason="the web fallback needs tavily-python")
     from retrieval.web import web_search_from_env
     monkeypatch.delenv("TAVILY_API_KEY", raising=False)
     assert web_search_from_env() is None
