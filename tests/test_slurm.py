@@ -160,7 +160,34 @@ def test_cancelled_training_and_service_are_resubmitted_and_training_resumes(tmp
                 subprocess.run(["scancel", state["job_id"]], capture_output=True)
 
 
+def test_train_sbatch_starts_ray_with_the_cpus_slurm_gave_the_job(tmp_path):
+    slurm = _slurm_or_skip()
+    pytest.importorskip("ray", reason="needs ray[default] (pip install 'ray[default]==2.60.*')")
+    out = tmp_path / "probe.json"
+    env = {"CONFIG": "/dev/null", "RUN_DIR": str(tmp_path / "run"), "RAY": "on", "TRAIN_ENTRY": "tests/test_slurm.py",
+           "SLURM_TEST_PROBE": str(out), "PYTHON": sys.executable, "REPO": str(REPO)}
+    job = slurm.submit("slurm/train.sbatch", ["--cpus-per-task=1", "--time=5", "--signal=B:USR1@10",
+                                              f"--output={tmp_path}/%j.out"], env=env, cwd=str(REPO))
+    log = tmp_path / f"{job}.out"
+    try:
+        _wait("the Ray probe job to finish", lambda: not slurm.job(job).active, 150, [log])
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)
+    assert slurm.job(job).succeeded, (slurm.job(job), log.read_text()[-3000:])
+    probe = json.loads(out.read_text())
+    assert probe["resources"]["CPU"] == 1.0 and probe["nodes"] == 1      # what --cpus-per-task gave the job
+    assert "distributed.ray_address=auto" in probe["argv"] and probe["ray_address"]
+
+
 if __name__ == "__main__":
+    if os.environ.get("SLURM_TEST_PROBE"):   # stand-in entry for the Ray test: report what Ray offers
+        import ray
+
+        ray.init(address="auto", logging_level="ERROR")
+        Path(os.environ["SLURM_TEST_PROBE"]).write_text(json.dumps({
+            "resources": ray.cluster_resources(), "nodes": sum(n["Alive"] for n in ray.nodes()),
+            "argv": sys.argv[1:], "ray_address": os.environ.get("RAY_ADDRESS")}))
+        raise SystemExit(0)
     # The stand-in TRAIN_ENTRY for slurm/train.sbatch: training/train.py's command line, with
     # the scripted tools of tests/_train_world.py instead of real experts.
     sys.path[:0] = [str(REPO), str(REPO / "tests")]
