@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOOLSCALE = ROOT.parent / "shared" / "benchmarks" / "toolscale" / "domains"
 BENCHMARKS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Data synthesis"
-MACHINE = "2-core CPU, 24 GiB; shared with other workers during measurement (load average ~10)"
+MACHINE = "2-core CPU, 24 GiB; shared with other workers during measurement"
 
 
 def _source_for(name: str):
