@@ -52,12 +52,15 @@ def task_catalog(base: Catalog, task: Task) -> Catalog:
         tools = []
         for name, aliases in task.tools.items():
             tool = base.tool(name)
-            # a renamed alias keeps the listed latency of its model within the same tool
+            # listed latency belongs to the model (within this tool), whatever the alias is called
             by_model = {spec.model: spec.latency_s for spec in tool.aliases.values()}
             data_tool = tool.model_dump()
             data_tool["aliases"] = {
-                a: {"model": m, "latency_s": tool.aliases[a].latency_s if a in tool.aliases else by_model.get(m, 0.0)}
+                a: {"model": m, "latency_s": by_model.get(m, tool.aliases[a].latency_s if a in tool.aliases else 0.0)}
                 for a, m in aliases.items()}
+            if any(tool.aliases.get(a) is None or tool.aliases[a].model != m for a, m in aliases.items()):
+                # the catalog's prose describes its own alias names; it would mislead here
+                data_tool["argument_description"] = "Which model performs this step (see the table)."
             tools.append(data_tool)
         data["tools"] = tools
     return parse_catalog(data, source=f"task {task.id}")

@@ -106,6 +106,9 @@ def test_task_subset_aliases_and_prices_reach_policy_and_constraint():
     cat = task_catalog(load_catalog(), task)
     assert [t.name for t in cat.tools] == ["search", "answer"] and cat.price("gpt-5").output == 20.0
     assert cat.tool("search").aliases["web-cheap"].latency_s == 8  # latency looked up by model
+    assert "search-1 usually" not in cat.tool("search").argument_description  # prose names other aliases
+    shuffled = task_catalog(load_catalog(), Task("s", "q", tools={"search": {"search-1": "Qwen3-32B"}}))
+    assert shuffled.tool("search").aliases["search-1"].latency_s == 8  # Qwen3-32B's, not gpt-5's 22 s
     policy = ScriptedPolicy([call("answer", "ans-x")])
     llm = scripted_llm(["<answer>A</answer>"])
     rollout = run_episode(task, policy, runtime(llm), LoopConfig(constrained=True))
