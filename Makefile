@@ -42,8 +42,10 @@ $(VENV)/.test: $(VENV)/.core
 venv: $(VENV)/.core
 venv-test: $(VENV)/.test
 
+# Trains a small orchestrator with GRPO and evaluates it before and after (training/quickstart).
+# `$(PY) -m orchestrator.quickstart` runs only the loop, with SmolLM2 as orchestrator and experts.
 quickstart: $(VENV)/.core
-	$(PY) -m orchestrator.quickstart
+	$(PY) -m training.quickstart
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q -ra

@@ -209,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
 
     result = checks(initial, final)
     png = plot(Path(cfg.run.dir) / "metrics.jsonl", initial, final, out)
-    summary = {"initial": initial, "final": final, "checks": result, "favoured_alias": FAVOURED_ALIAS,
+    # top level: the foundation quickstart's four keys, for the trained (final) policy
+    headline = {k: final[k] for k in ("accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task")}
+    summary = {**headline, "initial": initial, "final": final, "checks": result, "favoured_alias": FAVOURED_ALIAS,
                "preference": PREFERENCE, "eval_temperature": args.eval_temperature,
                "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,
                "config": str(Path(cfg.run.dir) / "config.yaml"), "stage_seconds": stages,
