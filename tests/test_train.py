@@ -144,3 +144,20 @@ def test_decision_mask_keeps_only_the_tokens_the_constraint_left_open():
     assert decision_mask([1, 2, 3, eos], choices) == [0, 1, 1, 0]   # 2-or-5, then 3-or-4; EOS forced
     assert decision_mask([1, 5, eos], choices) == [0, 1, 0]
     assert decision_mask([1, 2, 3, eos], [[1, 2, 3, eos]]) == [0, 0, 0, 0]
+
+
+def test_data_synthesis_training_examples_become_tasks(tmp_path):
+    from data_synthesis.records import TrainingExample
+
+    example = TrainingExample(
+        id="ex1", kind="qa", domain="frames", question="Who?", instruction="Who? Tools: ... Prefer cheap.",
+        answer="Ada", tools={"search": {"s-1": "gpt-5"}, "answer": {"a-1": "Qwen3-32B"}},
+        prices={"gpt-5": {"input": 1.0, "output": 8.0}, "Qwen3-32B": {"input": 0.7, "output": 0.7}},
+        latency_s={"s-1": 20.0, "a-1": 10.0}, preference={"outcome": 1.0, "cost": 0.5},
+        preference_name="cheapest", preference_text="Prefer cheap.", seed=3)
+    path = tmp_path / "examples.jsonl"
+    path.write_text(json.dumps(example.to_row()) + "\n")
+    (task,) = load_tasks([str(path)])
+    assert task.question == example.instruction and task.answer == "Ada"
+    assert task.tools == example.tools and task.prices["gpt-5"] == {"input": 1.0, "output": 8.0}
+    assert task.preference == {"outcome": 1.0, "cost": 0.5}

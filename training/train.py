@@ -137,11 +137,12 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
                                    cfg.model.dtype, cfg.run.device)
     check_logprob_path(model, model.get_input_embeddings().weight.shape[0], device)
     reference = None
-    if cfg.algorithm.kl_coef > 0:
-        reference = (load_policy(cfg.model.path, cfg.model.dtype, cfg.run.device)[0] if checkpoint or
-                     cfg.model.reference != "same" else copy.deepcopy(model))
-        if cfg.model.reference not in ("same", cfg.model.path):
-            reference = load_policy(cfg.model.reference, cfg.model.dtype, cfg.run.device)[0]
+    if cfg.algorithm.kl_coef > 0:   # frozen: the initial policy ("same") or another folder
+        ref_path = cfg.model.path if cfg.model.reference == "same" else cfg.model.reference
+        if checkpoint or ref_path != cfg.model.path:
+            reference = load_policy(ref_path, cfg.model.dtype, cfg.run.device)[0]
+        else:
+            reference = copy.deepcopy(model)
         reference.requires_grad_(False)
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -238,6 +239,7 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
             if preempt.requested:
                 logger.close()
                 os._exit(ckpt.PREEMPTED_EXIT_CODE)
+    getattr(engine, "close", lambda: None)()
     logger.close()
     return metrics
 

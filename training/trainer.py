@@ -83,7 +83,19 @@ def _drop_nulls(value: Any) -> Any:
 
 
 def task_from_record(row: dict[str, Any], where: str, default_preference: dict[str, float] | None = None) -> Task:
-    """One data record -> Task; errors name the record and field."""
+    """One data record -> Task; errors name the record and field.
+
+    Records written by data_synthesis (`TrainingExample`, recognised by their `instruction`
+    field) are adapted through `TrainingExample.loop_task_kwargs`: the policy reads the
+    instruction (question + tools, prices and preference in words)."""
+    if "instruction" in row and "preference_name" in row:
+        from pydantic import ValidationError
+
+        from data_synthesis.records import TrainingExample
+        try:
+            row = TrainingExample.from_row(row).loop_task_kwargs()
+        except (ValidationError, ValueError) as exc:
+            raise ValueError(f"{where}: not a valid training example: {str(exc).splitlines()[0]}") from None
     for key in ("id", "question"):
         if not isinstance(row.get(key), str) or not row[key]:
             raise ValueError(f"{where}: field {key!r} must be a non-empty string")

@@ -32,7 +32,7 @@ from training.trainer import choice_token_ids, decision_mask, response_logprobs
 EVIDENCE_TOOL = {"lookup": "search", "arithmetic": "enhance_reasoning"}
 
 
-def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, alias: str) -> TurnSample:
+def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, alias: str, task_id: str, index: int) -> TurnSample:
     qa = [t for t in catalog.tools if t.kind in ("search", "code", "answer")]
     messages = build_messages(state, prompts, budgets, TokenCounter(tokenizer))
     prompt = tokenizer(render_prompt(tokenizer, messages, catalog.openai_tools(tools=qa)),
@@ -40,7 +40,7 @@ def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, alias: str) ->
     choices = choice_token_ids(tokenizer, allowed_call_strings({t.name: list(t.aliases) for t in qa}))
     response = choice_token_ids(tokenizer, [format_tool_call(tool, {"model": alias})])[0]
     # loss only where the constraint leaves a choice (tool name, alias), as in GRPO
-    return TurnSample(prompt, response, decision_mask(response, choices), None, 1.0, "demo", 0)
+    return TurnSample(prompt, response, decision_mask(response, choices), None, 1.0, task_id, index)
 
 
 def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
@@ -62,36 +62,48 @@ def demonstrations(tasks: list[Task], tokenizer, base_catalog, retriever, *, pro
         catalog = task_catalog(base_catalog, task)
         state = EpisodeState(task.question)
         tool = EVIDENCE_TOOL[task.metadata["type"]]
-        samples += [_turn(tokenizer, catalog, prompts, budgets, state, tool, a) for a in task.tools[tool]]
+        samples += [_turn(tokenizer, catalog, prompts, budgets, state, tool, a, task.id, 0) for a in task.tools[tool]]
         _evidence(task, state, retriever, topk)
-        samples += [_turn(tokenizer, catalog, prompts, budgets, state, "answer", a) for a in task.tools["answer"]]
+        samples += [_turn(tokenizer, catalog, prompts, budgets, state, "answer", a, task.id, 1)
+                    for a in task.tools["answer"]]
     return samples
 
 
 def supervised_warmup(model_dir: Path, out_dir: Path, samples: list[TurnSample], *, epochs: int, lr: float,
                       batch_size: int, seed: int, log=print) -> Path:
-    """Cross-entropy on the demonstrated responses; saves the warmed-up policy to `out_dir`."""
+    """Cross-entropy on the demonstrated decisions; saves the warmed-up policy to `out_dir`.
+
+    Each epoch visits every demonstrated turn once, with its aliases taken in rotation
+    (turn k in epoch e gets alias (k + e) mod n), so every epoch demonstrates each alias
+    about equally often at a fraction of the forward passes of all aliases at once; the
+    learning rate decays linearly to 0 so the alias choice settles near uniform.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()   # eval: no dropout
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    turns: dict[tuple[str, int], list[TurnSample]] = {}
+    for s in samples:
+        turns.setdefault((s.task_id, s.turn_index), []).append(s)
+    total = epochs * -(-len(turns) // batch_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / total)
     rng = random.Random(seed)
     started = time.monotonic()
     for epoch in range(epochs):
-        order = samples[:]
+        order = [options[(k + epoch) % len(options)] for k, options in enumerate(turns.values())]
         rng.shuffle(order)
         losses = []
         for i in range(0, len(order), batch_size):
             batch = collate_samples(order[i:i + batch_size], tokenizer.pad_token_id)
             logp = response_logprobs(model, batch)                                     # [B, L]
-            mask = batch.response_mask.bool()
-            loss = -logp[mask].mean()
+            loss = -logp[batch.response_mask.bool()].mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
+            scheduler.step()
             losses.append(loss.item())
         log(f"warm-up epoch {epoch + 1}/{epochs}: loss {sum(losses) / len(losses):.4f} "
             f"({time.monotonic() - started:.0f} s)")
