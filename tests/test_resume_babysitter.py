@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-import time
 
 import pytest
 
@@ -165,13 +164,14 @@ def test_sweep_drops_a_replica_after_unhealthy_after_failed_checks(tmp_path, hea
 
 
 def test_running_service_without_a_healthy_replica_is_cancelled_after_start_timeout(tmp_path):
-    slurm = FakeSlurm()
-    sitter = Babysitter(_config(tmp_path), slurm)
+    slurm, now = FakeSlurm(), [1000.0]
+    sitter = Babysitter(_config(tmp_path), slurm, clock=lambda: now[0])   # start_timeout_s = 0.01
     sitter.tick()
     slurm.run("101", nodes=("node7",))
     register_endpoint(tmp_path / "endpoints.json", "Qwen3-32B", "http://node7:1/v1")   # nothing listens
     sitter.tick()                                  # first seen RUNNING: the start timeout begins
-    time.sleep(0.05)
+    assert slurm.cancelled == []
+    now[0] += 1.0
     sitter.tick()                                  # 1 unhealthy pass (unhealthy_after = 2)
     assert slurm.cancelled == []
     sitter.tick()

@@ -134,8 +134,8 @@ class Babysitter:
     """One `tick()` = one pass over the endpoints file and every job (see the module docstring)."""
 
     def __init__(self, cfg: BabysitterConfig, slurm: Slurm | None = None, *, cwd: str | None = None,
-                 http: httpx.Client | None = None):
-        self.cfg, self.slurm, self.cwd = cfg, slurm or Slurm(), cwd
+                 http: httpx.Client | None = None, clock=time.time):
+        self.cfg, self.slurm, self.cwd, self.clock = cfg, slurm or Slurm(), cwd, clock
         self.http = http or httpx.Client(timeout=cfg.health_timeout_s)
         self.state_dir = Path(cfg.state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -199,7 +199,7 @@ class Babysitter:
         info = self.slurm.job(st["job_id"])
         if info.active:
             if info.state == "RUNNING":
-                st["running_since"] = st["running_since"] or time.time()
+                st["running_since"] = st["running_since"] or self.clock()
                 if spec.kind == "service":
                     self.check_service(spec, st, info)
             return
@@ -237,12 +237,12 @@ class Babysitter:
         if any(self.healthy(u) for _, u in urls):
             st["unhealthy"] = 0
             return
-        if time.time() - st["running_since"] < spec.start_timeout_s:
+        if self.clock() - st["running_since"] < spec.start_timeout_s:
             return
         st["unhealthy"] += 1
         if st["unhealthy"] >= self.cfg.unhealthy_after:
             log.warning("%s: job %s RUNNING for %.0f s without a healthy replica of %s: cancelling it",
-                        spec.name, info.job_id, time.time() - st["running_since"], spec.keys)
+                        spec.name, info.job_id, self.clock() - st["running_since"], spec.keys)
             self.slurm.cancel(info.job_id)
 
     # ------------------------------------------------------------------ helpers
@@ -304,7 +304,8 @@ class Babysitter:
             info = self.slurm.job(st["job_id"]) if st["job_id"] else None
             note = st["gave_up"] or ("done" if st["done"] else "")
             if spec.kind == "batch" and spec.checkpoints is not None:
-                note = f"checkpoint step {self.latest_step(spec)} " + note
+                step = self.latest_step(spec)
+                note = (f"checkpoint step {step} " if step is not None else "no checkpoint yet ") + note
             rows.append({"name": spec.name, "kind": spec.kind, "job": st["job_id"] or "-",
                          "state": info.state if info else "-", "nodes": ",".join(info.nodes) if info else "",
                          "submits": st["submits"], "note": note.strip()})
@@ -369,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_babysitter_config(args.config)
         state_dir = Path(cfg.state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
-        lock = _lock(state_dir)  # noqa: F841  (held until exit)
+        lock = None if args.status else _lock(state_dir)  # noqa: F841  (held until exit; --status only reads)
     except BabysitterConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -26,7 +26,8 @@ def connect(address: str, *, num_cpus: int | None = None):
     # Actors import `training.*` like this process does: the package is installed (pip -e),
     # or slurm/train.sbatch puts the repository on PYTHONPATH for every node.
     if address == "local":
-        ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="WARNING")
+        # address="local": always a new instance, never a cluster someone else started here
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level="WARNING")
     else:
         ray.init(address=address, logging_level="WARNING")
     return ray
