@@ -31,6 +31,7 @@ import copy  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
@@ -113,36 +114,53 @@ def _strip_tokens(rollout: Rollout) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- the loop
-def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
-        judge: Callable[[Task, Rollout], bool] | None = None) -> dict[str, Any]:
-    """Train as `cfg` says; return the last step's metrics.  `runtime`/`judge` override the
-    config's tools and judge (tests and custom environments)."""
-    run_dir = Path(cfg.run.dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
-    # the schedule counts training steps, also those whose batch was filtered empty
-    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before")
-    torch.manual_seed(cfg.run.seed)
-    device = torch.device(cfg.run.device)
+@dataclass
+class Session:
+    """Everything a run holds; built by `setup`, advanced by `train_step`."""
 
-    # data, policy, reference, optimiser
+    cfg: TrainConfig
+    tasks: list[Task]
+    model: Any
+    tokenizer: Any
+    reference: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    sampler: TaskSampler
+    engine: Any
+    runtime: ToolRuntime
+    judge: Callable[[Task, Rollout], bool]
+    loop_config: LoopConfig
+    loss_fn: PPOClipLoss
+    logger: MetricsLogger
+    start_step: int
+    total_steps: int
+
+    def save(self, step: int, data_position: int) -> Path:
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                 "rng": ckpt.rng_state(), "data_position": data_position, "step": step,
+                 "wandb_id": self.logger.wandb_id}
+        path = ckpt.save_checkpoint(Path(self.cfg.run.dir) / "checkpoints", step, self.model, self.tokenizer, state,
+                                    fingerprint(self.cfg), keep=self.cfg.trainer.keep_checkpoints)
+        self.logger.message(f"checkpoint: {path}")
+        return path
+
+
+def setup(cfg: TrainConfig, runtime: ToolRuntime | None, judge) -> Session:
+    """Data, policy (from the newest checkpoint when resuming), frozen reference, AdamW,
+    schedule, engine, tools, judge, loss and logger."""
+    run_dir = Path(cfg.run.dir)
     tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
-    steps_per_epoch = max(1, len(tasks) // cfg.rollout.tasks_per_step)
-    total_steps = cfg.trainer.total_steps or cfg.trainer.epochs * steps_per_epoch
+    total_steps = cfg.trainer.total_steps or cfg.trainer.epochs * max(1, len(tasks) // cfg.rollout.tasks_per_step)
     resume_from = ckpt.resolve_resume(cfg.run.resume, run_dir / "checkpoints")
     checkpoint = ckpt.verify_checkpoint(resume_from, fingerprint(cfg)) if resume_from else None
     model, tokenizer = load_policy(str(checkpoint.model_dir) if checkpoint else cfg.model.path,
                                    cfg.model.dtype, cfg.run.device)
-    check_logprob_path(model, model.get_input_embeddings().weight.shape[0], device)
+    check_logprob_path(model, model.get_input_embeddings().weight.shape[0], torch.device(cfg.run.device))
     reference = None
     if cfg.algorithm.kl_coef > 0:   # frozen: the initial policy ("same") or another folder
         ref_path = cfg.model.path if cfg.model.reference == "same" else cfg.model.reference
-        if checkpoint or ref_path != cfg.model.path:
-            reference = load_policy(ref_path, cfg.model.dtype, cfg.run.device)[0]
-        else:
-            reference = copy.deepcopy(model)
+        reuse = not checkpoint and ref_path == cfg.model.path
+        reference = copy.deepcopy(model) if reuse else load_policy(ref_path, cfg.model.dtype, cfg.run.device)[0]
         reference.requires_grad_(False)
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -157,90 +175,95 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
         scheduler.load_state_dict(state["scheduler"])
         ckpt.set_rng_state(state["rng"])
         sampler.position, start_step, wandb_id = state["data_position"], checkpoint.step, state.get("wandb_id")
-
-    # rollout side: engine, tools, judge, loss
-    engine = make_engine_for(cfg, model, tokenizer)
-    runtime = runtime or build_runtime(cfg)
-    judge = judge or make_judge(cfg.reward.judge, cfg.reward.judge_model)
-    loop_config = LoopConfig(max_turns=cfg.rollout.max_turns, temperature=cfg.rollout.temperature,
-                             max_tokens=cfg.rollout.max_tokens, constrained=cfg.rollout.constrained,
-                             budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
-    loss_fn = PPOClipLoss(cfg.algorithm.eps_low, cfg.algorithm.eps_high, cfg.algorithm.dual_clip,
-                          cfg.algorithm.kl_coef, cfg.algorithm.kl_type)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     logger = MetricsLogger(run_dir, config=to_dict(cfg), name=cfg.run.name, project=cfg.logging.project,
                            wandb_mode=cfg.logging.wandb, wandb_id=wandb_id, console=cfg.logging.console,
                            resume_step=start_step, total_steps=total_steps)
     logger.message(f"[bold]config[/] (saved to {run_dir / 'config.yaml'}):\n{dump_yaml(cfg)}")
     logger.message(f"{len(tasks)} tasks, {total_steps} steps; "
                    + (f"resuming from {checkpoint.path} (step {start_step})" if checkpoint else "starting fresh"))
+    loop_config = LoopConfig(max_turns=cfg.rollout.max_turns, temperature=cfg.rollout.temperature,
+                             max_tokens=cfg.rollout.max_tokens, constrained=cfg.rollout.constrained,
+                             budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
+    loss_fn = PPOClipLoss(cfg.algorithm.eps_low, cfg.algorithm.eps_high, cfg.algorithm.dual_clip,
+                          cfg.algorithm.kl_coef, cfg.algorithm.kl_type)
+    return Session(cfg, tasks, model, tokenizer, reference, optimizer, scheduler, sampler,
+                   make_engine_for(cfg, model, tokenizer), runtime or build_runtime(cfg),
+                   judge or make_judge(cfg.reward.judge, cfg.reward.judge_model), loop_config, loss_fn, logger,
+                   start_step, total_steps)
 
-    def save(step: int, data_position: int) -> Path:
-        state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                 "rng": ckpt.rng_state(), "data_position": data_position, "step": step,
-                 "wandb_id": logger.wandb_id}
-        path = ckpt.save_checkpoint(run_dir / "checkpoints", step, model, tokenizer, state, fingerprint(cfg),
-                                    keep=cfg.trainer.keep_checkpoints)
-        logger.message(f"checkpoint: {path}")
-        return path
 
+def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollout]]) -> dict[str, Any]:
+    """Steps 2-6 on one batch of rollout groups: score, filter, samples, PPO update, sync."""
+    cfg = s.cfg
+    if cfg.rollout.constrained:   # forced tokens were the constraint's choice, not the policy's
+        mask_forced_tokens(batch, groups, s.runtime.catalog, s.tokenizer)
+    scored = score_groups(batch, groups, s.judge, estimator=cfg.algorithm.advantage,
+                          min_group_std=cfg.algorithm.min_group_std)
+    samples = build_turn_samples(scored.rollouts, scored.advantages)
+    update: dict[str, float] = {}
+    if samples:
+        pad_id = s.tokenizer.pad_token_id if s.tokenizer.pad_token_id is not None else s.tokenizer.eos_token_id
+        update = ppo_update(s.model, s.reference, s.optimizer, samples, s.loss_fn, pad_id=pad_id,
+                            device=torch.device(cfg.run.device), temperature=cfg.rollout.temperature,
+                            micro_batch_size=cfg.algorithm.micro_batch_size, ppo_epochs=cfg.algorithm.ppo_epochs,
+                            mini_batches=cfg.algorithm.mini_batches, grad_clip=cfg.optim.grad_clip,
+                            old_logprobs=cfg.algorithm.old_logprobs, seed=cfg.run.seed * 100_003 + step)
+        if not (cfg.engine.kind == "hf" and cfg.engine.share_weights):
+            s.engine.update_weights(s.model.state_dict())
+    s.scheduler.step()
+    rewards = [r for g in scored.rewards for r in g]
+    metrics = {**rollout_metrics(groups), **update, "reward/mean": sum(rewards) / max(1, len(rewards)),
+               "filter/groups_kept": float(scored.groups_kept), "filter/rollouts_kept": float(len(scored.rollouts)),
+               "train/samples": float(len(samples)), "train/tokens": float(sum(sum(x.loss_mask) for x in samples)),
+               "train/lr": s.scheduler.get_last_lr()[0], "data/epoch": s.sampler.epoch}
+    if isinstance(s.runtime.llm, MemoizedLLM):
+        metrics["tools/expert_cache_hits"] = float(s.runtime.llm.hits)
+    return metrics
+
+
+def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
+        judge: Callable[[Task, Rollout], bool] | None = None) -> dict[str, Any]:
+    """Train as `cfg` says; return the last step's metrics.  `runtime`/`judge` override the
+    config's tools and judge (tests and custom environments)."""
+    run_dir = Path(cfg.run.dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    # the schedule counts training steps, also those whose batch was filtered empty
+    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before")
+    torch.manual_seed(cfg.run.seed)
+    s = setup(cfg, runtime, judge)
     metrics: dict[str, Any] = {}
-    with ckpt.Preemption(on_signal=lambda s: None) as preempt:
-        for step in range(start_step, total_steps):
-            started, position = time.monotonic(), sampler.position
-            batch = [tasks[i] for i in sampler.take(cfg.rollout.tasks_per_step)]
-            try:
-                with logger.progress(f"step {step + 1} rollouts", len(batch)) as bar:
-                    task_bar = bar.add_task("rollouts", total=len(batch) * cfg.rollout.rollouts_per_task)
+    with ckpt.Preemption() as preempt:
+        for step in range(s.start_step, s.total_steps):
+            started, position = time.monotonic(), s.sampler.position
+            batch = [s.tasks[i] for i in s.sampler.take(cfg.rollout.tasks_per_step)]
+            try:   # 1. rollouts
+                with s.logger.progress(f"step {step + 1} rollouts", len(batch)) as bar:
+                    job = bar.add_task("rollouts", total=len(batch) * cfg.rollout.rollouts_per_task)
                     groups = collect_rollouts(
-                        batch, engine, runtime, loop_config, rollouts_per_task=cfg.rollout.rollouts_per_task,
+                        batch, s.engine, s.runtime, s.loop_config, rollouts_per_task=cfg.rollout.rollouts_per_task,
                         seed=cfg.run.seed, step=step, price_model=cfg.model.price_model,
                         concurrency=cfg.rollout.concurrency, should_stop=lambda: preempt.requested,
-                        on_done=lambda i, r: bar.advance(task_bar))
+                        on_done=lambda i, r: bar.advance(job))
             except Preempted:   # the weights are still those of `step`: save them and the data position
-                save(step, position)
-                logger.close()
+                s.save(step, position)
+                s.logger.close()
                 os._exit(ckpt.PREEMPTED_EXIT_CODE)   # abandon the running episodes' threads
             rollout_time = time.monotonic() - started
-
-            if cfg.rollout.constrained:   # forced tokens were the constraint's choice, not the policy's
-                mask_forced_tokens(batch, groups, runtime.catalog, tokenizer)
-            scored = score_groups(batch, groups, judge, estimator=cfg.algorithm.advantage,
-                                  min_group_std=cfg.algorithm.min_group_std)
-            samples = build_turn_samples(scored.rollouts, scored.advantages)
-            update_metrics: dict[str, float] = {}
-            if samples:
-                update_metrics = ppo_update(
-                    model, reference, optimizer, samples, loss_fn, pad_id=pad_id, device=device,
-                    temperature=cfg.rollout.temperature, micro_batch_size=cfg.algorithm.micro_batch_size,
-                    ppo_epochs=cfg.algorithm.ppo_epochs, mini_batches=cfg.algorithm.mini_batches,
-                    grad_clip=cfg.optim.grad_clip, old_logprobs=cfg.algorithm.old_logprobs,
-                    seed=cfg.run.seed * 100_003 + step)
-                if not (cfg.engine.kind == "hf" and cfg.engine.share_weights):
-                    engine.update_weights(model.state_dict())
-            scheduler.step()
-
-            rewards = [r for g in scored.rewards for r in g]
-            metrics = {**rollout_metrics(groups), **update_metrics,
-                       "reward/mean": sum(rewards) / max(1, len(rewards)),
-                       "filter/groups_kept": float(scored.groups_kept),
-                       "filter/rollouts_kept": float(len(scored.rollouts)),
-                       "train/samples": float(len(samples)),
-                       "train/tokens": float(sum(sum(s.loss_mask) for s in samples)),
-                       "train/lr": scheduler.get_last_lr()[0], "data/epoch": sampler.epoch,
-                       "time/rollout": rollout_time, "time/step": time.monotonic() - started}
-            if isinstance(runtime.llm, MemoizedLLM):
-                metrics["tools/expert_cache_hits"] = float(runtime.llm.hits)
-            logger.log(step + 1, metrics)
+            metrics = train_step(s, step, batch, groups)   # 2-6
+            metrics.update({"time/rollout": rollout_time, "time/step": time.monotonic() - started})
+            s.logger.log(step + 1, metrics)   # 7
             if cfg.logging.rollouts_every and (step + 1) % cfg.logging.rollouts_every == 0:
                 _append_rollouts(run_dir / "rollouts.jsonl", step + 1, batch, groups)
-            if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == total_steps or preempt.requested:
-                save(step + 1, sampler.position)
+            if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == s.total_steps or preempt.requested:
+                s.save(step + 1, s.sampler.position)
             if preempt.requested:
-                logger.close()
+                s.logger.close()
                 os._exit(ckpt.PREEMPTED_EXIT_CODE)
-    getattr(engine, "close", lambda: None)()
-    logger.close()
+    getattr(s.engine, "close", lambda: None)()
+    s.logger.close()
     return metrics
 
 

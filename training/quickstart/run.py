@@ -157,6 +157,16 @@ def print_table(initial: dict, final: dict, result: dict) -> None:
                   + ", ".join(f"{k}: {v}" for k, v in result.items() if k != "cost_reduction"))
 
 
+def _machine_load() -> dict:
+    """CPU seconds used (this process and its children, e.g. the sandbox) and the load average:
+    on a shared machine wall time alone says little about what the run itself needs."""
+    import resource
+
+    used = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+    return {"cpu_seconds": round(used, 1), "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 1)}
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/quickstart"))
