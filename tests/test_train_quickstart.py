@@ -75,14 +75,17 @@ def test_warmup_turns_are_exactly_what_the_loop_feeds_and_records(world):
     prompts, budgets = Prompts.load(PROMPTS_DIR), Budgets(context_tokens=2048)
     retriever = _Retriever(paths["corpus"])
     demos = demonstrations([lookup, arith], tok, catalog, retriever, prompts=prompts, budgets=budgets, topk=1)
-    # every alias once: 3 search + 2 answer turns for the lookup, 2 reasoner + 2 answer for the sum
     calls = [json.loads(tok.decode(d.response_ids, skip_special_tokens=True).split("\n")[1]) for d in demos]
-    assert [c["arguments"]["model"] for c in calls] == ["search-1", "search-2", "search-3", "answer-1",
-                                                        "answer-math-2", "reasoner-1", "reasoner-2",
-                                                        "answer-1", "answer-math-2"]
+    assert [(c["name"], c["arguments"]["model"]) for c in calls] == [
+        ("search", "search-1"), ("answer", "answer-1"), ("enhance_reasoning", "reasoner-1"), ("answer", "answer-1")]
     assert all(d.response_ids[-1] == tok.eos_token_id for d in demos)
-    # trained only where constrained decoding leaves a choice: the tool name and the alias
-    assert [sum(d.loss_mask) for d in demos] == [2] * len(demos)
+    # targets only where constrained decoding leaves a choice: the tool name (certain) and the
+    # alias (uniform over the tool's aliases)
+    for d, n_aliases in zip(demos, (3, 2, 2, 2)):
+        (tool_pos, tool_target), (alias_pos, alias_target) = sorted(d.targets.items())
+        assert tool_target == {d.response_ids[tool_pos]: 1.0}
+        assert sorted(alias_target.values()) == [1 / n_aliases] * n_aliases
+        assert d.response_ids[alias_pos] in alias_target
 
     class Replay:                         # an engine answering with the demonstrated calls
         tokenizer = tok
@@ -105,7 +108,7 @@ def test_warmup_turns_are_exactly_what_the_loop_feeds_and_records(world):
     def run_code(code, timeout):
         return SimpleNamespace(stdout=arith.answer, stderr="", exit_code=0, timed_out=False, duration_s=0.0)
 
-    for task, turns in ((lookup, [demos[2], demos[4]]), (arith, [demos[6], demos[8]])):
+    for task, turns in ((lookup, demos[:2]), (arith, demos[2:])):
         engine = Replay(turns)
         runtime = ToolRuntime(catalog=catalog, retriever=retriever, prompts=prompts, budgets=budgets, topk=1,
                               llm=llm, run_code=run_code)

@@ -68,7 +68,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
                              heads=4, seed=cfg.run.seed)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
                            budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk)
-    console.print(f"warm-up: {len(demos)} demonstrated turns from {len(demo_tasks)} tasks, every alias equally often")
+    console.print(f"warm-up: {len(demos)} demonstrated turns from {len(demo_tasks)} tasks (tool fixed, alias uniform)")
     return supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
                              batch_size=16, seed=cfg.run.seed, log=console.print)
 

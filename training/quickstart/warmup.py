@@ -1,23 +1,24 @@
 """Supervised warm-up of the tiny random policy on synthesized demonstrations.
 
 A randomly initialised policy cannot read a question yet, so before GRPO it is taught,
-by cross-entropy on a few hundred demonstrated turns, *which tool
-kind* answers which question: search then answer for lookups, enhance_reasoning then
-answer for arithmetic.  Every decision is demonstrated once with *each* alias the tool
-offers, so the target alias distribution is exactly uniform: the warmed-up policy knows
-the protocol but nothing about price, and the cost and preference behaviour that follows
-is learned by GRPO from the reward alone.
+by cross-entropy on a few hundred demonstrated turns, *which tool kind* answers which
+question: search then answer for lookups, enhance_reasoning then answer for arithmetic.
+The demonstrated policy picks the tool deterministically and the alias *uniformly*, and
+the loss uses exactly that distribution as its target at every decision (the tool name:
+one token; the alias: each alias of the tool with weight 1/n).  So the warmed-up policy
+knows the protocol but nothing about price; the cost and preference behaviour that
+follows is learned by GRPO from the reward alone.
 
-Each demonstrated turn is exactly what the loop shows and records at run time: the
-context rebuilt by `orchestrator.context.build_messages`, rendered by
-`orchestrator.policy.render_prompt`, and the canonical tokens of one allowed call + EOS;
-the loss covers only the tokens where constrained decoding leaves a choice (the tool
-name, the alias), as in the GRPO phase.
+Each demonstrated turn is what the loop shows at run time: the context rebuilt by
+`orchestrator.context.build_messages`, rendered by `orchestrator.policy.render_prompt`,
+and the canonical tokens of an allowed call + EOS.  Only the positions where constrained
+decoding leaves a choice carry a loss, as in the GRPO phase.
 """
 from __future__ import annotations
 
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,20 +28,47 @@ from orchestrator.loop import Task, task_catalog
 from orchestrator.policy import render_prompt
 from orchestrator.toolcall import allowed_call_strings, format_tool_call
 from training.samples import TurnSample, collate_samples
-from training.trainer import choice_token_ids, decision_mask, response_logprobs
+from training.trainer import choice_token_ids, decision_mask
 
 EVIDENCE_TOOL = {"lookup": "search", "arithmetic": "enhance_reasoning"}
 
 
-def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, alias: str, task_id: str, index: int) -> TurnSample:
+@dataclass
+class Demonstration:
+    """One demonstrated turn: the context, one canonical call, and the target distribution
+    at each position where the constraint leaves a choice."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]                       # the call with the tool's first alias, + EOS
+    targets: dict[int, dict[int, float]]          # response position -> {token id: probability}
+    tool: str
+
+    def as_sample(self) -> TurnSample:
+        mask = [int(i in self.targets) for i in range(len(self.response_ids))]
+        return TurnSample(self.prompt_ids, self.response_ids, mask, None, 0.0, self.tool, 0)
+
+
+def _targets(response: list[int], choices: list[list[int]], demonstrated: list[list[int]]) -> dict[int, dict[int, float]]:
+    """At each decision of `response`: the share of the demonstrated calls (the tool's aliases,
+    uniform) that continue the prefix with each token."""
+    out = {}
+    for i, is_decision in enumerate(decision_mask(response, choices)):
+        if not is_decision:
+            continue
+        through = [c[i] for c in demonstrated if len(c) > i and c[:i] == response[:i]]
+        out[i] = {t: through.count(t) / len(through) for t in set(through)}
+    return out
+
+
+def _turn(tokenizer, catalog, prompts, budgets, state, tool: str) -> Demonstration:
     qa = [t for t in catalog.tools if t.kind in ("search", "code", "answer")]
     messages = build_messages(state, prompts, budgets, TokenCounter(tokenizer))
     prompt = tokenizer(render_prompt(tokenizer, messages, catalog.openai_tools(tools=qa)),
                        add_special_tokens=False)["input_ids"]
     choices = choice_token_ids(tokenizer, allowed_call_strings({t.name: list(t.aliases) for t in qa}))
-    response = choice_token_ids(tokenizer, [format_tool_call(tool, {"model": alias})])[0]
-    # loss only where the constraint leaves a choice (tool name, alias), as in GRPO
-    return TurnSample(prompt, response, decision_mask(response, choices), None, 1.0, task_id, index)
+    demonstrated = choice_token_ids(tokenizer, [format_tool_call(tool, {"model": a})
+                                                for a in catalog.tool(tool).aliases])
+    return Demonstration(prompt, demonstrated[0], _targets(demonstrated[0], choices, demonstrated), tool)
 
 
 def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
@@ -54,58 +82,58 @@ def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
 
 
 def demonstrations(tasks: list[Task], tokenizer, base_catalog, retriever, *, prompts: Prompts,
-                   budgets: Budgets, topk: int) -> list[TurnSample]:
-    """Per task: the evidence call once per alias of its tool, then the answer call once per
-    answer alias (in the context the evidence call produced)."""
-    samples = []
+                   budgets: Budgets, topk: int) -> list[Demonstration]:
+    """Two turns per task: the evidence tool, then (with its result in context) answer."""
+    demos = []
     for task in tasks:
         catalog = task_catalog(base_catalog, task)
         state = EpisodeState(task.question)
-        tool = EVIDENCE_TOOL[task.metadata["type"]]
-        samples += [_turn(tokenizer, catalog, prompts, budgets, state, tool, a, task.id, 0) for a in task.tools[tool]]
+        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, EVIDENCE_TOOL[task.metadata["type"]]))
         _evidence(task, state, retriever, topk)
-        samples += [_turn(tokenizer, catalog, prompts, budgets, state, "answer", a, task.id, 1)
-                    for a in task.tools["answer"]]
-    return samples
+        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, "answer"))
+    return demos
 
 
-def supervised_warmup(model_dir: Path, out_dir: Path, samples: list[TurnSample], *, epochs: int, lr: float,
+def decision_loss(model, demos: list[Demonstration], pad_id: int) -> torch.Tensor:
+    """Mean over decisions of the cross-entropy between the target and the policy. []"""
+    batch = collate_samples([d.as_sample() for d in demos], pad_id)
+    rows, cols = batch.response_mask.bool().nonzero(as_tuple=True)                  # [N], [N]
+    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    logp = model.get_output_embeddings()(hidden[rows, cols - 1]).float().log_softmax(-1)   # [N, V]
+    target = torch.zeros_like(logp)                                                  # [N, V]
+    for n, (r, c) in enumerate(zip(rows.tolist(), cols.tolist())):
+        d = demos[r]
+        for token, p in d.targets[c - len(d.prompt_ids)].items():
+            target[n, token] = p
+    return -(target * logp).sum(-1).mean()
+
+
+def supervised_warmup(model_dir: Path, out_dir: Path, demos: list[Demonstration], *, epochs: int, lr: float,
                       batch_size: int, seed: int, log=print) -> Path:
-    """Cross-entropy on the demonstrated decisions; saves the warmed-up policy to `out_dir`.
-
-    Each epoch visits every demonstrated turn once, with its aliases taken in rotation
-    (turn k in epoch e gets alias (k + e) mod n), so every epoch demonstrates each alias
-    about equally often at a fraction of the forward passes of all aliases at once; the
-    learning rate decays linearly to 0 so the alias choice settles near uniform.
-    """
+    """AdamW on `decision_loss`, lr decaying linearly to 0; saves the policy to `out_dir`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()   # eval: no dropout
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    turns: dict[tuple[str, int], list[TurnSample]] = {}
-    for s in samples:
-        turns.setdefault((s.task_id, s.turn_index), []).append(s)
-    total = epochs * -(-len(turns) // batch_size)
+    total = epochs * -(-len(demos) // batch_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / total)
     rng = random.Random(seed)
     started = time.monotonic()
     for epoch in range(epochs):
-        order = [options[(k + epoch) % len(options)] for k, options in enumerate(turns.values())]
+        order = demos[:]
         rng.shuffle(order)
         losses = []
         for i in range(0, len(order), batch_size):
-            batch = collate_samples(order[i:i + batch_size], tokenizer.pad_token_id)
-            logp = response_logprobs(model, batch)                                     # [B, L]
-            loss = -logp[batch.response_mask.bool()].mean()
+            loss = decision_loss(model, order[i:i + batch_size], tokenizer.pad_token_id)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
             losses.append(loss.item())
-        log(f"warm-up epoch {epoch + 1}/{epochs}: loss {sum(losses) / len(losses):.4f} "
+        log(f"warm-up epoch {epoch + 1}/{epochs}: decision loss {sum(losses) / len(losses):.4f} "
             f"({time.monotonic() - started:.0f} s)")
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
