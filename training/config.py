@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 import yaml
 
+from training.distributed.config import DistributedConfig
+
 
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
@@ -147,6 +149,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)  # backend: none | ray
 
 
 # ---------------------------------------------------------------------------- loading
@@ -296,6 +299,12 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.trainer.total_steps < 0 or cfg.trainer.epochs < 1:
         raise ConfigError(f"trainer.total_steps must be >= 0 and trainer.epochs >= 1, got "
                           f"{cfg.trainer.total_steps}, {cfg.trainer.epochs}")
+    if cfg.distributed.backend == "ray":
+        from training.distributed.config import DistributedConfigError, validate_distributed
+        try:
+            validate_distributed(cfg.distributed, device=cfg.run.device, engine_kind=cfg.engine.kind)
+        except DistributedConfigError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def to_dict(cfg: TrainConfig) -> dict[str, Any]:

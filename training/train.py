@@ -225,6 +225,9 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
         judge: Callable[[Task, Rollout], bool] | None = None) -> dict[str, Any]:
     """Train as `cfg` says; return the last step's metrics.  `runtime`/`judge` override the
     config's tools and judge (tests and custom environments)."""
+    if cfg.distributed.backend == "ray":  # same config, placed on a Ray cluster (docs/cluster.md)
+        from training.distributed.run import run_distributed
+        return run_distributed(cfg, runtime=runtime, judge=judge)
     run_dir = Path(cfg.run.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
