@@ -111,7 +111,7 @@ class MetricsLogger:
     def close(self) -> None:
         self._file.close()
         if self.wandb_run is not None:
-            self.wandb_run.finish(quiet=True)
+            self.wandb_run.finish()
             self.wandb_run = None
 
 
