@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # The CPU torch wheel lies on this machine's disk; any other spec pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: quickstart test venv venv-test clean
+.PHONY: quickstart quickstart-train test venv venv-test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,10 +42,15 @@ $(VENV)/.test: $(VENV)/.core
 venv: $(VENV)/.core
 venv-test: $(VENV)/.test
 
-# Trains a small orchestrator with GRPO and evaluates it before and after (training/quickstart).
-# `$(PY) -m orchestrator.quickstart` runs only the loop, with SmolLM2 as orchestrator and experts.
+# The loop end to end on the embedded default (SmolLM2 orchestrator + experts, self-built corpus,
+# sandbox); writes runs/quickstart/summary.json.
 quickstart: $(VENV)/.core
-	$(PY) -m training.quickstart
+	$(PY) -m orchestrator.quickstart
+
+# The learning quickstart: a tiny policy trained with GRPO, evaluated before and after
+# (training/quickstart; writes runs/quickstart-train/summary.json with initial/final blocks).
+quickstart-train: $(VENV)/.core
+	$(PY) -m training.quickstart --out runs/quickstart-train
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q -ra
