@@ -55,12 +55,14 @@ def prepare_world(out: Path, cfg: TrainConfig, args) -> dict[str, Path]:
     return paths
 
 
-def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task], args) -> Path:
-    """Tiny random policy with SmolLM2's tokenizer, then the supervised warm-up."""
+def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task], args) -> tuple[Path, dict]:
+    """Tiny random policy with SmolLM2's tokenizer, then the supervised warm-up.
+
+    Returns the warmed-up folder and the alias distribution it was taught (per tool)."""
     from transformers import AutoTokenizer
 
     from orchestrator.embedded import smollm2_path
-    from training.quickstart.warmup import demonstrations, supervised_warmup
+    from training.quickstart.warmup import demonstrations, prompted_alias_prior, supervised_warmup, with_alias_prior
     from training.tiny_policy import build_tiny_policy
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
@@ -68,14 +70,26 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
                              heads=4, seed=cfg.run.seed)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
                            budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk)
-    console.print(f"warm-up: {len(demos)} demonstrated turns from {len(demo_tasks)} tasks (tool fixed, alias uniform)")
-    return supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
-                             batch_size=16, seed=cfg.run.seed, log=console.print)
+    if args.alias_prior == "prompted":
+        demos = with_alias_prior(demos, prompted_alias_prior(demos), floor=args.alias_floor)
+    taught = {}
+    for d in demos:
+        for pos, target in d.targets.items():
+            if len(target) > 1:
+                taught[d.tool] = {tokenizer.decode([t]): round(p, 3) for t, p in target.items()}
+    console.print(f"warm-up: {len(demos)} demonstrated turns from {len(demo_tasks)} tasks; "
+                  f"alias distribution taught ({args.alias_prior}): {taught}")
+    warm = supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
+                             batch_size=args.warmup_batch, seed=cfg.run.seed, log=console.print)
+    return warm, taught
 
 
 def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judge, temperature: float,
-             sink: Path) -> dict:
-    """One episode per held-out task; the foundation quickstart's four numbers + tool shares."""
+             concurrency: int, sink: Path) -> dict:
+    """One episode per held-out task; the foundation quickstart's four numbers + tool shares.
+
+    Few episodes run at once (`concurrency`): a tool call's latency is its wall time, and on
+    2 cores every extra concurrent expert call would stretch the others'."""
     from orchestrator.quickstart import summarise
     from training.train import _strip_tokens, load_policy, make_engine_for
 
@@ -86,7 +100,7 @@ def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judg
     try:
         groups = collect_rollouts(tasks, engine, runtime, loop, rollouts_per_task=1, seed=cfg.run.seed,
                                   step=EVAL_STEP, price_model=cfg.model.price_model,
-                                  concurrency=cfg.rollout.concurrency)
+                                  concurrency=concurrency)
     finally:
         getattr(engine, "close", lambda: None)()
     rollouts = [g[0] for g in groups]
@@ -174,10 +188,16 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--eval-tasks", type=int, default=32, help="held-out tasks")
     parser.add_argument("--warmup-tasks", type=int, default=48, help="extra tasks demonstrated in the warm-up")
     parser.add_argument("--eval-temperature", type=float, default=0.6, help="paper: 0.6 for validation")
+    parser.add_argument("--eval-concurrency", type=int, default=2, help="held-out episodes at once")
     parser.add_argument("--hidden", type=int, default=64, help="tiny policy width")
     parser.add_argument("--layers", type=int, default=2, help="tiny policy depth")
-    parser.add_argument("--warmup-epochs", type=int, default=6)
+    parser.add_argument("--alias-prior", choices=["prompted", "uniform"], default="prompted",
+                        help="alias distribution the warm-up teaches: the prompted SmolLM2's, or uniform")
+    parser.add_argument("--alias-floor", type=float, default=0.5,
+                        help="prompted prior mixed with uniform by this weight (exploration floor)")
+    parser.add_argument("--warmup-epochs", type=int, default=8)
     parser.add_argument("--warmup-lr", type=float, default=1e-2)
+    parser.add_argument("--warmup-batch", type=int, default=8)
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
     return parser.parse_args(argv)
 
@@ -204,17 +224,19 @@ def main(argv: list[str] | None = None) -> int:
     judge = make_judge(cfg.reward.judge, cfg.reward.judge_model)
     stage("world", t0)
     t0 = time.monotonic()
-    warm = prepare_policy(out, cfg, eval_runtime, demo_tasks, args)
+    warm, taught = prepare_policy(out, cfg, eval_runtime, demo_tasks, args)
     stage("warm-up", t0)
     t0 = time.monotonic()
-    initial = evaluate(warm, eval_tasks, eval_runtime, cfg, judge, args.eval_temperature, out / "eval_initial.jsonl")
+    initial = evaluate(warm, eval_tasks, eval_runtime, cfg, judge, args.eval_temperature, args.eval_concurrency,
+                       out / "eval_initial.jsonl")
     stage("initial evaluation", t0)
     t0 = time.monotonic()
     run(cfg)
     stage("GRPO", t0)
     t0 = time.monotonic()
     final_model = list_checkpoints(Path(cfg.run.dir) / "checkpoints")[-1] / "model"
-    final = evaluate(final_model, eval_tasks, eval_runtime, cfg, judge, args.eval_temperature, out / "eval_final.jsonl")
+    final = evaluate(final_model, eval_tasks, eval_runtime, cfg, judge, args.eval_temperature, args.eval_concurrency,
+                     out / "eval_final.jsonl")
     stage("final evaluation", t0)
 
     result = checks(initial, final)
@@ -223,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     headline = {k: final[k] for k in ("accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task")}
     summary = {**headline, "initial": initial, "final": final, "checks": result, "favoured_alias": FAVOURED_ALIAS,
                "preference": PREFERENCE, "eval_temperature": args.eval_temperature,
+               "warmup_alias_distribution": {"source": args.alias_prior, "floor": args.alias_floor,
+                                             "per_tool": taught},
                "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,
                "config": str(Path(cfg.run.dir) / "config.yaml"), "stage_seconds": stages,
                "wall_seconds": round(time.monotonic() - started, 1)}

@@ -3,11 +3,15 @@
 A randomly initialised policy cannot read a question yet, so before GRPO it is taught,
 by cross-entropy on a few hundred demonstrated turns, *which tool kind* answers which
 question: search then answer for lookups, enhance_reasoning then answer for arithmetic.
-The demonstrated policy picks the tool deterministically and the alias *uniformly*, and
-the loss uses exactly that distribution as its target at every decision (the tool name:
-one token; the alias: each alias of the tool with weight 1/n).  So the warmed-up policy
-knows the protocol but nothing about price; the cost and preference behaviour that
-follows is learned by GRPO from the reward alone.
+The demonstrated policy picks the tool deterministically, and the loss uses the
+demonstrated distribution as its target at every decision: the tool name, one token;
+the alias, a distribution over the tool's aliases.  That alias distribution is either
+uniform, or (the quickstart's default) the *prompted* preference of the embedded
+SmolLM2-135M-Instruct reading the same prompt (`prompted_alias_prior`): like the
+prompted orchestrators of the paper (§9), it leans on the strongest, priciest expert;
+mixed with uniform (`floor`) so that no alias is left unexplored.
+So the warmed-up policy is "a prompted orchestrator that knows which tool to use"; the
+cost and preference behaviour that follows is learned by GRPO from the reward alone.
 
 Each demonstrated turn is what the loop shows at run time: the context rebuilt by
 `orchestrator.context.build_messages`, rendered by `orchestrator.policy.render_prompt`,
@@ -91,6 +95,48 @@ def demonstrations(tasks: list[Task], tokenizer, base_catalog, retriever, *, pro
         demos.append(_turn(tokenizer, catalog, prompts, budgets, state, EVIDENCE_TOOL[task.metadata["type"]]))
         _evidence(task, state, retriever, topk)
         demos.append(_turn(tokenizer, catalog, prompts, budgets, state, "answer"))
+    return demos
+
+
+def _alias_positions(demo: Demonstration) -> list[int]:
+    """Response positions where the demonstrated policy itself chooses (an alias)."""
+    return [i for i, target in demo.targets.items() if len(target) > 1]
+
+
+def prompted_alias_prior(demos: list[Demonstration], per_tool: int = 3) -> dict[str, dict[int, float]]:
+    """The embedded prompted model's alias preference per tool: at the alias decision of
+    `per_tool` demonstrated turns of each tool, SmolLM2-135M-Instruct's next-token
+    distribution restricted to the aliases' tokens, renormalised and averaged."""
+    from orchestrator.embedded import smollm2_path
+    from orchestrator.gateway.backends.transformers_backend import load_model
+
+    tokenizer, model = load_model(str(smollm2_path()))    # the experts' copy: loaded once
+    prior: dict[str, dict[int, float]] = {}
+    for tool in sorted({d.tool for d in demos}):
+        shares = []
+        for demo in [d for d in demos if d.tool == tool and _alias_positions(d)][:per_tool]:
+            pos = _alias_positions(demo)[0]
+            tokens = sorted(demo.targets[pos])
+            ids = torch.tensor([demo.prompt_ids + demo.response_ids[:pos]])
+            with torch.inference_mode():
+                logits = model(input_ids=ids, logits_to_keep=1).logits[0, -1]           # [V]
+            shares.append(logits[tokens].float().softmax(-1))                          # [n aliases]
+        if shares:
+            mean = torch.stack(shares).mean(0)
+            prior[tool] = {t: float(p) for t, p in zip(tokens, mean)}
+    return prior
+
+
+def with_alias_prior(demos: list[Demonstration], prior: dict[str, dict[int, float]],
+                     floor: float = 0.0) -> list[Demonstration]:
+    """The demonstrations with the alias targets replaced by `(1 - floor) * prior + floor / n`
+    (per tool): with `floor` > 0 every alias keeps at least floor / n of the probability, so
+    GRPO's few samples per task still try the aliases the prompted model neglects."""
+    for demo in demos:
+        for pos in _alias_positions(demo):
+            if demo.tool in prior and set(prior[demo.tool]) == set(demo.targets[pos]):
+                n = len(prior[demo.tool])
+                demo.targets[pos] = {t: (1 - floor) * p + floor / n for t, p in prior[demo.tool].items()}
     return demos
 
 
