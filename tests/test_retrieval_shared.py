@@ -18,15 +18,15 @@ import pytest
 
 from retrieval.build_index import build
 from retrieval.client import RetrievalClient
-from retrieval.encoders import set_cpu_threads
 from retrieval.searcher import Query, Searcher
 from retrieval.server import create_app
 from retrieval.service import RetrievalService
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "corpus"
 CORPUS = SHARED / "sample_data.jsonl"
-pytestmark = pytest.mark.skipif(not CORPUS.exists(), reason=f"{CORPUS} not found: the shared benchmark "
-                                "corpus lives in ../shared beside the repository")
+pytestmark = [pytest.mark.usefixtures("one_cpu_thread"),   # conftest.py
+              pytest.mark.skipif(not CORPUS.exists(), reason=f"{CORPUS} not found: the shared benchmark "
+                                 "corpus lives in ../shared beside the repository")]
 DENSE_DOCS = 100
 
 # Paraphrased questions -> the passage (row = id) that answers them; read by hand.
@@ -41,19 +41,6 @@ HAND_PICKED_BM25_ONLY = {   # passages outside the dense subset
     "Phantogram third album Three released by Republic Records": "470",
     "population of Redondo Beach in the 2010 census": "707",
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_cpu_thread():
-    """torch/FAISS on one thread, restored afterwards: on a busy shared CPU this is ~20x faster
-    for small batches (docs/retrieval.md, "Threads")."""
-    import faiss
-    import torch
-    before = torch.get_num_threads(), faiss.omp_get_max_threads()
-    set_cpu_threads(1)
-    yield
-    torch.set_num_threads(before[0])
-    faiss.omp_set_num_threads(before[1])
 
 
 def docs() -> list[dict]:
