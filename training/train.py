@@ -46,6 +46,7 @@ from training import checkpoint as ckpt  # noqa: E402
 from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, load_config, save_config, to_dict  # noqa: E402
 from training.logging import MetricsLogger  # noqa: E402
 from training.losses import PPOClipLoss  # noqa: E402
+from training.precision import Precision  # noqa: E402
 from training.samples import build_turn_samples  # noqa: E402
 from training.trainer import (MemoizedLLM, Preempted, TaskSampler, check_logprob_path, collect_rollouts,  # noqa: E402
                               load_tasks, make_judge, mask_forced_tokens, ppo_update, rollout_metrics,
@@ -53,14 +54,27 @@ from training.trainer import (MemoizedLLM, Preempted, TaskSampler, check_logprob
 
 
 # ---------------------------------------------------------------------------- set-up pieces
-def load_policy(path: str, dtype: str, device: str):
+def load_policy(path: str, dtype: str, device: str, *, frozen: bool = False):
+    """(model, tokenizer) for `model.dtype` = `dtype` (training/precision.py): the trained
+    policy in its parameter dtype (float32 master weights for bfloat16), a `frozen` one
+    (the KL reference) in the compute dtype."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not Path(path).exists():
         raise ConfigError(f"model.path: {path!r} does not exist (a Hugging Face model folder)")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
+    precision = Precision.of(dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=precision.frozen if frozen else precision.params)
+    model = model.to(device)
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model.eval(), tokenizer   # eval: no dropout, so training log-probs match sampling
+
+
+def make_optimizer(model, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW over the policy's parameters (float32 for model.dtype bfloat16, see
+    training/precision.py); the fused CUDA kernel on a GPU (one launch, not one per tensor)."""
+    o = cfg.optim
+    return torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
+                             weight_decay=o.weight_decay, fused=torch.device(cfg.run.device).type == "cuda")
 
 
 def make_scheduler(optimizer, kind: str, warmup: int, total: int):
@@ -77,7 +91,8 @@ def make_engine_for(cfg: TrainConfig, model, tokenizer):
     from training.engines import make_engine
 
     if cfg.engine.kind == "hf" and cfg.engine.share_weights:
-        engine = make_engine("hf", model, tokenizer=tokenizer, device=cfg.run.device, max_batch=cfg.engine.max_batch)
+        engine = make_engine("hf", model, tokenizer=tokenizer, device=cfg.run.device, max_batch=cfg.engine.max_batch,
+                             compute_dtype=Precision.of(cfg.model.dtype).compute)
     else:
         engine = make_engine(cfg.engine.kind, cfg.model.path)
     try:
@@ -160,12 +175,12 @@ def setup(cfg: TrainConfig, runtime: ToolRuntime | None, judge) -> Session:
     if cfg.algorithm.kl_coef > 0:   # frozen: the initial policy ("same") or another folder
         ref_path = cfg.model.path if cfg.model.reference == "same" else cfg.model.reference
         reuse = not checkpoint and ref_path == cfg.model.path
-        reference = copy.deepcopy(model) if reuse else load_policy(ref_path, cfg.model.dtype, cfg.run.device)[0]
+        reference = (copy.deepcopy(model).to(Precision.of(cfg.model.dtype).frozen) if reuse
+                     else load_policy(ref_path, cfg.model.dtype, cfg.run.device, frozen=True)[0])
         reference.requires_grad_(False)
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
-                                  eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay)
+    optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg.optim.scheduler, cfg.optim.warmup_steps, total_steps)
     sampler = TaskSampler(len(tasks), cfg.run.seed, cfg.data.shuffle)
     start_step, wandb_id = 0, None
@@ -203,11 +218,12 @@ def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollo
     update: dict[str, float] = {}
     if samples:
         pad_id = s.tokenizer.pad_token_id if s.tokenizer.pad_token_id is not None else s.tokenizer.eos_token_id
-        update = ppo_update(s.model, s.reference, s.optimizer, samples, s.loss_fn, pad_id=pad_id,
-                            device=torch.device(cfg.run.device), temperature=cfg.rollout.temperature,
-                            micro_batch_size=cfg.algorithm.micro_batch_size, ppo_epochs=cfg.algorithm.ppo_epochs,
-                            mini_batches=cfg.algorithm.mini_batches, grad_clip=cfg.optim.grad_clip,
-                            old_logprobs=cfg.algorithm.old_logprobs, seed=cfg.run.seed * 100_003 + step)
+        with Precision.of(cfg.model.dtype).autocast(cfg.run.device):   # bf16 math on float32 weights
+            update = ppo_update(s.model, s.reference, s.optimizer, samples, s.loss_fn, pad_id=pad_id,
+                                device=torch.device(cfg.run.device), temperature=cfg.rollout.temperature,
+                                micro_batch_size=cfg.algorithm.micro_batch_size, ppo_epochs=cfg.algorithm.ppo_epochs,
+                                mini_batches=cfg.algorithm.mini_batches, grad_clip=cfg.optim.grad_clip,
+                                old_logprobs=cfg.algorithm.old_logprobs, seed=cfg.run.seed * 100_003 + step)
         if not (cfg.engine.kind == "hf" and cfg.engine.share_weights):
             s.engine.update_weights(s.model.state_dict())
     s.scheduler.step()

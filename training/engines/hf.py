@@ -12,6 +12,7 @@ of the constrained sampler (renormalised over the allowed tokens).
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
@@ -89,10 +90,12 @@ class HFEngine:
         dtype: torch dtype for a model loaded here; default float32 on CPU, bfloat16 on GPU.
         max_batch: most rows per forward pass (larger calls are split), bounds memory.
         seed: seeds the generator of rows sampled without `SamplingParams.seed`.
+        compute_dtype: run forward passes under `torch.autocast` to this dtype (the trainer's
+            float32 master weights with model.dtype bfloat16, training/precision.py).
     """
 
     def __init__(self, model, tokenizer=None, *, device: str | None = None, dtype=None,
-                 max_batch: int = 32, seed: int | None = None):
+                 max_batch: int = 32, seed: int | None = None, compute_dtype: torch.dtype | None = None):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -114,6 +117,7 @@ class HFEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self.vocab_size = model.get_input_embeddings().weight.shape[0]
         self.max_batch = max_batch
+        self.compute_dtype = compute_dtype
         self._rng = torch.Generator(device=self.device)
         self._rng.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
         # generate and update_weights never interleave (the batcher is one caller; others may not be)
@@ -132,7 +136,9 @@ class HFEngine:
         if len(seeds) != len(prompts):
             raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts")
         out: list[Generation] = []
-        with self._lock:
+        cast = (torch.autocast(self.device.type, dtype=self.compute_dtype) if self.compute_dtype is not None
+                else contextlib.nullcontext())
+        with self._lock, cast:
             for start in range(0, len(prompts), self.max_batch):
                 stop = start + self.max_batch
                 out += self._generate_batch(prompts[start:stop], params, seeds[start:stop])

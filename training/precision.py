@@ -1,0 +1,47 @@
+"""What `model.dtype` means for training: the dtype of the trained weights (and so of AdamW's
+state and updates) and the dtype the forward/backward math runs in.
+
+| model.dtype | parameters + AdamW state | forward / backward |
+|---|---|---|
+| float32 | float32 | float32 |
+| bfloat16 | float32 ("master weights") | bfloat16 autocast |
+| float16 | float16 | float16 |
+
+Why bfloat16 keeps float32 parameters: bf16 holds 8 significant bits, so a weight of size
+~0.02 moves only in steps of ~6e-5; AdamW's update at the paper's lr 1e-6 is ~1e-6 per
+weight and rounds away to nothing (the weights never change).  With float32 parameters the
+update lands, and autocast still runs the matrix products in bf16.  The frozen reference,
+which has no optimizer, is kept in the compute dtype (half the memory).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Precision:
+    params: torch.dtype                 # trained weights, gradients, AdamW state
+    compute: torch.dtype | None = None  # autocast dtype of forward/backward; None: the params'
+
+    @classmethod
+    def of(cls, dtype: str) -> "Precision":
+        """The precision `model.dtype` names ("float32" | "bfloat16" | "float16")."""
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"model.dtype: {dtype!r} is not one of float32, bfloat16, float16")
+        if dtype == "bfloat16":
+            return cls(torch.float32, torch.bfloat16)
+        return cls(getattr(torch, dtype))
+
+    @property
+    def frozen(self) -> torch.dtype:
+        """dtype of a model that is never updated (the KL reference)."""
+        return self.compute or self.params
+
+    def autocast(self, device) -> contextlib.AbstractContextManager:
+        """Context for forward/backward passes on `device` (a no-op without a compute dtype)."""
+        if self.compute is None:
+            return contextlib.nullcontext()
+        return torch.autocast(torch.device(device).type, dtype=self.compute)
