@@ -65,6 +65,96 @@ def test_resume_from_step_1_reproduces_the_uninterrupted_losses(tmp_path, world)
             assert a[key] == pytest.approx(b[key], abs=1e-6), (a["step"], key)
 
 
+def _wandb_records(path):
+    """(kind, record) of an offline run's transaction log (run-<id>.wandb): wandb's LevelDB-style
+    log of protobuf Records (7-byte ":W&B" header, 32 KiB blocks, 7-byte chunk headers)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data, block, head = path.read_bytes(), 32768, 7
+    ident, magic, _ = struct.unpack("<4sHB", data[:head])
+    assert (ident, magic) == (b":W&B", 0xBEE1), f"{path} is not a wandb transaction log"
+    pos, parts = head, b""
+    while pos + head <= len(data):
+        if block - pos % block < head:             # block tail too short for a header: padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + head])
+        if (length, kind) == (0, 0):
+            break
+        parts += data[pos + head:pos + head + length]
+        pos += head + length
+        if kind in (1, 4):                         # FULL or LAST chunk: a whole record
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(parts)
+            parts = b""
+            yield record.WhichOneof("record_type"), record
+
+
+def _wandb_history(run_folder):
+    """{step: {key: value}} logged by the trainer in one offline-run-* folder, and whether it finished."""
+    (log,) = run_folder.glob("run-*.wandb")
+    history, finished = {}, False
+    for kind, record in _wandb_records(log):
+        if kind == "history":
+            items = {"/".join(i.nested_key) or i.key: json.loads(i.value_json) for i in record.history.item}
+            history[record.history.step.num] = {k: v for k, v in items.items() if not k.startswith("_")}
+        finished |= kind == "exit"
+    return history, finished
+
+
+def test_offline_wandb_run_holds_the_metrics_and_resume_continues_it(tmp_path, world, monkeypatch):
+    pytest.importorskip("wandb")
+    for var in ("WANDB_DIR", "WANDB_MODE", "WANDB_RUN_ID", "WANDB_RESUME"):
+        monkeypatch.delenv(var, raising=False)
+    for var in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "home" / var.lower()))
+    run_dir = tmp_path / "run"
+    _train(tmp_path, world, **{"logging.wandb": "offline"})            # steps 1-2, finishes wandb
+    (first,) = run_dir.glob("wandb/offline-run-*")
+    run_id = first.name.rsplit("-", 1)[1]
+    history, finished = _wandb_history(first)
+    assert finished, "the offline run has no exit record: wandb's finish() did not complete"
+    metrics = read_metrics(run_dir / "metrics.jsonl")
+    assert sorted(history) == [1, 2]
+    for m in metrics:   # every number of metrics.jsonl went to wandb at its step
+        logged = history[m["step"]]
+        for key in ("train/loss", "reward/mean", "rollout/accuracy", "train/samples", "time/step"):
+            assert logged[key] == pytest.approx(m[key]), (m["step"], key)
+    # the checkpoint keeps the run id ...
+    last = list_checkpoints(run_dir / "checkpoints")[-1]
+    assert verify_checkpoint(last).load_state()["wandb_id"] == run_id
+    # ... and resuming (auto: from step 2) continues that run
+    _train(tmp_path, world, **{"logging.wandb": "offline", "trainer.total_steps": 3})
+    folders = sorted(run_dir.glob("wandb/offline-run-*"))
+    assert len(folders) == 2 and all(f.name.endswith(f"-{run_id}") for f in folders)
+    (second,) = [f for f in folders if f != first]
+    history, finished = _wandb_history(second)
+    assert finished and sorted(history) == [3]
+    assert history[3]["train/loss"] == pytest.approx(read_metrics(run_dir / "metrics.jsonl")[-1]["train/loss"])
+
+
+def test_a_failing_wandb_finish_is_reported_not_raised(tmp_path, capsys):
+    from training.logging import MetricsLogger
+
+    class BrokenRun:
+        id = "abc123"
+
+        def finish(self):
+            raise TypeError("finish() got an unexpected keyword argument 'quiet'")
+
+    logger = MetricsLogger(tmp_path, config={}, name="n", project="p", wandb_mode="disabled", console=False)
+    logger.log(1, {"train/loss": 0.5})
+    logger.wandb_run = BrokenRun()
+    logger.close()
+    logger.close()                     # twice: nothing left to finish
+    err = capsys.readouterr().err
+    assert "wandb could not finish run abc123" in err and "unexpected keyword argument 'quiet'" in err
+    assert err.count("could not finish") == 1
+    assert read_metrics(tmp_path / "metrics.jsonl")[0]["train/loss"] == 0.5
+
+
 def test_tasks_load_through_datasets_with_per_example_tools(tmp_path):
     rows = [{"id": "a", "question": "q1", "answer": 3, "tools": {"search": {"s-1": "gpt-5"}},
              "preference": {"outcome": 1.0, "s-1": 0.5}},

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,12 @@ class MetricsLogger:
         self._header_printed = False
         self.wandb_run = None
         if wandb_mode != "disabled":
-            import wandb
-
+            try:
+                import wandb
+            except ImportError as exc:
+                raise RuntimeError(f"logging.wandb={wandb_mode} needs the wandb package ({exc}): "
+                                   "pip install wandb, or set logging.wandb=disabled") from exc
+            # the same id resumes the same run (offline: a new offline-run-* folder with that id)
             self.wandb_run = wandb.init(mode=wandb_mode, dir=str(self.run_dir), project=project, name=name,
                                         id=wandb_id, resume="allow", config=config)
 
@@ -109,10 +114,26 @@ class MetricsLogger:
         self._header_printed = True
 
     def close(self) -> None:
+        """Close metrics.jsonl and finish the wandb run; safe to call twice.  A failing
+        `finish()` is reported, not raised: by then metrics.jsonl and the checkpoints are
+        complete, and the caller may be on its way out (SIGTERM: save, close, exit 143)."""
         self._file.close()
-        if self.wandb_run is not None:
-            self.wandb_run.finish()
-            self.wandb_run = None
+        run, self.wandb_run = self.wandb_run, None
+        if run is not None:
+            try:
+                run.finish()
+                import wandb
+
+                # finish() returns before wandb's service has written the run's files (offline:
+                # run-<id>.wandb is still empty then). Stopping the service flushes them, so they
+                # are complete on return, also before os._exit on SIGTERM; only when no other run
+                # of this process still needs the service.
+                if wandb.run is None:
+                    wandb.teardown()
+            except Exception as exc:  # noqa: BLE001 - any wandb failure; the run's own files are intact
+                print(f"warning: wandb could not finish run {run.id} ({type(exc).__name__}: {exc}); "
+                      f"metrics.jsonl and checkpoints are complete, the wandb files under "
+                      f"{self.run_dir / 'wandb'} may lack the last records", file=sys.stderr)
 
 
 def _jsonable(value: Any) -> Any:
