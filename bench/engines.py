@@ -24,11 +24,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _report import write_section
+
 from orchestrator.embedded import smollm2_path
 from orchestrator.engine import SamplingParams
 from training.engines import make_engine
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Rollout engines"
 QUESTIONS = ["Write a long story about a lighthouse keeper.", "Explain how rain forms, step by step.",
              "List ten uses of a paperclip and explain each.", "Describe the history of the bicycle."]
@@ -128,20 +129,6 @@ def table(rows: list[dict], args) -> str:
               "../shared/docs/ENVIRONMENT.md measured ~14 / ~43 tok/s (transformers, batch 1 / 8) and "
               "~10 / ~61 tok/s (vLLM) for the same model.", ""]
     return "\n".join(lines)
-
-
-def write_section(text: str) -> None:
-    """Replace (or append) the section in docs/benchmarks.md, keeping the others."""
-    doc = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n\n"
-    if SECTION in doc:
-        head, rest = doc.split(SECTION, 1)
-        nxt = rest.find("\n## ")
-        doc = head + text + (rest[nxt + 1:] if nxt >= 0 else "")
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    tmp = BENCHMARKS.with_suffix(".md.tmp")
-    tmp.write_text(doc)
-    os.replace(tmp, BENCHMARKS)
 
 
 def main() -> int:

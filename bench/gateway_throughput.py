@@ -25,9 +25,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _report import BENCHMARKS, write_section  # noqa: E402
+
 from LLM_CALL import get_llm_response  # noqa: E402
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Gateway"
 MACHINE = "2-core CPU, 24 GiB; shared with other workers during measurement"
 MODELS = {"vllm": "smollm2-135m-vllm", "transformers": "smollm2-135m"}
@@ -119,20 +120,6 @@ def table(rows: list[dict], args, server_start_s: float | None) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def write_section(text: str) -> None:
-    """Replace (or append) the Gateway section of docs/benchmarks.md, keeping other sections."""
-    doc = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n\n"
-    if SECTION in doc:
-        head, rest = doc.split(SECTION, 1)
-        nxt = rest.find("\n## ")
-        doc = head + text.rstrip("\n") + "\n" + (rest[nxt:] if nxt >= 0 else "")
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    tmp = BENCHMARKS.with_suffix(".md.tmp")
-    tmp.write_text(doc)
-    os.replace(tmp, BENCHMARKS)
 
 
 def main() -> int:

@@ -7,19 +7,18 @@ Both sides, from the same saved tiny random Llama: P prompts x G completions of 
 are vowels), group-relative advantages, clipped policy loss with the KL loss to a frozen
 reference (beta 1e-4, eps 0.2 / 0.28), AdamW (lr 1e-6), one optimizer step per batch.
 Step time includes generation, reward and update; tokens/s = completion tokens / step
-time.  The first step of each is a warm-up and not counted; median over the rest.
+time.  The first step of each run is a warm-up and not counted.
 
 Ours: `HFEngine` generation + `training.trainer.ppo_update` (the code `train.py` runs).
 TRL (1.16, installed for this bench only: `pip install trl`): `GRPOTrainer` with
 `use_cpu=True`, transformers generation.
---write puts the table into the "Training" section of docs/benchmarks.md.
+Ours runs twice, before and after TRL, against load drift on a shared machine.
+--write puts the table into the "Training" section of docs/benchmarks.md (bench/_report.py).
 """
 from __future__ import annotations
 
 import argparse
 import copy
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -28,9 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
+from _report import load, machine, write_section  # noqa: E402
 
 from orchestrator.engine import SamplingParams  # noqa: E402
 
@@ -127,35 +126,43 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
+    load_start = load()
     with tempfile.TemporaryDirectory() as tmp:
         path = build(Path(tmp) / "policy")
-        results = {"ours (HFEngine + ppo_update)": ours(path, args), "TRL GRPOTrainer": trl(path, args, Path(tmp) / "trl")}
-    table = ["| implementation | step s (median) | all steps s | completion tokens / step | tokens/s |",
+        # ours before and after TRL, so that a change of the shared machine's load hits both sides
+        runs = [("ours (HFEngine + ppo_update), before TRL", ours(path, args)),
+                ("TRL GRPOTrainer", trl(path, args, Path(tmp) / "trl")),
+                ("ours (HFEngine + ppo_update), after TRL", ours(path, args))]
+    table = ["| implementation | step s (median) | steps 2.. s | completion tokens / step (median) | tokens/s |",
              "|---|---:|---|---:|---:|"]
-    rates = {}
-    for name, steps in results.items():
-        timed = steps[1:] or steps
-        secs = statistics.median(s for s, _ in timed)
-        tokens = statistics.median(n for _, n in timed)
-        rates[name] = tokens / secs
-        table.append(f"| {name} | {secs:.2f} | {', '.join(f'{s:.2f}' for s, _ in timed)} | {tokens:.0f} | "
-                     f"{rates[name]:.0f} |")
-    ratio = rates["ours (HFEngine + ppo_update)"] / rates["TRL GRPOTrainer"]
-    print("\n".join(table) + f"\n\nours / TRL tokens/s: {ratio:.2f}x")
+    timed: dict[str, list[tuple[float, int]]] = {"ours": [], "trl": []}
+    for name, steps in runs:
+        counted = steps[1:] or steps
+        timed["trl" if name.startswith("TRL") else "ours"] += counted
+        secs, tokens = statistics.median(s for s, _ in counted), statistics.median(n for _, n in counted)
+        table.append(f"| {name} | {secs:.2f} | {', '.join(f'{s:.2f}' for s, _ in counted)} | {tokens:.0f} | "
+                     f"{sum(n for _, n in counted) / sum(s for s, _ in counted):.0f} |")
+    rate = {k: sum(n for _, n in v) / sum(s for s, _ in v) for k, v in timed.items()}
+    ratio = rate["ours"] / rate["trl"]
+    verdict = (f"Ours (both runs) {rate['ours']:.0f} tokens/s, TRL {rate['trl']:.0f} tokens/s: ours / TRL = "
+               f"**{ratio:.2f}x** (target >= 1.2x: {'met' if ratio >= 1.2 else 'not met'}).")
+    print("\n".join(table) + "\n\n" + verdict)
     if args.write:
-        from rollout_overlap import write_subsection
+        from trl import __version__ as trl_version
 
-        write_subsection("### GRPO step vs TRL", [
+        write_section("\n".join([
+            "### GRPO step vs TRL", "",
             f"Single-turn GRPO steps on the same tiny random Llama (hidden 64, 2 layers, 600-token BPE): "
             f"{args.prompts} prompts x {args.group} completions of up to {args.tokens} tokens at T = 1, "
-            "vowel-share reward, clipped loss (0.2 / 0.28) + KL loss to a frozen reference (1e-4), AdamW 1e-6, "
-            f"one optimizer step per batch; median of steps 2..{args.steps}. Target: ours >= 1.2x TRL's tokens/s.", "",
-            f"Machine: 2-core CPU, 24 GiB (Python {platform.python_version()}, torch {torch.__version__}, "
-            f"TRL {__import__('trl').__version__}); shared with other workers' jobs (load average "
-            f"{os.getloadavg()[0]:.1f} at the end).", "",
+            "vowel-share reward, group-relative advantages, clipped loss (0.2 / 0.28) + KL loss to a frozen "
+            "reference (1e-4), AdamW 1e-6, one optimizer step per batch. A step is generation + reward + "
+            "reference log-probs + forward/backward + optimizer step; tokens/s = completion tokens / step "
+            f"seconds, summed over steps 2..{args.steps} (step 1 is a warm-up). Ours runs before and after TRL "
+            "in the same process. Target: ours >= 1.2x TRL's tokens/s.", "",
+            f"Machine: {machine(f'torch {torch.__version__}, TRL {trl_version}')}; shared with other "
+            f"workers' jobs (1-minute load average {load_start:.1f} at the start, {load():.1f} at the end).", "",
             f"Command: `python bench/grpo_vs_trl.py --prompts {args.prompts} --group {args.group} "
-            f"--tokens {args.tokens} --steps {args.steps} --write`", "", *table, "",
-            f"Ours / TRL tokens/s: **{ratio:.2f}x**."])
+            f"--tokens {args.tokens} --steps {args.steps} --write`", "", *table, "", verdict]), under="## Training")
     return 0
 
 

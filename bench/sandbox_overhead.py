@@ -13,16 +13,16 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _report import BENCHMARKS, write_section
+
 from orchestrator.sandbox import available_levels, run_python
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Sandbox"
 MACHINE = "2-core CPU, 24 GiB; shared with other workers during measurement"
 
@@ -80,22 +80,6 @@ def table(rows: list[tuple[str, str, float, float]], repeats: int, command: str)
             "cannot reach (the venv's Python lives under /root here); see docs/sandbox.md.")
     lines += ["", note, ""]
     return "\n".join(lines)
-
-
-def write_section(text: str) -> None:
-    """Replace (or append) the Sandbox section; other sections are left as they are."""
-    old = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n\n"
-    lines = old.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
-    if start is None:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "".join(lines[:start]) + text + ("\n" if end < len(lines) else "") + "".join(lines[end:])
-    fd, tmp = tempfile.mkstemp(dir=BENCHMARKS.parent, prefix=".benchmarks-")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(new)
-    os.replace(tmp, BENCHMARKS)
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ into the "Data synthesis" section of docs/benchmarks.md (other sections kept).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -20,11 +19,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _report import write_section  # noqa: E402
+
 from data_synthesis.offline import build_domain, resolve_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLSCALE = ROOT.parent / "shared" / "benchmarks" / "toolscale" / "domains"
-BENCHMARKS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Data synthesis"
 MACHINE = "2-core CPU, 24 GiB; shared with other workers during measurement"
 
@@ -93,22 +93,6 @@ def render(rows: list[dict], n: int, repeats: int, llm_row: dict | None, command
                   "", "First problem per step: " + "; ".join(
                       f"{s}: {e[:160]!r}" for s, e in llm_row["first_errors"].items()) + "."]
     return "\n".join(lines) + "\n"
-
-
-def write_section(text: str) -> None:
-    """Replace (or append) this section of docs/benchmarks.md; other sections are kept."""
-    old = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n\n"
-    lines = old.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
-    if start is None:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "".join(lines[:start]) + text + ("\n" if end < len(lines) else "") + "".join(lines[end:])
-    fd, tmp = tempfile.mkstemp(dir=BENCHMARKS.parent, prefix=".benchmarks-")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(new)
-    os.replace(tmp, BENCHMARKS)
 
 
 def main() -> None:

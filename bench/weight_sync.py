@@ -8,7 +8,7 @@ Transports timed, each end to end (the engine holds the new weights when the clo
   NCCL on GPU uses the same code), per bucket size, then `HFEngine.update_weights`;
 - in-process: `HFEngine.update_weights(state_dict)` in the trainer's process (colocated).
 Medians of `--repeats` runs (this machine's timings vary up to 4x between runs).
-`--write` replaces the "Scale-out" section of docs/benchmarks.md.
+`--write` replaces the "Weight sync (CPU)" part of the "Scale-out" section of docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from _report import write_section  # noqa: E402
 
 
 def _free_port() -> int:
@@ -88,7 +90,7 @@ def measure(model: str, bucket_mbs: list[float], repeats: int) -> dict:
     return {"bytes": nbytes, "rows": rows}
 
 
-def write_section(result: dict, command: str, model: str) -> None:
+def write_doc(result: dict, command: str, model: str) -> None:
     """Replace the "### Weight sync" part of docs/benchmarks.md's "## Scale-out" section."""
     gb = result["bytes"] / 1e9
     lines = ["### Weight sync (CPU)", "",
@@ -102,22 +104,7 @@ def write_section(result: dict, command: str, model: str) -> None:
     for r in result["rows"]:
         lines.append(f"| {r['transport']} | {r['buckets']} | {r['median_s']:.3f} | {r['min_s']:.3f} | "
                      f"{gb / r['median_s']:.2f} |")
-    section = "\n".join(lines) + "\n"
-    path = REPO / "docs" / "benchmarks.md"
-    text = path.read_text()
-    if "## Scale-out" not in text:
-        text = text.rstrip("\n") + "\n\n## Scale-out\n\n"
-    head, rest = text.split("## Scale-out", 1)
-    rest = "## Scale-out" + rest
-    start = rest.find("### Weight sync")
-    if start < 0:                                   # new subsection right under the heading
-        cut = rest.index("\n") + 1
-        rest = rest[:cut] + "\n" + section + rest[cut:]
-    else:
-        ends = [i for i in (rest.find("\n### ", start + 1), rest.find("\n## ", start + 1)) if i >= 0]
-        end = min(ends) + 1 if ends else len(rest)
-        rest = rest[:start] + section + ("\n" if end < len(rest) else "") + rest[end:]
-    path.write_text(head + rest)
+    write_section("\n".join(lines), under="## Scale-out", first=True)
 
 
 def main() -> int:
@@ -135,7 +122,7 @@ def main() -> int:
         print(f"{r['transport']:40s} buckets={r['buckets']:3d}  median {r['median_s']:.3f} s  min {r['min_s']:.3f} s")
     if args.write:
         shown = " ".join(a for a in sys.argv[1:])
-        write_section(result, f"python bench/weight_sync.py {shown}".strip(), args.model)
+        write_doc(result, f"python bench/weight_sync.py {shown}".strip(), args.model)
     return 0
 
 
