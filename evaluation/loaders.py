@@ -111,7 +111,9 @@ PARSERS: dict[str, Callable[[dict, int], BenchmarkTask]] = {"hle": parse_hle, "f
 
 
 # ---- sources: each yields (line or row number, record or the error that stopped parsing it) ----
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict | Exception]]:
+def jsonl_rows(path: Path) -> Iterator[tuple[int, dict | Exception]]:
+    """Non-blank lines of a JSONL file as (line number, object or why it is not one); also
+    read by evaluation.runner.read_records."""
     with path.open("r", encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -171,7 +173,7 @@ def _rows(data: str, split: str | None, benchmark: str) -> Iterator[tuple[int, d
     if path.is_file():
         suffix = path.suffix.lower()
         if suffix in (".jsonl", ".json"):
-            return _jsonl_rows(path)
+            return jsonl_rows(path)
         if suffix in (".tsv", ".csv"):
             return _delimited_rows(path, "\t" if suffix == ".tsv" else ",")
         if suffix == ".parquet":

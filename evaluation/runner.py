@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterable, Protocol
 
 from tqdm import tqdm
 
+from evaluation.loaders import jsonl_rows
+
 RESULTS_NAME = "results.jsonl"
 
 
@@ -62,19 +64,11 @@ class RepairReport:
 def read_records(path: Path) -> tuple[list[dict], list[int]]:
     """Every readable record of a results file and the line numbers of unreadable ones."""
     records, bad = [], []
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                bad.append(lineno)
-                continue
-            if isinstance(obj, dict) and isinstance(obj.get("id"), str):
-                records.append(obj)
-            else:
-                bad.append(lineno)
+    for lineno, obj in jsonl_rows(path):
+        if isinstance(obj, dict) and isinstance(obj.get("id"), str):
+            records.append(obj)
+        else:
+            bad.append(lineno)
     return records, bad
 
 
