@@ -137,6 +137,13 @@ def test_split_mode_zero2_two_ranks_equal_one_process_and_engine_gets_the_weight
         assert [m["step"] for m in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
         digests = policy.weights_digests()
         assert digests["trainer"] == digests["rollout-0"] != digest(saved.items())
+
+        # 5. the single-process trainer refuses this checkpoint by name, before loading anything
+        from training.checkpoint import CheckpointError
+        from training.train import run
+        cfg4 = load_config(None, overrides(tmp_path, policy_dir, tasks, **{"trainer.total_steps": 4}))
+        with pytest.raises(CheckpointError, match=r"step-00000003 was written with distributed.backend=ray"):
+            run(cfg4, runtime=fake_runtime())
     finally:
         policy.shutdown()
 

@@ -194,6 +194,35 @@ def verify_checkpoint(path: str | Path, fingerprint: dict[str, Any] | None = Non
     return Checkpoint(path=path, step=int(manifest["step"]), manifest=manifest)
 
 
+# ---------------------------------------------------------------------------- which backend wrote it
+BACKENDS = {"none": "one process: torch AdamW state in trainer_state.pt",
+            "ray": "Ray + DeepSpeed: every rank's optimizer partition in deepspeed/"}
+
+
+def checkpoint_backend(checkpoint: Checkpoint, state: dict[str, Any]) -> str:
+    """`distributed.backend` that wrote the checkpoint: "none" or "ray" (older checkpoints,
+    without the "backend" entry, are told apart by their optimizer state)."""
+    if "backend" in state:
+        return state["backend"]
+    return "ray" if "distributed" in state or (checkpoint.path / "deepspeed").is_dir() else "none"
+
+
+def require_backend(checkpoint: Checkpoint, state: dict[str, Any], backend: str, *, reference_path: str) -> None:
+    """Refuse, before anything starts, to resume a checkpoint of the other backend: the
+    optimizer states differ in kind (torch AdamW vs DeepSpeed's partitioned fp32 state)."""
+    found = checkpoint_backend(checkpoint, state)
+    if found == backend:
+        return
+    layout = state.get("distributed") or {}
+    same = " ".join(f"distributed.{k}={v}" for k, v in layout.items())
+    raise CheckpointError(
+        f"checkpoint {checkpoint.path} was written with distributed.backend={found} ({BACKENDS.get(found, found)}) "
+        f"and cannot be resumed with distributed.backend={backend}: the optimizer state is in the other format. "
+        f"Either resume it with distributed.backend={found}{' ' + same if same else ''}, or start a new run from "
+        f"its weights: model.path={checkpoint.model_dir} model.reference={reference_path} run.dir=<a new folder> "
+        "(AdamW moments, LR schedule and data position then start fresh)")
+
+
 # ---------------------------------------------------------------------------- SIGTERM
 class Preemption:
     """SIGTERM/SIGUSR1 -> `requested` flag (checked by the trainer at safe points).

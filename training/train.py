@@ -128,82 +128,129 @@ def _strip_tokens(rollout: Rollout) -> dict[str, Any]:
     return d
 
 
+# ---------------------------------------------------------------------------- where the policy learns
+class LocalLearner:
+    """The policy in this process (`distributed.backend: none`): model, frozen reference,
+    AdamW + LR schedule, engine.  `training.distributed.run.RayLearner` is the same
+    interface over Ray actors; `train_loop` drives either."""
+
+    backend = "none"
+
+    def __init__(self, cfg: TrainConfig, checkpoint: ckpt.Checkpoint | None, state: dict[str, Any], total_steps: int):
+        if checkpoint:
+            ckpt.require_backend(checkpoint, state, self.backend, reference_path=reference_path(cfg))
+        self.cfg = cfg
+        self.model, self.tokenizer = load_policy(str(checkpoint.model_dir) if checkpoint else cfg.model.path,
+                                                 cfg.model.dtype, cfg.run.device)
+        model = self.model
+        check_logprob_path(model, model.get_input_embeddings().weight.shape[0], torch.device(cfg.run.device))
+        self.reference = None
+        if cfg.algorithm.kl_coef > 0:   # frozen: the initial policy ("same") or another folder
+            ref_path = reference_path(cfg)
+            reuse = not checkpoint and ref_path == cfg.model.path
+            self.reference = (copy.deepcopy(model).to(Precision.of(cfg.model.dtype).frozen) if reuse
+                              else load_policy(ref_path, cfg.model.dtype, cfg.run.device, frozen=True)[0])
+            self.reference.requires_grad_(False)
+        if cfg.model.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        self.optimizer = make_optimizer(model, cfg)
+        self.scheduler = make_scheduler(self.optimizer, cfg.optim.scheduler, cfg.optim.warmup_steps, total_steps)
+        if checkpoint:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.loss_fn = PPOClipLoss(cfg.algorithm.eps_low, cfg.algorithm.eps_high, cfg.algorithm.dual_clip,
+                                   cfg.algorithm.kl_coef, cfg.algorithm.kl_type)
+        self.engine = make_engine_for(cfg, model, self.tokenizer)
+        self.description = f"on {cfg.run.device} ({cfg.model.dtype})"
+
+    def update(self, samples: list, step: int) -> dict[str, float]:
+        """PPO step on `samples` (none: nothing to learn), new weights to the engine, one LR step."""
+        cfg = self.cfg
+        update: dict[str, float] = {}
+        if samples:
+            with Precision.of(cfg.model.dtype).autocast(cfg.run.device):   # bf16 math on float32 weights
+                update = ppo_update(self.model, self.reference, self.optimizer, samples, self.loss_fn,
+                                    pad_id=pad_token_id(self.tokenizer), device=torch.device(cfg.run.device),
+                                    temperature=cfg.rollout.temperature, micro_batch_size=cfg.algorithm.micro_batch_size,
+                                    ppo_epochs=cfg.algorithm.ppo_epochs, mini_batches=cfg.algorithm.mini_batches,
+                                    grad_clip=cfg.optim.grad_clip, old_logprobs=cfg.algorithm.old_logprobs,
+                                    seed=cfg.run.seed * 100_003 + step)
+            if not (cfg.engine.kind == "hf" and cfg.engine.share_weights):
+                self.engine.update_weights(self.model.state_dict())
+        self.scheduler.step()
+        return {**update, "train/lr": self.scheduler.get_last_lr()[0]}
+
+    def save(self, step: int, state: dict[str, Any]) -> Path:
+        state = {**state, "backend": self.backend, "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict()}
+        return ckpt.save_checkpoint(Path(self.cfg.run.dir) / "checkpoints", step, self.model, self.tokenizer, state,
+                                    fingerprint(self.cfg), keep=self.cfg.trainer.keep_checkpoints)
+
+    def close(self) -> None:
+        getattr(self.engine, "close", lambda: None)()
+
+
+def reference_path(cfg: TrainConfig) -> str:
+    """The frozen KL reference's folder: the initial policy (model.reference: same) or another."""
+    return cfg.model.path if cfg.model.reference == "same" else cfg.model.reference
+
+
+def pad_token_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
 # ---------------------------------------------------------------------------- the loop
 @dataclass
 class Session:
-    """Everything a run holds; built by `setup`, advanced by `train_step`."""
+    """Everything a run holds, whichever backend learns; built by `open_session`,
+    advanced by `train_step`, driven by `train_loop`."""
 
     cfg: TrainConfig
     tasks: list[Task]
-    model: Any
-    tokenizer: Any
-    reference: Any
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
+    learner: Any                  # LocalLearner, or training.distributed.run.RayLearner
     sampler: TaskSampler
-    engine: Any
     runtime: ToolRuntime
     judge: Callable[[Task, Rollout], bool]
     loop_config: LoopConfig
-    loss_fn: PPOClipLoss
     logger: MetricsLogger
     start_step: int
     total_steps: int
 
     def save(self, step: int, data_position: int) -> Path:
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                 "rng": ckpt.rng_state(), "data_position": data_position, "step": step,
+        state = {"rng": ckpt.rng_state(), "data_position": data_position, "step": step,
                  "wandb_id": self.logger.wandb_id}
-        path = ckpt.save_checkpoint(Path(self.cfg.run.dir) / "checkpoints", step, self.model, self.tokenizer, state,
-                                    fingerprint(self.cfg), keep=self.cfg.trainer.keep_checkpoints)
+        path = self.learner.save(step, state)
         self.logger.message(f"checkpoint: {path}")
         return path
 
 
-def setup(cfg: TrainConfig, runtime: ToolRuntime | None, judge) -> Session:
-    """Data, policy (from the newest checkpoint when resuming), frozen reference, AdamW,
-    schedule, engine, tools, judge, loss and logger."""
-    run_dir = Path(cfg.run.dir)
-    tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
-    total_steps = cfg.trainer.total_steps or cfg.trainer.epochs * max(1, len(tasks) // cfg.rollout.tasks_per_step)
-    resume_from = ckpt.resolve_resume(cfg.run.resume, run_dir / "checkpoints")
+def resume_point(cfg: TrainConfig) -> tuple[ckpt.Checkpoint | None, dict[str, Any]]:
+    """The verified checkpoint `run.resume` names (None: start fresh) and its trainer state."""
+    resume_from = ckpt.resolve_resume(cfg.run.resume, Path(cfg.run.dir) / "checkpoints")
     checkpoint = ckpt.verify_checkpoint(resume_from, fingerprint(cfg)) if resume_from else None
-    model, tokenizer = load_policy(str(checkpoint.model_dir) if checkpoint else cfg.model.path,
-                                   cfg.model.dtype, cfg.run.device)
-    check_logprob_path(model, model.get_input_embeddings().weight.shape[0], torch.device(cfg.run.device))
-    reference = None
-    if cfg.algorithm.kl_coef > 0:   # frozen: the initial policy ("same") or another folder
-        ref_path = cfg.model.path if cfg.model.reference == "same" else cfg.model.reference
-        reuse = not checkpoint and ref_path == cfg.model.path
-        reference = (copy.deepcopy(model).to(Precision.of(cfg.model.dtype).frozen) if reuse
-                     else load_policy(ref_path, cfg.model.dtype, cfg.run.device, frozen=True)[0])
-        reference.requires_grad_(False)
-    if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    optimizer = make_optimizer(model, cfg)
-    scheduler = make_scheduler(optimizer, cfg.optim.scheduler, cfg.optim.warmup_steps, total_steps)
+    return checkpoint, (checkpoint.load_state() if checkpoint else {})
+
+
+def open_session(cfg: TrainConfig, tasks: list[Task], total_steps: int, learner, checkpoint, state: dict[str, Any],
+                 runtime: ToolRuntime | None, judge) -> Session:
+    """Data position, RNG and wandb run from the checkpoint; tools, judge, logger."""
     sampler = TaskSampler(len(tasks), cfg.run.seed, cfg.data.shuffle)
     start_step, wandb_id = 0, None
     if checkpoint:
-        state = checkpoint.load_state()
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
         ckpt.set_rng_state(state["rng"])
         sampler.position, start_step, wandb_id = state["data_position"], checkpoint.step, state.get("wandb_id")
+    run_dir = Path(cfg.run.dir)
     logger = MetricsLogger(run_dir, config=to_dict(cfg), name=cfg.run.name, project=cfg.logging.project,
                            wandb_mode=cfg.logging.wandb, wandb_id=wandb_id, console=cfg.logging.console,
                            resume_step=start_step, total_steps=total_steps)
     logger.message(f"[bold]config[/] (saved to {run_dir / 'config.yaml'}):\n{dump_yaml(cfg)}")
-    logger.message(f"{len(tasks)} tasks, {total_steps} steps; "
+    logger.message(f"{len(tasks)} tasks, {total_steps} steps {learner.description}; "
                    + (f"resuming from {checkpoint.path} (step {start_step})" if checkpoint else "starting fresh"))
     loop_config = LoopConfig(max_turns=cfg.rollout.max_turns, temperature=cfg.rollout.temperature,
                              max_tokens=cfg.rollout.max_tokens, constrained=cfg.rollout.constrained,
                              budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
-    loss_fn = PPOClipLoss(cfg.algorithm.eps_low, cfg.algorithm.eps_high, cfg.algorithm.dual_clip,
-                          cfg.algorithm.kl_coef, cfg.algorithm.kl_type)
-    return Session(cfg, tasks, model, tokenizer, reference, optimizer, scheduler, sampler,
-                   make_engine_for(cfg, model, tokenizer), runtime or build_runtime(cfg),
-                   judge or make_judge(cfg.reward.judge, cfg.reward.judge_model), loop_config, loss_fn, logger,
+    return Session(cfg, tasks, learner, sampler, runtime or build_runtime(cfg),
+                   judge or make_judge(cfg.reward.judge, cfg.reward.judge_model), loop_config, logger,
                    start_step, total_steps)
 
 
@@ -211,49 +258,25 @@ def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollo
     """Steps 2-6 on one batch of rollout groups: score, filter, samples, PPO update, sync."""
     cfg = s.cfg
     if cfg.rollout.constrained:   # forced tokens were the constraint's choice, not the policy's
-        mask_forced_tokens(batch, groups, s.runtime.catalog, s.tokenizer)
+        mask_forced_tokens(batch, groups, s.runtime.catalog, s.learner.tokenizer)
     scored = score_groups(batch, groups, s.judge, estimator=cfg.algorithm.advantage,
                           min_group_std=cfg.algorithm.min_group_std)
     samples = build_turn_samples(scored.rollouts, scored.advantages)
-    update: dict[str, float] = {}
-    if samples:
-        pad_id = s.tokenizer.pad_token_id if s.tokenizer.pad_token_id is not None else s.tokenizer.eos_token_id
-        with Precision.of(cfg.model.dtype).autocast(cfg.run.device):   # bf16 math on float32 weights
-            update = ppo_update(s.model, s.reference, s.optimizer, samples, s.loss_fn, pad_id=pad_id,
-                                device=torch.device(cfg.run.device), temperature=cfg.rollout.temperature,
-                                micro_batch_size=cfg.algorithm.micro_batch_size, ppo_epochs=cfg.algorithm.ppo_epochs,
-                                mini_batches=cfg.algorithm.mini_batches, grad_clip=cfg.optim.grad_clip,
-                                old_logprobs=cfg.algorithm.old_logprobs, seed=cfg.run.seed * 100_003 + step)
-        if not (cfg.engine.kind == "hf" and cfg.engine.share_weights):
-            s.engine.update_weights(s.model.state_dict())
-    s.scheduler.step()
+    update = s.learner.update(samples, step)   # 5-6: also advances the LR schedule when samples is empty
     rewards = [r for g in scored.rewards for r in g]
     metrics = {**rollout_metrics(groups), **update, "reward/mean": sum(rewards) / max(1, len(rewards)),
                "filter/groups_kept": float(scored.groups_kept), "filter/rollouts_kept": float(len(scored.rollouts)),
                "train/samples": float(len(samples)), "train/tokens": float(sum(sum(x.loss_mask) for x in samples)),
-               "train/lr": s.scheduler.get_last_lr()[0], "data/epoch": s.sampler.epoch}
+               "data/epoch": s.sampler.epoch}
     if isinstance(s.runtime.llm, MemoizedLLM):
         metrics["tools/expert_cache_hits"] = float(s.runtime.llm.hits)
     return metrics
 
 
-def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
-        judge: Callable[[Task, Rollout], bool] | None = None) -> dict[str, Any]:
-    """Train as `cfg` says; return the last step's metrics.  `runtime`/`judge` override the
-    config's tools and judge (tests and custom environments)."""
-    if cfg.distributed.backend == "ray":  # same config, placed on a Ray cluster (docs/cluster.md)
-        from training.distributed.run import run_distributed
-        return run_distributed(cfg, runtime=runtime, judge=judge)
-    run_dir = Path(cfg.run.dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
-    # the schedule counts training steps, also those whose batch was filtered empty
-    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before")
-    torch.manual_seed(cfg.run.seed)
-    s = setup(cfg, runtime, judge)
-    metrics: dict[str, Any] = {}
+def train_loop(s: Session) -> dict[str, Any]:
+    """Steps `start_step`..`total_steps`: rollouts, `train_step`, log, checkpoint; SIGTERM ->
+    checkpoint + exit 143.  Returns the last step's metrics."""
+    cfg, metrics = s.cfg, {}
     with ckpt.Preemption() as preempt:
         for step in range(s.start_step, s.total_steps):
             started, position = time.monotonic(), s.sampler.position
@@ -262,10 +285,10 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
                 with s.logger.progress(f"step {step + 1} rollouts", len(batch)) as bar:
                     job = bar.add_task("rollouts", total=len(batch) * cfg.rollout.rollouts_per_task)
                     groups = collect_rollouts(
-                        batch, s.engine, s.runtime, s.loop_config, rollouts_per_task=cfg.rollout.rollouts_per_task,
-                        seed=cfg.run.seed, step=step, price_model=cfg.model.price_model,
-                        concurrency=cfg.rollout.concurrency, should_stop=lambda: preempt.requested,
-                        on_done=lambda i, r: bar.advance(job))
+                        batch, s.learner.engine, s.runtime, s.loop_config,
+                        rollouts_per_task=cfg.rollout.rollouts_per_task, seed=cfg.run.seed, step=step,
+                        price_model=cfg.model.price_model, concurrency=cfg.rollout.concurrency,
+                        should_stop=lambda: preempt.requested, on_done=lambda i, r: bar.advance(job))
             except Preempted:   # the weights are still those of `step`: save them and the data position
                 s.save(step, position)
                 s.logger.close()
@@ -275,13 +298,41 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
             metrics.update({"time/rollout": rollout_time, "time/step": time.monotonic() - started})
             s.logger.log(step + 1, metrics)   # 7
             if cfg.logging.rollouts_every and (step + 1) % cfg.logging.rollouts_every == 0:
-                _append_rollouts(run_dir / "rollouts.jsonl", step + 1, batch, groups)
+                _append_rollouts(Path(cfg.run.dir) / "rollouts.jsonl", step + 1, batch, groups)
             if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == s.total_steps or preempt.requested:
                 s.save(step + 1, s.sampler.position)
             if preempt.requested:
                 s.logger.close()
                 os._exit(ckpt.PREEMPTED_EXIT_CODE)
-    getattr(s.engine, "close", lambda: None)()
+    return metrics
+
+
+def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
+        judge: Callable[[Task, Rollout], bool] | None = None, make_learner: Callable | None = None) -> dict[str, Any]:
+    """Train as `cfg` says; return the last step's metrics.  `runtime`/`judge` override the
+    config's tools and judge (tests and custom environments).  The policy learns in this
+    process (`distributed.backend: none`) or on Ray actors (`ray`, docs/cluster.md);
+    `make_learner(cfg, checkpoint, state, total_steps)` overrides that choice."""
+    run_dir = Path(cfg.run.dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    # the schedule counts training steps, also those whose batch was filtered empty
+    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before")
+    torch.manual_seed(cfg.run.seed)
+    tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
+    total_steps = cfg.trainer.total_steps or cfg.trainer.epochs * max(1, len(tasks) // cfg.rollout.tasks_per_step)
+    checkpoint, state = resume_point(cfg)
+    if make_learner is None and cfg.distributed.backend == "ray":   # same config, placed on Ray (docs/cluster.md)
+        from training.distributed.run import RayLearner
+        make_learner = RayLearner.start
+    learner = (make_learner or LocalLearner)(cfg, checkpoint, state, total_steps)
+    try:
+        s = open_session(cfg, tasks, total_steps, learner, checkpoint, state, runtime, judge)
+        metrics = train_loop(s)
+    finally:
+        learner.close()
     s.logger.close()
     return metrics
 

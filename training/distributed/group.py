@@ -165,9 +165,9 @@ class RayPolicy:
                 cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads)
                 for j in range(dist.rollout_workers)]
         master = ray.get(self.trainers[0].address.remote())
-        reference = None
-        if cfg.algorithm.kl_coef > 0:
-            reference = cfg.model.path if cfg.model.reference == "same" else cfg.model.reference
+        from training.train import reference_path
+
+        reference = reference_path(cfg) if cfg.algorithm.kl_coef > 0 else None
         optim = {"lr": cfg.optim.lr, "betas": cfg.optim.betas, "eps": cfg.optim.eps,
                  "weight_decay": cfg.optim.weight_decay}
         ds = deepspeed_config(zero_stage=dist.zero_stage, grad_clip=cfg.optim.grad_clip, dtype=cfg.model.dtype,
