@@ -4,8 +4,9 @@ Two kinds of questions, so different tools are needed:
 - lookup ("In which city was Mira Tallow born?"): answerable only from the corpus (search);
 - arithmetic ("What is 37 * 41 + 12?"): answerable by running code (enhance_reasoning).
 
-Everything is generated from a seed with Faker, so the corpus and tasks are the same on
-every machine; nothing is downloaded and ../shared is not read.
+The people are the records of the data-synthesis pipeline's shipped `people` domain
+(data_synthesis/schemas/people.yaml, generated offline with seeded Faker), so the corpus and
+tasks are the same on every machine; nothing is downloaded and ../shared is not read.
 """
 from __future__ import annotations
 
@@ -14,13 +15,7 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from faker import Faker
-
 from orchestrator.loop import Task
-
-OCCUPATIONS = ["lighthouse keeper", "glassblower", "cartographer", "beekeeper", "clockmaker",
-               "botanist", "ferry captain", "luthier", "astronomer", "bookbinder"]
-
 
 @dataclass
 class Person:
@@ -36,18 +31,25 @@ class Person:
 
 
 def build_people(n: int, seed: int) -> list[Person]:
-    fake = Faker()
-    fake.seed_instance(seed)
+    """`n` people with distinct full names, made by the data-synthesis pipeline's offline
+    generator (`data_synthesis.fake.generate_db`, seeded Faker) on the shipped `people` schema
+    (data_synthesis/schemas/people.yaml): the same records `python -m data_synthesis.synthesize
+    --domain-dir people` puts in that domain's db.json."""
+    from data_synthesis.fake import generate_db
+    from data_synthesis.schema import load_schema
+
+    records = generate_db(load_schema("people"), seed=seed, counts={"people": n + n // 4 + 8})["people"]
     names: set[str] = set()
     people = []
-    while len(people) < n:
-        name = f"{fake.first_name()} {fake.last_name()}"
-        if name in names:
-            continue
-        names.add(name)
-        people.append(Person(id=f"p{len(people):04d}", name=name, city=fake.city(),
-                             year=fake.random_int(1800, 1990), occupation=fake.random_element(OCCUPATIONS)))
-    return people
+    for rec in records.values():      # spare rows stand in for the rare repeated full name
+        name = f"{rec['first_name']} {rec['last_name']}"
+        if name not in names:
+            names.add(name)
+            people.append(Person(id=rec["person_id"], name=name, city=rec["birth_city"], year=rec["birth_year"],
+                                 occupation=rec["occupation"]))
+        if len(people) == n:
+            return people
+    raise ValueError(f"build_people: only {len(people)} distinct names among {len(records)} records; ask for fewer")
 
 
 def build_tasks(people: list[Person], n_lookup: int, n_arith: int, seed: int) -> list[Task]:

@@ -124,3 +124,23 @@ def test_checks_compare_cost_accuracy_and_the_favoured_share():
     assert checks(initial, final) == {"cost_reduction": 0.45, "cost_at_least_40pct_lower": True,
                                       "accuracy_not_lower": True, "favoured_share_rises": True}
     assert checks(initial, {**final, "cost_per_task": 0.7e-3, "accuracy": 0.4})["cost_at_least_40pct_lower"] is False
+
+
+def test_the_world_is_the_data_synthesis_people_domain(tmp_path):
+    """The quickstart's people are the records `data_synthesis.synthesize --domain-dir people`
+    writes to that domain's db.json (issue #6: the embedded default comes from the pipeline)."""
+    from data_synthesis.synthesize import main as synthesize
+    from orchestrator.toyworld import build_people
+
+    assert synthesize(["--domain-dir", "people", "--out", str(tmp_path / "people"), "--num-tasks", "5",
+                       "--seed", "3"]) == 0
+    db = json.loads((tmp_path / "people" / "db.json").read_text())["people"]
+    people = build_people(60, seed=3)
+    assert len({p.name for p in people}) == 60
+    for p in people:
+        rec = db[p.id]
+        assert (p.name, p.city, p.year, p.occupation) == (
+            f"{rec['first_name']} {rec['last_name']}", rec["birth_city"], rec["birth_year"], rec["occupation"])
+    corpus = build_world(tmp_path / "w", n_train=4, n_eval=2, n_people=60, seed=3)["corpus"]
+    passages = {json.loads(line)["id"]: json.loads(line)["contents"] for line in corpus.read_text().splitlines()}
+    assert passages[people[0].id].startswith(f"{people[0].name}\n{people[0].name} was born in {people[0].city}")

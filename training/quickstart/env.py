@@ -1,6 +1,6 @@
 """The quickstart's local tool-use world: tasks, tools with different prices, real experts.
 
-World (orchestrator/toyworld.py's generator, seeded Faker): 200 fictional people; two
+World (orchestrator/toyworld.py over the data-synthesis `people` domain): 200 fictional people; two
 kinds of question, each solvable by exactly one tool kind:
 - lookup ("In which city was Mira Tallow born?"): only `search` over the local corpus
   (MiniLM + FAISS index built here) brings the fact into the context;
