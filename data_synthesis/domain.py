@@ -7,6 +7,7 @@ Google-style docstrings; `replay` runs gold actions on a fresh copy of the datab
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -163,3 +164,23 @@ def load_domain(path: str | Path) -> Domain:
     if (path / "schema.yaml").exists():  # the domain name tasks carry in instructions.domain
         name = (yaml.safe_load((path / "schema.yaml").read_text()) or {}).get("domain", name)
     return Domain(name, path, db, policy, load_tools_module(path / "tools.py"), tasks)
+
+
+DOMAIN_FILES = ("db.json", "tools.py", "tasks.json", "policy.md", "schema.yaml")
+
+
+def domain_version(path: str | Path) -> tuple[Path, tuple]:
+    """(resolved folder, modification times of its files): what a loaded folder is cached by."""
+    path = Path(path).resolve()
+    return path, tuple((f, (path / f).stat().st_mtime_ns) for f in DOMAIN_FILES if (path / f).exists())
+
+
+@functools.lru_cache(maxsize=16)
+def _cached(path: Path, stamp: tuple) -> Domain:
+    return load_domain(path)
+
+
+def cached_domain(path: str | Path) -> Domain:
+    """`load_domain`, once per folder content version (episodes and evaluators load a folder
+    many times).  The Domain is shared: act on `fresh_db()`, never on `Domain.db`."""
+    return _cached(*domain_version(path))

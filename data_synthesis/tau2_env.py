@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import create_model
 
-from data_synthesis.domain import Domain, load_domain
+from data_synthesis.domain import Domain, cached_domain, domain_version
 
 try:
     from tau2.data_model.tasks import Task
@@ -61,16 +61,13 @@ def toolkit_class(domain: Domain) -> type[ToolKitBase]:
 
 @functools.lru_cache(maxsize=16)
 def _loaded(path: Path, stamp: tuple) -> tuple[Domain, type[DB], type[ToolKitBase]]:
-    domain = load_domain(path)
+    domain = cached_domain(path)
     return domain, _db_class(domain), toolkit_class(domain)
 
 
 def _load(domain_dir: str | Path) -> tuple[Domain, type[DB], type[ToolKitBase]]:
     """The folder loaded once per content version (evaluators build many environments)."""
-    path = Path(domain_dir).resolve()
-    stamp = tuple((f, (path / f).stat().st_mtime_ns) for f in ("db.json", "tools.py", "tasks.json", "policy.md")
-                  if (path / f).exists())
-    return _loaded(path, stamp)
+    return _loaded(*domain_version(domain_dir))
 
 
 def get_environment(domain_dir: str | Path, solo_mode: bool = False) -> Environment:

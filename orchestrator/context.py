@@ -26,6 +26,8 @@ PROMPT_FIELDS = {
     "expert_answer_boxed": {"question", "context"},
     "expert_answer_tags": {"question", "context"},
     "expert_direct": {"question"},
+    "domain_system": {"policy", "instruction"},      # function-calling (tau2) episodes
+    "domain_solo_user": {"request"},
 }
 
 

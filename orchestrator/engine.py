@@ -8,6 +8,10 @@ policy step (`update_weights`).
 Constrained decoding: `SamplingParams.choices`, when set, restricts the whole
 response to exactly one of the given strings (then end-of-sequence).  The loop uses
 it to force a parseable, valid `<tool_call>` from small or untrained policies.
+`SamplingParams.grammar` (an EBNF grammar in xgrammar's dialect, which vLLM's structured
+outputs also read) restricts the response to the grammar's language (then end-of-sequence);
+the domain (tau2) episodes use it for calls that take arguments
+(`orchestrator.toolcall.call_grammar`).  At most one of the two is set.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ class SamplingParams:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     choices: list[str] | None = None    # constrained decoding: the response is one of these
+    grammar: str | None = None          # constrained decoding: the response matches this EBNF grammar
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Each turn: rebuild the context, let the policy emit one hermes tool call, validate it
 (known tool, allowed alias), let the chosen expert carry it out, record everything.
 The episode ends at an `answer` call or at the turn cap.  Invalid calls are recorded
-on the turn and the loop goes on.
+on the turn and the loop goes on.  Function-calling (tau2-style) tasks run their own
+episode, orchestrator/domain_episode.py, through the same `run_episode`.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class LoopConfig:
     temperature: float = 1.0
     max_tokens: int = 1024       # per orchestrator turn
     constrained: bool = False    # force a valid call by constrained decoding
+    tau2_evaluator: str = "auto"  # function-calling outcome: auto (tau2 when installed) | tau2 | builtin
     budgets: Budgets = field(default_factory=Budgets)
 
 
@@ -66,9 +68,34 @@ def task_catalog(base: Catalog, task: Task) -> Catalog:
     return parse_catalog(data, source=f"task {task.id}")
 
 
+def take_turn(policy, messages: list[dict], tools: list[dict], index: int, catalog: Catalog, config: LoopConfig,
+              rollout: Rollout, **constraint):
+    """Ask the policy for turn `index` and record it on `rollout`: token ids, loss mask (every
+    generated token), usage, the price of the orchestrator's own tokens.  Returns (turn, output,
+    parsed calls, parse errors), or None when the policy failed (`rollout.stop_reason` says why)."""
+    try:
+        out = policy.act(messages, tools, temperature=config.temperature, max_tokens=config.max_tokens, **constraint)
+    except Exception as exc:  # the policy's server gave up: end cleanly, keep what we have
+        rollout.stop_reason = f"error: policy: {type(exc).__name__}: {exc}"
+        return None
+    turn = Turn(index=index, prompt_ids=out.prompt_ids, response_ids=out.response_ids,
+                logprobs=out.logprobs, response_text=out.text, policy_usage=out.usage,
+                policy_cost=catalog.llm_cost(policy.price_model, out.usage), policy_latency=out.latency,
+                loss_mask=[1] * len(out.response_ids) if out.response_ids is not None else None)
+    rollout.turns.append(turn)
+    calls, errors = (out.tool_calls, []) if out.tool_calls else parse_tool_calls(out.text)[1:]
+    return turn, out, calls, errors
+
+
 def run_episode(task: Task, policy, runtime: ToolRuntime, config: LoopConfig,
                 counter: TokenCounter | None = None) -> Rollout:
-    """Run the loop on one task and return the recorded rollout."""
+    """Run the loop on one task and return the recorded rollout.  Function-calling tasks
+    (`kind: tau2`) run the domain episode (orchestrator/domain_episode.py)."""
+    if task.kind == "tau2":
+        from orchestrator.domain_episode import run_domain_episode
+        return run_domain_episode(task, policy, runtime, config, counter)
+    if task.kind != "qa":
+        raise ValueError(f"task {task.id}: unknown kind {task.kind!r}; expected 'qa' or 'tau2'")
     catalog = task_catalog(runtime.catalog, task)
     qa_tools = [t for t in catalog.tools if t.kind in ("search", "code", "answer")]
     allowed = {t.name: list(t.aliases) for t in qa_tools}
@@ -79,18 +106,10 @@ def run_episode(task: Task, policy, runtime: ToolRuntime, config: LoopConfig,
     rollout = Rollout(task_id=task.id)
     for index in range(config.max_turns):
         messages = build_messages(state, runtime.prompts, config.budgets, counter)
-        try:
-            out = policy.act(messages, schemas, choices=choices, temperature=config.temperature,
-                             max_tokens=config.max_tokens)
-        except Exception as exc:  # the policy's server gave up: end cleanly, keep what we have
-            rollout.stop_reason = f"error: policy: {type(exc).__name__}: {exc}"
+        taken = take_turn(policy, messages, schemas, index, catalog, config, rollout, choices=choices)
+        if taken is None:
             return rollout
-        turn = Turn(index=index, prompt_ids=out.prompt_ids, response_ids=out.response_ids,
-                    logprobs=out.logprobs, response_text=out.text, policy_usage=out.usage,
-                    policy_cost=catalog.llm_cost(policy.price_model, out.usage), policy_latency=out.latency,
-                    loss_mask=[1] * len(out.response_ids) if out.response_ids is not None else None)
-        rollout.turns.append(turn)
-        calls, errors = (out.tool_calls, []) if out.tool_calls else parse_tool_calls(out.text)[1:]
+        turn, _, calls, errors = taken
         if not calls:
             turn.invalid_reason = errors[0] if errors else "no <tool_call> in the response"
             continue

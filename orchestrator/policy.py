@@ -1,5 +1,8 @@
 """The orchestrator policy behind one small interface, `act(messages, tools, ...)`.
 
+`choices` (a list of allowed responses) and `grammar` (an EBNF grammar) constrain decoding;
+see orchestrator/engine.py.
+
 - `ChatPolicy`: any model the gateway reaches (GPT-5, a vLLM server, in-process
   transformers); records text and the backend's usage, no token ids.
 - `TokenPolicy`: an `Engine` generating from token ids (training and the embedded
@@ -35,7 +38,10 @@ class ChatPolicy:
         self.price_model = price_model or model
         self._llm = llm
 
-    def act(self, messages, tools, *, choices=None, temperature=1.0, max_tokens=1024) -> PolicyOutput:
+    def act(self, messages, tools, *, choices=None, grammar=None, temperature=1.0, max_tokens=1024) -> PolicyOutput:
+        if grammar is not None:
+            raise ValueError(f"ChatPolicy({self.model}): grammar-constrained decoding (function-calling tasks "
+                             "with constrained=true) needs a TokenPolicy over an Engine; turn constraining off")
         llm = self._llm
         if llm is None:
             from LLM_CALL import get_llm_response as llm
@@ -72,12 +78,12 @@ class TokenPolicy:
         self.engine = engine
         self.price_model = price_model
 
-    def act(self, messages, tools, *, choices=None, temperature=1.0, max_tokens=1024) -> PolicyOutput:
+    def act(self, messages, tools, *, choices=None, grammar=None, temperature=1.0, max_tokens=1024) -> PolicyOutput:
         tok = self.engine.tokenizer
         prompt_ids = tok(render_prompt(tok, messages, tools), add_special_tokens=False)["input_ids"]
         started = time.monotonic()
         gen = self.engine.generate([prompt_ids], SamplingParams(
-            temperature=temperature, max_tokens=max_tokens, choices=choices))[0]
+            temperature=temperature, max_tokens=max_tokens, choices=choices, grammar=grammar))[0]
         return PolicyOutput(text=gen.text, usage=Usage(len(prompt_ids), len(gen.token_ids)),
                             latency=time.monotonic() - started, prompt_ids=list(prompt_ids),
                             response_ids=list(gen.token_ids), logprobs=list(gen.logprobs))

@@ -81,6 +81,10 @@ class Turn:
     policy_cost: float = 0.0         # dollars for the orchestrator's own tokens
     policy_latency: float = 0.0
     expert: ExpertCall | None = None
+    # function-calling (tau2) episodes: the domain action this turn executed (the policy's own
+    # call, or the one `call_expert`'s expert proposed) and what it returned to the context
+    action: ToolCall | None = None
+    observation: str | None = None
 
 
 @dataclass
@@ -90,9 +94,12 @@ class Rollout:
     task_id: str
     turns: list[Turn] = field(default_factory=list)
     final_answer: str | None = None
-    finished: bool = False           # an `answer` call produced a final answer
-    stop_reason: str = ""            # "answer", "max_turns", "error: ..."
+    finished: bool = False           # an `answer` call produced a final answer (tau2: `done` was called)
+    stop_reason: str = ""            # "answer", "done", "max_turns", "error: ..."
     outcome: float | None = None     # set by a judge / environment
+    kind: str = "qa"                 # the task's kind: "qa" or "tau2" (function calling)
+    reward: float | None = None      # preference-weighted reward (training's score_groups), finished rollouts
+    info: dict[str, Any] = field(default_factory=dict)   # tau2 episodes: the evaluator's verdict
 
     @property
     def cost(self) -> float:

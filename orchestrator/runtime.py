@@ -2,7 +2,8 @@
 
 - search: the expert writes a query, the retriever returns documents;
 - enhance_reasoning (kind "code"): the expert writes Python, the sandbox runs it;
-- answer: the expert answers and the episode ends.
+- answer: the expert answers and the episode ends;
+- call_expert (function-calling episodes, `propose`): the expert proposes the next domain action.
 
 The expert is reached through the one LLM gateway; the alias's model (e.g. gpt-5)
 is served by `catalog.served_model(model, profile)` (e.g. the local SmolLM2) but
@@ -17,7 +18,8 @@ from typing import Any, Callable, Protocol
 from orchestrator.catalog import Catalog
 from orchestrator.context import Budgets, CodeBlock, Document, EpisodeState, Prompts, TokenCounter, expert_context
 from orchestrator.extract import answer_style, extract_answer, extract_code, extract_query
-from orchestrator.records import ExpertCall
+from orchestrator.records import ExpertCall, LLMResponse, ToolCall
+from orchestrator.toolcall import format_tool_call, parse_tool_calls
 
 
 class Retriever(Protocol):
@@ -81,14 +83,37 @@ class ToolRuntime:
         call.latency = time.monotonic() - started
         return call, answer
 
+    def propose(self, tool_name: str, alias: str, messages: list[dict], tools: list[dict],
+                catalog: Catalog | None = None) -> tuple[ExpertCall, ToolCall | None]:
+        """`call_expert` (function-calling episodes): the alias's expert reads the conversation
+        `messages` and proposes the next action, one call to one of `tools`.  Returns what the
+        expert cost and its proposal (None when it proposed none; the reason is in `error`)."""
+        catalog = catalog or self.catalog
+        call = ExpertCall(tool=tool_name, alias=alias, model=catalog.tool(tool_name).aliases[alias].model)
+        started = time.monotonic()
+        proposal = None
+        try:
+            response = self._ask(call, messages, catalog, tools=tools)
+            calls = response.tool_calls or parse_tool_calls(response.text)[1]
+            if not calls:
+                raise ValueError(f"the expert proposed no tool call: {response.text[:200]!r}")
+            proposal = calls[0]
+            call.output = format_tool_call(proposal.name, proposal.arguments)
+        except Exception as exc:  # recorded, not fatal
+            call.error = f"{type(exc).__name__}: {exc}"
+        call.latency = time.monotonic() - started
+        return call, proposal
+
     # ---- the three tools ---------------------------------------------------------------
-    def _ask_expert(self, call: ExpertCall, prompt: str, catalog: Catalog) -> str:
-        response = self.llm(self.served(call.model), [{"role": "user", "content": prompt}],
-                            temperature=self.expert_temperature, max_tokens=self.expert_max_tokens,
-                            price_model=call.model, catalog=catalog)
+    def _ask(self, call: ExpertCall, messages: list[dict], catalog: Catalog, **kwargs) -> LLMResponse:
+        response = self.llm(self.served(call.model), messages, temperature=self.expert_temperature,
+                            max_tokens=self.expert_max_tokens, price_model=call.model, catalog=catalog, **kwargs)
         call.usage = call.usage + response.usage
         call.cost += catalog.llm_cost(call.model, response.usage)
-        return response.text
+        return response
+
+    def _ask_expert(self, call: ExpertCall, prompt: str, catalog: Catalog) -> str:
+        return self._ask(call, [{"role": "user", "content": prompt}], catalog).text
 
     def _context(self, state: EpisodeState) -> str:
         return expert_context(state, self.budgets, TokenCounter())

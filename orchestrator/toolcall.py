@@ -9,6 +9,7 @@ Qwen3 / hermes format (what vLLM's `hermes` parser reads):
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -81,3 +82,86 @@ def format_tool_call(name: str, arguments: dict) -> str:
 def allowed_call_strings(allowed: dict[str, list[str]]) -> list[str]:
     """Every valid call as text: the choices for constrained decoding."""
     return [format_tool_call(tool, {"model": alias}) for tool, aliases in allowed.items() for alias in aliases]
+
+
+# ---------------------------------------------------------------------------- calls with arguments
+ARG_MAX_CHARS = 64          # string arguments under grammar-constrained decoding (keeps a tiny policy's calls short)
+ARG_INT_BOUND = 10**9       # integer arguments under grammar-constrained decoding lie in [-bound, bound]
+
+
+def _json_types(spec: dict) -> list[str]:
+    kind = spec.get("type", [])
+    return [kind] if isinstance(kind, str) else list(kind)
+
+
+def validate_schema_call(call: ToolCall, schemas: list[dict]) -> None:
+    """Check a call against OpenAI function `schemas` (name, required / unknown arguments,
+    JSON types, enums).  Raises ToolCallError naming the tool and argument."""
+    by_name = {s["function"]["name"]: s["function"] for s in schemas}
+    if call.name not in by_name:
+        raise ToolCallError(f"unknown tool {call.name!r}; allowed tools: {sorted(by_name)}")
+    params = by_name[call.name].get("parameters") or {}
+    props = params.get("properties") or {}
+    missing = [p for p in params.get("required", []) if p not in call.arguments]
+    if missing:
+        raise ToolCallError(f"tool {call.name!r}: missing argument(s) {missing}")
+    unknown = sorted(set(call.arguments) - set(props))
+    if unknown:
+        raise ToolCallError(f"tool {call.name!r}: unknown argument(s) {unknown}; it takes {sorted(props)}")
+    checks = {"string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
+              "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+              "null": lambda v: v is None, "object": lambda v: isinstance(v, dict),
+              "array": lambda v: isinstance(v, list)}
+    for name, value in call.arguments.items():
+        types = _json_types(props[name])
+        if types and not any(checks.get(t, lambda v: True)(value) for t in types):
+            raise ToolCallError(f"tool {call.name!r}: argument {name!r} must be {' or '.join(types)}, "
+                                f"got {type(value).__name__} {value!r:.60}")
+        enum = props[name].get("enum")
+        if enum is not None and value not in enum:
+            raise ToolCallError(f"tool {call.name!r}: argument {name!r} must be one of {enum}, got {value!r:.60}")
+
+
+def _bounded(spec: dict) -> dict:
+    """A parameter schema for decoding: no descriptions, strings and integers bounded."""
+    out = {k: v for k, v in spec.items() if k in ("type", "enum", "items", "properties", "required")}
+    types = _json_types(out)
+    if "string" in types and "enum" not in out:   # no control characters: JSON forbids them raw
+        out["pattern"] = r'^[^"\\\x00-\x1f]{0,%d}$' % ARG_MAX_CHARS
+    if types == ["integer"]:
+        out.update(minimum=-ARG_INT_BOUND, maximum=ARG_INT_BOUND)
+    return out
+
+
+def call_grammar(schemas: list[dict]) -> str:
+    """An EBNF grammar (xgrammar's dialect, read by both engines) of exactly one hermes call
+    to one of `schemas`, arguments typed as the schema says, in its order:
+
+        <tool_call>\\n{"name": "<tool>", "arguments": {...}}\\n</tool_call>
+
+    the text `format_tool_call` writes.  String arguments are cut at ARG_MAX_CHARS characters
+    and integers bounded, so that an untrained policy's calls end within a few dozen tokens.
+    """
+    return _call_grammar(json.dumps(schemas))   # key order kept: it is the arguments' order
+
+
+@functools.lru_cache(maxsize=64)
+def _call_grammar(schemas_json: str) -> str:
+    import xgrammar as xgr
+
+    alternatives = []
+    for schema in json.loads(schemas_json):
+        fn = schema["function"]
+        params = fn.get("parameters") or {}
+        props = {k: _bounded(v) for k, v in (params.get("properties") or {}).items()}
+        args = {"type": "object", "properties": props, "required": list(params.get("required", [])),
+                "additionalProperties": False}
+        call = {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": args},
+                "required": ["name", "arguments"], "additionalProperties": False}
+        alternatives.append(xgr.Grammar.from_json_schema(json.dumps(call), any_whitespace=False))
+    if not alternatives:
+        raise ValueError("call_grammar: no tool schemas given")
+    body = xgr.Grammar.union(*alternatives) if len(alternatives) > 1 else alternatives[0]
+    return str(xgr.Grammar.concat(xgr.Grammar.from_ebnf('root ::= "<tool_call>\\n"'), body,
+                                  xgr.Grammar.from_ebnf('root ::= "\\n</tool_call>"')))

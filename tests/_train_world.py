@@ -30,8 +30,9 @@ def write_tasks(path: Path, n: int = 4) -> Path:
     return path
 
 
-def build_policy(folder: Path) -> Path:
-    """Tokenizer trained on the prompts it will see (short sequences), tiny Llama."""
+def build_policy(folder: Path, extra_texts: list[str] = (), max_positions: int = 4096, vocab_size: int = 1200) -> Path:
+    """Tokenizer trained on the prompts it will see (short sequences), tiny Llama.
+    `extra_texts`: more prompt text to train the tokenizer on (e.g. a domain's tools)."""
     from training.tiny_policy import build_tiny_policy, tiny_tokenizer
 
     catalog = task_catalog(load_catalog(), Task("x", "q", tools=TOOLS))
@@ -40,7 +41,8 @@ def build_policy(folder: Path) -> Path:
     texts += [(Path(__file__).resolve().parents[1] / "orchestrator/prompts" / f).read_text() * 5
               for f in ("system.txt", "user.txt")]
     texts += [f"What is {i} + {i}? Code results: Output: {2 * i}" for i in range(50)]
-    return build_tiny_policy(folder, tiny_tokenizer(texts, vocab_size=1200), hidden=32, layers=1, heads=2)
+    return build_tiny_policy(folder, tiny_tokenizer(texts + list(extra_texts), vocab_size=vocab_size), hidden=32, layers=1,
+                             heads=2, max_positions=max_positions)
 
 
 def _llm(delay: float):

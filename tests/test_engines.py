@@ -169,6 +169,36 @@ def test_hf_choices_constrain_every_sample_and_record_constrained_logprobs(hf, r
         assert gen.logprobs == pytest.approx(ref, abs=1e-4)
 
 
+GRAMMAR_TOOLS = [
+    {"type": "function", "function": {"name": "pick", "parameters": {
+        "type": "object", "properties": {"model": {"type": "string", "enum": ["m-1", "m-2"]}}, "required": ["model"]}}},
+    {"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string"}, "n": {"type": "integer"}}, "required": ["text"]}}},
+]
+
+
+def test_hf_grammar_constrains_every_sample_to_a_valid_call(hf, reference):
+    from orchestrator.toolcall import call_grammar, parse_tool_calls, validate_schema_call
+
+    prompt = prompts_of(hf.tokenizer)[0]
+    gens = []
+    for tools in (GRAMMAR_TOOLS, GRAMMAR_TOOLS[1:]):   # the second: free strings and integers
+        params = SamplingParams(temperature=1.0, max_tokens=120, grammar=call_grammar(tools), seed=0)
+        gens += hf.generate([prompt] * 12, params)
+    names = Counter()
+    for gen in gens:
+        assert gen.finish_reason == "stop" and gen.token_ids[-1] == hf.tokenizer.eos_token_id, gen.text
+        _, calls, errors = parse_tool_calls(gen.text)
+        assert not errors and len(calls) == 1, gen.text
+        validate_schema_call(calls[0], GRAMMAR_TOOLS)
+        names[calls[0].name] += 1
+    assert names["note"] >= 12, names
+    for gen in gens[:4] + gens[-4:]:   # renormalised over the admitted tokens: never below the free log-prob
+        free = forward_logprobs(reference["A"], prompt, gen.token_ids)
+        assert all(c >= f - 1e-4 for c, f in zip(gen.logprobs, free.tolist()))
+        assert any(abs(c) < 1e-6 for c in gen.logprobs)                      # forced tokens: log 1
+
+
 def test_hf_stop_string_ends_generation_and_stays_in_the_text(hf):
     prompt = prompts_of(hf.tokenizer)[0]
     free = hf.generate([prompt], SamplingParams(temperature=0, max_tokens=12))[0]
@@ -215,6 +245,8 @@ def test_hf_engine_can_share_a_loaded_model(reference, folders):
     ([[1]], SamplingParams(top_p=0), "top_p"),
     ([[1]], SamplingParams(max_tokens=0), "max_tokens"),
     ([[1]], SamplingParams(choices=[]), "choices"),
+    ([[1]], SamplingParams(grammar=" "), "grammar"),
+    ([[1]], SamplingParams(choices=["a"], grammar='root ::= "a"'), "at most one"),
 ])
 def test_bad_requests_name_the_field(hf, prompts, params, match):
     with pytest.raises(ValueError, match=match):

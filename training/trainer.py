@@ -43,18 +43,19 @@ from training.losses import PPOClipLoss
 from training.rewards import preference_rewards, reward_inputs
 from training.samples import SampleBatch, TurnSample, collate_samples
 
-SUPPORTED_KINDS = ("qa",)
+SUPPORTED_KINDS = ("qa", "tau2")
 
 
 # ---------------------------------------------------------------------------- tasks
 def load_tasks(files: Sequence[str], default_preference: dict[str, float] | None = None) -> list[Task]:
     """Tasks from JSONL / parquet files through HF `datasets`, as `orchestrator.loop.Task`s.
 
-    A record holds `id`, `question`, and optionally `answer`, `kind` ("qa"), `tools`
+    A record holds `id`, `question`, and optionally `answer`, `kind` ("qa" or "tau2"), `tools`
     ({tool: {alias: model}}), `prices` ({model: {"input", "output"}} $/1M tokens),
     `preference` ({alias | "outcome" | "cost" | "latency": weight}) and `metadata`.
     Mapping fields may also be JSON strings.  Arrow pads the mappings of one file to a
-    common schema with nulls; those nulls are dropped again here.
+    common schema with nulls; those nulls are dropped again here.  A tau2 record's domain
+    folder (`domain_dir`, relative paths taken from the file's folder) is loaded and checked here.
     """
     if not files:
         raise ValueError("data.train_files is empty: list JSONL or parquet task files")
@@ -68,7 +69,7 @@ def load_tasks(files: Sequence[str], default_preference: dict[str, float] | None
         kind = "parquet" if path.suffix == ".parquet" else "json"
         rows = load_dataset(kind, data_files=str(path), split="train")
         for i, row in enumerate(rows):
-            tasks.append(task_from_record(row, f"{file}[{i}]", default_preference))
+            tasks.append(task_from_record(row, f"{file}[{i}]", default_preference, base=path.parent))
     ids = [t.id for t in tasks]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
@@ -82,12 +83,15 @@ def _drop_nulls(value: Any) -> Any:
     return value
 
 
-def task_from_record(row: dict[str, Any], where: str, default_preference: dict[str, float] | None = None) -> Task:
+def task_from_record(row: dict[str, Any], where: str, default_preference: dict[str, float] | None = None,
+                     base: Path | None = None) -> Task:
     """One data record -> Task; errors name the record and field.
 
     Records written by data_synthesis (`TrainingExample`, recognised by their `instruction`
     field) are adapted through `TrainingExample.loop_task_kwargs`: the policy reads the
-    instruction (question + tools, prices and preference in words)."""
+    instruction (question + tools, prices and preference in words).  A `kind: tau2` record
+    needs `metadata.tau2_task` and `metadata.domain_dir` (TrainingExample: `tau2_task`,
+    `domain_dir`); a relative `domain_dir` is taken from `base` (the data file's folder)."""
     if "instruction" in row and "preference_name" in row:
         from pydantic import ValidationError
 
@@ -112,13 +116,30 @@ def task_from_record(row: dict[str, Any], where: str, default_preference: dict[s
         fields[key] = _drop_nulls(value) if value is not None else None
     kind = row.get("kind") or "qa"
     if kind not in SUPPORTED_KINDS:
-        raise ValueError(f"{where}: task kind {kind!r} cannot be trained yet (supported: {SUPPORTED_KINDS}); "
-                         "function-calling (tau2) episodes need the loop's domain-tool support")
+        raise ValueError(f"{where}: task kind {kind!r} is unknown; field 'kind' must be one of {SUPPORTED_KINDS}")
     answer = row.get("answer")
-    return Task(id=row["id"], question=row["question"], answer=None if answer is None else str(answer),
+    task = Task(id=row["id"], question=row["question"], answer=None if answer is None else str(answer),
                 kind=kind, tools=fields["tools"], prices=fields["prices"],
                 preference=fields["preference"] or dict(default_preference or {}),
                 metadata=fields["metadata"] or {})
+    if kind == "tau2":
+        _resolve_domain(task, where, base)
+    return task
+
+
+def _resolve_domain(task: Task, where: str, base: Path | None) -> None:
+    """Make a tau2 task's `domain_dir` absolute and load its domain once (errors name the record)."""
+    from data_synthesis.schema import SchemaError
+    from orchestrator.domain_episode import task_domain
+
+    domain_dir = task.metadata.get("domain_dir")
+    if isinstance(domain_dir, str) and domain_dir and not Path(domain_dir).is_absolute() and base is not None:
+        task.metadata["domain_dir"] = str((base / domain_dir).resolve())
+    try:
+        task_domain(task)
+    except (ValueError, SchemaError) as exc:
+        raise ValueError(f"{where}: {exc} (domain_dir is relative to the data file's folder; "
+                         "`python -m data_synthesis.synthesize --out OUT` writes OUT/dataset/ beside the domain)") from None
 
 
 class TaskSampler:
@@ -271,12 +292,17 @@ def choice_token_ids(tokenizer, choices: Sequence[str]) -> list[list[int]]:
 
 
 def mask_forced_tokens(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]], catalog, tokenizer) -> None:
-    """Set each turn's `loss_mask` to its `decision_mask` (constrained rollouts only)."""
+    """Set each turn's `loss_mask` to its `decision_mask` (constrained rollouts only).
+    Function-calling turns were constrained by a grammar: its decision mask is replayed
+    with xgrammar (`training.engines.grammar`)."""
     from orchestrator.loop import task_catalog
     from orchestrator.toolcall import allowed_call_strings
 
     cache: dict[str, list[list[int]]] = {}
     for task, group in zip(tasks, groups):
+        if task.kind == "tau2":
+            _mask_grammar_turns(task, group, catalog, tokenizer)
+            continue
         view = task_catalog(catalog, task)
         allowed = {t.name: list(t.aliases) for t in view.tools if t.kind in ("search", "code", "answer")}
         key = json.dumps(allowed, sort_keys=True)
@@ -286,6 +312,18 @@ def mask_forced_tokens(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]
             for turn in rollout.turns:
                 if turn.response_ids:
                     turn.loss_mask = decision_mask(turn.response_ids, cache[key])
+
+
+def _mask_grammar_turns(task: Task, group: Sequence[Rollout], catalog, tokenizer) -> None:
+    from orchestrator.domain_episode import task_grammar
+    from training.engines.grammar import token_grammar
+
+    grammar = task_grammar(task, catalog)
+    replay = token_grammar(tokenizer, len(tokenizer), [tokenizer.eos_token_id])
+    for rollout in group:
+        for turn in rollout.turns:
+            if turn.response_ids:
+                turn.loss_mask = replay.decision_mask(grammar, turn.response_ids)
 
 
 # ---------------------------------------------------------------------------- rewards
@@ -301,16 +339,19 @@ def score_groups(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]],
                  judge: Callable[[Task, Rollout], bool], *, estimator: str = "grpo",
                  min_group_std: float = 0.1) -> ScoredBatch:
     """Outcome of every rollout, then per group: filter 1 (final answer), preference
-    rewards, filter 3 (reward std), advantages.  Sets `Rollout.outcome` (0 or 1)."""
+    rewards, filter 3 (reward std), advantages.  Sets `Rollout.outcome` (0 or 1) and, on
+    finished rollouts, `Rollout.reward`.  `judge` decides QA outcomes (`judged`)."""
     kept: list[Rollout] = []
     rewards_kept: list[float] = []
     group_ids: list[int] = []
     scored = ScoredBatch([], [])
     for g, (task, group) in enumerate(zip(tasks, groups)):
         for rollout in group:
-            rollout.outcome = int(rollout.finished and bool(judge(task, rollout)))
+            rollout.outcome = int(rollout.finished and bool(judged(task, rollout, judge)))
         finished = keep_finished(group)
         rewards = preference_rewards([reward_inputs(r) for r in finished], task.preference) if finished else []
+        for rollout, reward in zip(finished, rewards):
+            rollout.reward = reward
         scored.rewards.append(rewards)
         kept += finished
         rewards_kept += rewards
@@ -325,6 +366,14 @@ def score_groups(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]],
     if scored.rollouts:
         scored.advantages = compute_advantages(kept_r, kept_g, estimator).tolist()
     return scored
+
+
+def judged(task: Task, rollout: Rollout, judge: Callable[[Task, Rollout], bool]) -> bool:
+    """A finished rollout's outcome: the judge's verdict (QA), or the environment's, which the
+    function-calling episode already stored (tau2's task reward, orchestrator/domain_outcome.py)."""
+    if task.kind == "tau2":
+        return rollout.outcome == 1
+    return judge(task, rollout)
 
 
 def make_judge(kind: str, model: str | None = None) -> Callable[[Task, Rollout], bool]:
@@ -345,15 +394,18 @@ def response_logprobs(model, batch: SampleBatch, temperature: float = 1.0) -> to
     long prompts.  Logits are divided by the sampling temperature (T > 0), so the
     log-probs are those of the distribution the rollouts were sampled from.
     """
+    from training.logprobs import compiled_layers, linear_logprobs
+
     mask = batch.response_mask.bool()                                          # [B, L]
     rows, cols = mask.nonzero(as_tuple=True)                                   # [N], [N]
-    hidden = model.get_decoder()(input_ids=batch.input_ids,
-                                 attention_mask=batch.attention_mask).last_hidden_state  # [B, L, H]
-    logits = model.get_output_embeddings()(hidden[rows, cols - 1]).float()    # [N, V]
-    if temperature > 0:
-        logits = logits / temperature
-    picked = logits.gather(-1, batch.input_ids[rows, cols][:, None])[:, 0]   # [N]
-    logp = picked - torch.logsumexp(logits, dim=-1)                           # [N]
+    with compiled_layers(model, batch.input_ids.device):                      # CUDA: fused layer kernels
+        hidden = model.get_decoder()(input_ids=batch.input_ids,
+                                     attention_mask=batch.attention_mask).last_hidden_state  # [B, L, H]
+    head = model.get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise ValueError(f"{type(model).__name__}: the LM head has a bias; training/logprobs.py assumes none")
+    # the LM head + log-softmax over chunks of rows: never the full [N, V] float32 logits
+    logp = linear_logprobs(hidden[rows, cols - 1], head.weight, batch.input_ids[rows, cols], temperature)  # [N]
     out = torch.zeros(mask.shape, dtype=torch.float32, device=logp.device)    # [B, L]
     return out.index_put((rows, cols), logp)
 
@@ -437,7 +489,9 @@ def ppo_update(model, reference, optimizer, samples: Sequence[TurnSample], loss_
 
 # ---------------------------------------------------------------------------- metrics
 def rollout_metrics(groups: Sequence[Sequence[Rollout]]) -> dict[str, float]:
-    """Means over every rollout of the step (filters not applied)."""
+    """Means over every rollout of the step (filters not applied); also per task kind
+    (`rollout/accuracy_<kind>`, `rollout/finished_<kind>`, `reward/mean_<kind>`: the mean
+    reward of the finished rollouts, as `reward/mean`)."""
     flat = [r for g in groups for r in g]
     n = max(1, len(flat))
     turns = [t for r in flat for t in r.turns]
@@ -454,4 +508,10 @@ def rollout_metrics(groups: Sequence[Sequence[Rollout]]) -> dict[str, float]:
     for r in flat:
         for alias, c in r.tool_calls.items():
             out[f"calls/{alias}"] = out.get(f"calls/{alias}", 0.0) + c / n
+    for kind in sorted({r.kind for r in flat}):   # per task kind, e.g. a mixed QA + tau2 run
+        of_kind = [r for r in flat if r.kind == kind]
+        rewards = [r.reward for r in of_kind if r.reward is not None]
+        out[f"rollout/accuracy_{kind}"] = sum(r.outcome or 0 for r in of_kind) / len(of_kind)
+        out[f"rollout/finished_{kind}"] = sum(r.finished for r in of_kind) / len(of_kind)
+        out[f"reward/mean_{kind}"] = sum(rewards) / max(1, len(rewards))
     return out

@@ -42,6 +42,10 @@ def validate_request(prompts: list[list[int]], params: SamplingParams, vocab_siz
     if params.choices is not None and (not params.choices or not all(
             isinstance(c, str) and c for c in params.choices)):
         raise ValueError("SamplingParams.choices must be None or a non-empty list of non-empty strings")
+    if params.grammar is not None and (not isinstance(params.grammar, str) or not params.grammar.strip()):
+        raise ValueError("SamplingParams.grammar must be None or a non-empty EBNF grammar string")
+    if params.choices is not None and params.grammar is not None:
+        raise ValueError("SamplingParams: set at most one of choices and grammar")
     if any(not isinstance(s, str) or not s for s in params.stop):
         raise ValueError(f"SamplingParams.stop must be a list of non-empty strings, got {params.stop!r}")
 

@@ -7,12 +7,14 @@ top-p and any constraint), a per-row seed, and choice-constrained decoding.
 
 Log-probs (float32): for temperature T > 0, `log softmax(top_p(mask(logits) / T))[token]`;
 for greedy (T = 0), `log softmax(mask(logits))[token]`, as vLLM's processed log-probs.
-`mask` keeps only the tokens a choice constraint allows, so the recorded log-prob is that
-of the constrained sampler (renormalised over the allowed tokens).
+`mask` keeps only the tokens a choice constraint (or a grammar, `SamplingParams.grammar`,
+through xgrammar: training/engines/grammar.py) allows, so the recorded log-prob is that of
+the constrained sampler (renormalised over the allowed tokens).
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from pathlib import Path
 
@@ -20,6 +22,8 @@ import torch
 
 from orchestrator.engine import Generation, SamplingParams
 from training.engines.common import completes_stop, decode, eos_token_ids, row_seeds, validate_request
+
+log = logging.getLogger(__name__)
 
 
 class ChoiceTrie:
@@ -71,11 +75,16 @@ def _inverse_cdf_sample(probs: torch.Tensor, gens: list[torch.Generator]) -> tor
     the cumulative sum can never run past the last token; `right=True` never lands on a
     zero-probability token.
     """
-    cdf = probs.cumsum(dim=-1)                                                # [A, V]
     if all(g is gens[0] for g in gens):                                       # one launch, not A
         u = torch.rand(len(gens), generator=gens[0], device=probs.device)
     else:
         u = torch.cat([torch.rand(1, generator=g, device=probs.device) for g in gens])
+    return inverse_cdf(probs, u)
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The token of each row of `probs` [A, V] whose cumulative mass first exceeds u [A] in [0, 1). -> [A]"""
+    cdf = probs.cumsum(dim=-1)                                                # [A, V]
     u = (u * cdf[:, -1]).unsqueeze(-1)                                        # [A, 1]
     return torch.searchsorted(cdf, u, right=True)[:, 0].clamp(max=probs.shape[-1] - 1)
 
@@ -92,10 +101,14 @@ class HFEngine:
         seed: seeds the generator of rows sampled without `SamplingParams.seed`.
         compute_dtype: run forward passes under `torch.autocast` to this dtype (the trainer's
             float32 master weights with model.dtype bfloat16, training/precision.py).
+        decode: "auto" (static KV cache + compiled CUDA-graph steps on CUDA for requests without
+            a constraint, training/engines/hf_static.py; the step-by-step loop otherwise),
+            "static" (that path on any device: eager on the CPU) or "eager" (always the loop).
     """
 
     def __init__(self, model, tokenizer=None, *, device: str | None = None, dtype=None,
-                 max_batch: int = 32, seed: int | None = None, compute_dtype: torch.dtype | None = None):
+                 max_batch: int = 32, seed: int | None = None, compute_dtype: torch.dtype | None = None,
+                 decode: str = "auto"):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -118,6 +131,13 @@ class HFEngine:
         self.vocab_size = model.get_input_embeddings().weight.shape[0]
         self.max_batch = max_batch
         self.compute_dtype = compute_dtype
+        if decode not in ("auto", "static", "eager"):
+            raise ValueError(f"HFEngine(decode={decode!r}): choose 'auto', 'static' or 'eager'")
+        self.decode = decode
+        self._static = None
+        if decode == "static" or (decode == "auto" and self.device.type == "cuda"):
+            from training.engines.hf_static import StaticDecoder
+            self._static = StaticDecoder(self)
         self._rng = torch.Generator(device=self.device)
         self._rng.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
         # generate and update_weights never interleave (the batcher is one caller; others may not be)
@@ -141,8 +161,24 @@ class HFEngine:
         with self._lock, cast:
             for start in range(0, len(prompts), self.max_batch):
                 stop = start + self.max_batch
-                out += self._generate_batch(prompts[start:stop], params, seeds[start:stop])
+                out += self._generate_rows(prompts[start:stop], params, seeds[start:stop])
         return out
+
+    def _generate_rows(self, prompts, params: SamplingParams, seeds) -> list[Generation]:
+        """The static-cache path where it applies, else the step-by-step loop.  With
+        decode="auto" a failure of the static path (e.g. torch.compile) is logged once and
+        the loop serves this and every later request."""
+        if self._static is None or not self._static.supports(prompts, params):
+            return self._generate_batch(prompts, params, seeds)
+        try:
+            return self._static.generate(prompts, params, seeds)
+        except Exception as exc:
+            if self.decode == "static":
+                raise
+            log.warning("HFEngine: static-cache decoding failed (%s: %s); using the step-by-step loop from now on",
+                        type(exc).__name__, str(exc)[:300])
+            self._static = None
+            return self._generate_batch(prompts, params, seeds)
 
     def update_weights(self, state_dict_or_path) -> None:
         """Copy new weights into the model in place (a state dict or a saved model folder).
@@ -175,6 +211,10 @@ class HFEngine:
                 tied.update(names)
         return tied
 
+    def _grammar(self):
+        from training.engines.grammar import token_grammar
+        return token_grammar(self.tokenizer, self.vocab_size, self.eos_ids)
+
     def _generators(self, seeds: list[int | None]) -> list[torch.Generator]:
         gens = []
         for s in seeds:
@@ -186,14 +226,19 @@ class HFEngine:
                 gens.append(g)
         return gens
 
-    def _next_tokens(self, logits: torch.Tensor, allowed: list[list[int] | None], params: SamplingParams,
-                     gens: list[torch.Generator]) -> tuple[list[int], list[float]]:
-        """Pick one token per row and its log-prob under the sampling distribution. logits: [A, V]."""
+    def _next_tokens(self, logits: torch.Tensor, allowed: list[list[int] | torch.Tensor | None],
+                     params: SamplingParams, gens: list[torch.Generator]) -> tuple[list[int], list[float]]:
+        """Pick one token per row and its log-prob under the sampling distribution. logits: [A, V].
+
+        `allowed[row]`: None (free), the allowed ids (choices) or a bool mask (grammar)."""
         logits = logits.float()
         if any(a is not None for a in allowed):
             mask = torch.zeros_like(logits)
             for row, ids in enumerate(allowed):
-                if ids is not None:
+                if isinstance(ids, torch.Tensor):                              # grammar: bool [V']
+                    mask[row, :ids.shape[0]].masked_fill_(~ids.to(mask.device), float("-inf"))
+                    mask[row, ids.shape[0]:] = float("-inf")
+                elif ids is not None:
                     mask[row].fill_(float("-inf"))
                     mask[row, ids] = 0.0
             logits = logits + mask                                            # [A, V]
@@ -222,6 +267,8 @@ class HFEngine:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)                  # [n, width]
         trie = ChoiceTrie(self.tokenizer, params.choices, self.eos_ids) if params.choices else None
         nodes = [trie.root if trie else None for _ in prompts]
+        grammar = self._grammar() if params.grammar else None
+        matchers = [grammar.matcher(params.grammar) for _ in prompts] if grammar else None
         tokens: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
         finish = ["length"] * n
@@ -232,7 +279,8 @@ class HFEngine:
             for _ in range(params.max_tokens):
                 out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
                                  past_key_values=cache, use_cache=True, logits_to_keep=1)
-                allowed = [list(nodes[r]) if trie else None for r in live]
+                allowed = [list(nodes[r]) if trie else grammar.allowed(matchers[r]) if grammar else None
+                           for r in live]
                 picked, lps = self._next_tokens(out.logits[:, -1, :], allowed, params, [gens[r] for r in live])
                 keep = []
                 for k, r in enumerate(live):
@@ -240,6 +288,8 @@ class HFEngine:
                     logprobs[r].append(lps[k])
                     if trie:
                         nodes[r] = nodes[r][picked[k]]
+                    if grammar:
+                        matchers[r].accept_token(picked[k])
                     if picked[k] in self.eos_ids or completes_stop(self.tokenizer, tokens[r], params.stop):
                         finish[r] = "stop"
                     else:

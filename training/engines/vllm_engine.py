@@ -4,7 +4,8 @@
   `logprobs_mode="processed_logprobs"` makes it the log-prob under the *sampling*
   distribution (after the choice constraint, temperature and top-p), as `HFEngine` records.
 - `SamplingParams.choices` becomes vLLM structured outputs `choice`: the grammar admits
-  every tokenization of each string (the HF engine only the canonical one).
+  every tokenization of each string (the HF engine only the canonical one);
+  `SamplingParams.grammar` becomes structured outputs `grammar` (xgrammar's EBNF).
 - `update_weights` (`weight_sync="inplace"`, the default) reloads the weights in place with
   vLLM's `reload_weights`, then resets the prefix cache (its KV came from the old weights).
   On the CPU backend the linear weights are repacked at load, and a *tied* `lm_head` (the
@@ -156,7 +157,8 @@ class VLLMEngine:
         return VSamplingParams(
             temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
             seed=seed, stop=list(params.stop), include_stop_str_in_output=True, logprobs=0,
-            structured_outputs=StructuredOutputsParams(choice=list(params.choices)) if params.choices else None)
+            structured_outputs=(StructuredOutputsParams(choice=list(params.choices)) if params.choices
+                                else StructuredOutputsParams(grammar=params.grammar) if params.grammar else None))
 
     def _generation(self, out) -> Generation:
         if out.finish_reason not in ("stop", "length"):

@@ -1,0 +1,206 @@
+"""Function-calling (tau2-style) episodes: the domain's tools plus `call_expert` (PAPER.md §1, §7).
+
+A task of `kind: tau2` carries a tau2 task and its domain folder (db.json, tools.py,
+policy.md; data_synthesis/domain.py) in `Task.metadata` ("tau2_task", "domain_dir").
+The episode runs in tau2's *solo* mode: the user's instructions (or the task's ticket) are
+the first user message and no simulator answers.
+
+- The policy sees a multi-turn chat: the system prompt (prompts/domain_system.txt: the
+  domain policy, then the example's instruction: expert aliases, prices, preference), the
+  user's request (prompts/domain_solo_user.txt), then its own earlier calls, each followed
+  by the result as a `<tool_response>` user message (how Qwen's template shows tool output).
+- Tools: the domain's (tau2's `transfer_to_human_agents` removed), `call_expert(model=<alias>)`
+  (the catalog's expert tool, with this task's aliases and prices) and `done(message=...)`.
+- Each turn the policy emits one hermes call, recorded as a QA turn is (token ids, loss mask
+  over generated tokens only, usage and cost): tool results are only ever in later prompts.
+- A domain call runs on this episode's own copy of the database; its result (or
+  "Error: ..." when the tool raises, as tau2 reports it) goes into the context.
+- `call_expert`: the expert reads the same chat and proposes the next action (a domain call
+  or `done`), which is validated and executed like the policy's own; the turn records the
+  expert's cost and latency (`Turn.expert`) and the action (`Turn.action`).
+- `done(message)` ends the episode: `message` is the agent's final words to the user (tau2's
+  solo `done` takes none; ours carries what tau2's COMMUNICATE check reads).  The turn cap
+  ends it unfinished.
+- The outcome is tau2's verdict (orchestrator/domain_outcome.py), stored in
+  `Rollout.outcome` (0/1) and `Rollout.info`.
+
+Invalid calls (unparseable, unknown tool, bad arguments) are recorded on the turn, not
+executed, and answered with the error in the next context.  Under constrained decoding
+(`LoopConfig.constrained`) every turn is one well-typed call to one of the tools
+(`orchestrator.toolcall.call_grammar`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from data_synthesis.domain import Domain, cached_domain
+from orchestrator.context import TokenCounter
+from orchestrator.domain_outcome import DomainStep, check_task, result_text, verdict
+from orchestrator.records import Rollout, ToolCall
+from orchestrator.toolcall import (
+    ToolCallError,
+    call_grammar,
+    format_tool_call,
+    validate_schema_call,
+)
+
+EXPERT_TOOL = "call_expert"
+TRANSFER_TOOL = "transfer_to_human_agents"   # tau2's; call_expert replaces it (PAPER.md §1)
+DONE_TOOL = "done"
+DONE_SCHEMA = {"type": "function", "function": {
+    "name": DONE_TOOL,
+    "description": "Call this when the user's request is handled; it ends the conversation.",
+    "parameters": {"type": "object", "properties": {"message": {
+        "type": "string", "description": "Your final message to the user: what they asked to know, what you changed."}},
+        "required": []}}}
+OMITTED = "[earlier output omitted]"
+
+
+@dataclass
+class DomainTask:
+    """A tau2 task with its loaded domain, and the request the policy reads first."""
+
+    domain: Domain
+    task: dict
+    request: str
+
+
+def task_domain(task) -> tuple[Domain, dict]:
+    """The loaded domain and the tau2 task of a `kind: tau2` loop Task (errors name the task and field)."""
+    meta = task.metadata or {}
+    tau2_task, domain_dir = meta.get("tau2_task"), meta.get("domain_dir")
+    if not isinstance(tau2_task, dict) or not domain_dir:
+        raise ValueError(f"task {task.id}: a tau2 task needs metadata.tau2_task (the tau2 Task) and "
+                         "metadata.domain_dir (its domain folder)")
+    if not Path(domain_dir).is_dir():
+        raise ValueError(f"task {task.id}: metadata.domain_dir {domain_dir!r} is not a folder")
+    check_task(tau2_task, f"task {task.id}")
+    return cached_domain(domain_dir), tau2_task
+
+
+def domain_task(task, prompts) -> DomainTask:
+    from data_synthesis.tasks import instructions_text
+
+    domain, tau2_task = task_domain(task)
+    request = tau2_task.get("ticket") or instructions_text(tau2_task)
+    return DomainTask(domain, tau2_task, prompts.render("domain_solo_user", request=request))
+
+
+def episode_tools(domain: Domain, catalog) -> tuple[list[dict], list[dict]]:
+    """(the policy's tools, the expert's tools): domain tools without the transfer tool, plus
+    `done`; the policy also gets `call_expert` with this task's aliases."""
+    domain_tools = [s for s in domain.openai_tools() if s["function"]["name"] != TRANSFER_TOOL]
+    experts = [t for t in catalog.tools if t.kind == "expert"]
+    return domain_tools + catalog.openai_tools(tools=experts) + [DONE_SCHEMA], domain_tools + [DONE_SCHEMA]
+
+
+def task_grammar(task, catalog) -> str:
+    """The grammar constrained decoding uses for `task` (also what the trainer's decision mask replays)."""
+    from orchestrator.loop import task_catalog
+
+    return call_grammar(episode_tools(task_domain(task)[0], task_catalog(catalog, task))[0])
+
+
+class Transcript:
+    """The chat the policy reads; tool output cut to budget, oldest output dropped first."""
+
+    def __init__(self, system: str, request: str, budgets, counter: TokenCounter):
+        self.messages = [{"role": "system", "content": system}, {"role": "user", "content": request}]
+        self.budgets, self.counter = budgets, counter
+
+    def add(self, said: str, observation: str) -> None:
+        output = self.counter.head(observation, self.budgets.doc_tokens)
+        self.messages += [{"role": "assistant", "content": said},
+                          {"role": "user", "content": f"<tool_response>\n{output}\n</tool_response>"}]
+
+    def fit(self) -> list[dict]:
+        """The messages within `budgets.context_tokens`: the oldest tool outputs are replaced
+        by a marker until the rest fits (the system prompt and request always stay)."""
+        messages = [dict(m) for m in self.messages]
+        total = sum(self.counter.count(m["content"]) for m in messages)
+        for m in messages[3::2]:
+            if total <= self.budgets.context_tokens:
+                break
+            total -= self.counter.count(m["content"]) - self.counter.count(OMITTED)
+            m["content"] = OMITTED
+        return messages
+
+
+def _said(out) -> str:
+    """The policy's message as the chat shows it: its text, with the call's markup."""
+    if out.tool_calls and "<tool_call>" not in out.text:
+        return (out.text + "\n" + format_tool_call(out.tool_calls[0].name, out.tool_calls[0].arguments)).strip()
+    return out.text
+
+
+def execute(domain: Domain, db: dict, call: ToolCall) -> DomainStep:
+    """Run one domain call on `db`; a raising tool gives "Error: ..." (tau2's wording)."""
+    try:
+        return DomainStep(name=call.name, arguments=call.arguments, result=result_text(domain.call(db, call.name, call.arguments)))
+    except Exception as exc:  # noqa: BLE001 - every tool error goes back to the agent, as in tau2
+        return DomainStep(name=call.name, arguments=call.arguments, result=f"Error: {exc}", error=True)
+
+
+def run_domain_episode(task, policy, runtime, config, counter: TokenCounter | None = None) -> Rollout:
+    """One solo function-calling episode of `task` (kind tau2); see the module docstring."""
+    from orchestrator.loop import take_turn, task_catalog
+
+    dt = domain_task(task, runtime.prompts)
+    catalog = task_catalog(runtime.catalog, task)
+    tools, expert_tools = episode_tools(dt.domain, catalog)
+    extra: dict[str, Any] = {"grammar": call_grammar(tools)} if config.constrained else {}
+    counter = counter or TokenCounter(getattr(getattr(policy, "engine", None), "tokenizer", None))
+    system = runtime.prompts.render("domain_system", policy=dt.domain.policy, instruction=task.question)
+    transcript = Transcript(system, dt.request, config.budgets, counter)
+    db, steps = dt.domain.fresh_db(), []
+    rollout = Rollout(task_id=task.id, stop_reason="max_turns", kind="tau2")
+    for index in range(config.max_turns):
+        messages = transcript.fit()
+        taken = take_turn(policy, messages, tools, index, catalog, config, rollout, **extra)
+        if taken is None:
+            return rollout
+        turn, out, calls, errors = taken
+        try:
+            if not calls:
+                raise ToolCallError(errors[0] if errors else "no <tool_call> in the response")
+            turn.tool_call = calls[0]
+            validate_schema_call(calls[0], tools)
+        except ToolCallError as exc:
+            turn.invalid_reason = str(exc)
+            transcript.add(_said(out), f"Error: {exc}")
+            continue
+        turn.valid = True
+        action, prefix = calls[0], ""
+        if action.name == EXPERT_TOOL:
+            alias = action.arguments["model"]
+            turn.expert, action = runtime.propose(EXPERT_TOOL, alias, messages, expert_tools, catalog)
+            if action is not None:
+                try:
+                    validate_schema_call(action, expert_tools)
+                except ToolCallError as exc:
+                    turn.expert.error, action = f"invalid proposal: {exc}", None
+            if action is None:
+                transcript.add(_said(out), f"Error: {alias} proposed no valid action ({turn.expert.error})")
+                continue
+            prefix = f"[{alias} called {action.name}({json.dumps(action.arguments)})]\n"
+        turn.action = action
+        if action.name == DONE_TOOL:
+            message = action.arguments.get("message") or ""
+            if message:
+                steps.append(DomainStep(text=message))
+            rollout.final_answer, rollout.finished, rollout.stop_reason = message, True, "done"
+            break
+        step = execute(dt.domain, db, action)
+        steps.append(step)
+        turn.observation = prefix + step.result
+        transcript.add(_said(out), turn.observation)
+    if rollout.finished:
+        try:
+            rollout.info = verdict(dt.domain, dt.task, db, dt.request, steps, config.tau2_evaluator)
+            rollout.outcome = float(rollout.info["reward"])
+        except Exception as exc:  # noqa: BLE001 - an evaluator that cannot score: the rollout is dropped
+            rollout.finished, rollout.stop_reason = False, f"error: evaluator: {type(exc).__name__}: {exc}"
+    return rollout

@@ -1,0 +1,249 @@
+"""Function-calling (tau2-style) tasks in the loop and the trainer (issue #4 item 4, #6).
+
+Domains come from the offline pipeline on the shipped `school` schema (and, when present,
+the shared ToolScale databases).  A scripted policy replaying the gold actions scores 1,
+a wrong one 0, and our comparison gives tau2's own verdict; call_expert executes the
+expert's proposal; a tiny random policy under grammar-constrained decoding emits valid
+calls whose tool results stay out of the trained tokens; a mixed QA + tau2 file trains.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from _tau2_world import build_world, policy_texts, scripted_runtime
+from _train_world import build_policy, overrides
+from safetensors.torch import load_file
+
+from data_synthesis.offline import build_domain, resolve_source
+from data_synthesis.tasks import task_meta
+from orchestrator.catalog import load_catalog
+from orchestrator.domain_outcome import result_text
+from orchestrator.loop import LoopConfig, Task, run_episode
+from orchestrator.policy import PolicyOutput
+from orchestrator.records import Rollout, Turn, Usage
+from orchestrator.runtime import ToolRuntime
+from orchestrator.toolcall import format_tool_call
+from training.trainer import load_tasks, score_groups
+
+TOOLSCALE = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "toolscale" / "domains"
+EVALUATORS = ("builtin", "tau2")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return build_world(tmp_path_factory.mktemp("tau2world"))
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(world, tmp_path_factory):
+    return build_policy(tmp_path_factory.mktemp("policy") / "policy", policy_texts(world["school"]),
+                        max_positions=8192, vocab_size=4000)
+
+
+class Scripted:
+    """A policy that emits the given (tool, arguments) calls in order."""
+
+    price_model = "Qwen3-8B"
+
+    def __init__(self, calls):
+        self.calls = list(calls)
+        self.seen: list[list[dict]] = []
+
+    def act(self, messages, tools, **kw):
+        self.seen.append(messages)
+        name, args = self.calls.pop(0)
+        return PolicyOutput(text=format_tool_call(name, args), usage=Usage(100, 20), latency=0.0)
+
+
+def _tau2_tasks(world) -> list[Task]:
+    return [t for t in load_tasks([str(world["train"])]) if t.kind == "tau2"]
+
+
+def _task_for(domain_dir: Path, tau2_task: dict) -> Task:
+    return Task(id=tau2_task["id"], question="", kind="tau2", tools={"call_expert": {"expert-1": "gpt-5"}},
+                metadata={"tau2_task": tau2_task, "domain_dir": str(domain_dir)})
+
+
+def _gold(task: Task):
+    crit = task.metadata["tau2_task"]["evaluation_criteria"]
+    said = "Here you go: " + ", ".join(crit.get("communicate_info") or [])
+    return [(a["name"], a["arguments"]) for a in crit["actions"]], said
+
+
+def _episode(task, calls, evaluator, runtime=None, max_turns=12):
+    runtime = runtime or ToolRuntime(catalog=load_catalog())
+    return run_episode(task, Scripted(calls), runtime, LoopConfig(max_turns=max_turns, tau2_evaluator=evaluator))
+
+
+def _check_gold_one_wrong_zero(tasks: list[Task]) -> None:
+    kinds = set()
+    for task in tasks:
+        gold, said = _gold(task)
+        kind = task_meta(task.metadata["tau2_task"])["kind"]
+        kinds.add(kind)
+        wrong = gold[:-1] + [("done", {"message": said})] if kind == "write" else gold + [("done", {"message": "No."})]
+        verdicts = {}
+        for evaluator in EVALUATORS:
+            right = _episode(task, gold + [("done", {"message": said})], evaluator)
+            bad = _episode(task, wrong, evaluator)
+            assert (right.finished, right.stop_reason, right.outcome) == (True, "done", 1.0), (task.id, right.info)
+            assert (bad.finished, bad.outcome) == (True, 0.0), (task.id, bad.info)
+            assert right.info["evaluator"] == evaluator
+            verdicts[evaluator] = [{k: v for k, v in r.info.items() if k != "evaluator"} for r in (right, bad)]
+        assert verdicts["builtin"] == verdicts["tau2"], task.id   # same reward, db match, communicated
+    assert kinds == {"read", "write"}
+
+
+def test_school_gold_scores_one_wrong_scores_zero_and_our_verdict_is_tau2s(world):
+    _check_gold_one_wrong_zero(_tau2_tasks(world))
+
+
+@pytest.mark.skipif(not TOOLSCALE.is_dir(), reason=f"{TOOLSCALE} absent (the shared ToolScale domains, ../shared)")
+@pytest.mark.parametrize("name", ["bank", "movie"])
+def test_toolscale_gold_scores_one_wrong_scores_zero_and_our_verdict_is_tau2s(tmp_path, name):
+    if not (TOOLSCALE / name).is_dir():
+        pytest.skip(f"{TOOLSCALE / name} absent")
+    build_domain(resolve_source(TOOLSCALE / name, seed=0), tmp_path, num_tasks=8, seed=0)
+    tasks = [_task_for(tmp_path, t) for t in json.loads((tmp_path / "tasks.json").read_text())]
+    reads = [t for t in tasks if task_meta(t.metadata["tau2_task"])["kind"] == "read"][:2]
+    writes = [t for t in tasks if task_meta(t.metadata["tau2_task"])["kind"] == "write"][:2]
+    _check_gold_one_wrong_zero(reads + writes)
+
+
+def test_tool_results_read_as_tau2_writes_them():
+    from tau2.environment.environment import Environment
+
+    for value in ["text", None, 3, 2.5, True, ["a", 1, None], {"id": "X1", "n": 2, "ok": False, "sub": {"x": [1.5]}},
+                  [{"a": (1, 2)}], {}]:
+        assert result_text(value) == Environment.to_json_str(value), value
+
+
+def test_call_expert_executes_the_experts_proposal(world):
+    runtime = scripted_runtime(world["school"])
+    task = next(t for t in _tau2_tasks(world) if len(t.tools["call_expert"]) > 1)
+    aliases = task.tools["call_expert"]                      # alias -> model, randomised per example
+    strong = next((a for a, m in aliases.items() if m in ("gpt-5", "gpt-5-mini")), None)
+    weak = next((a for a, m in aliases.items() if m not in ("gpt-5", "gpt-5-mini")), None)
+    gold, _ = _gold(task)
+    if strong:
+        r = _episode(task, [("call_expert", {"model": strong})] * (len(gold) + 1), "builtin", runtime)
+        assert (r.finished, r.outcome) == (True, 1.0)
+        assert [t.action.name for t in r.turns] == [name for name, _ in gold] + ["done"]
+        assert all(t.expert.alias == strong and t.expert.cost > 0 for t in r.turns)
+        assert r.tool_calls == {strong: len(gold) + 1}
+        assert r.cost == pytest.approx(sum(t.policy_cost + t.expert.cost for t in r.turns))
+        assert r.turns[0].observation.startswith(f"[{strong} called {gold[0][0]}(")
+    if weak:
+        r = _episode(task, [("call_expert", {"model": weak})], "builtin", runtime)
+        assert (r.finished, r.outcome, r.final_answer) == (True, 0.0, "I cannot help with that.")
+
+
+def test_invalid_calls_are_recorded_not_executed_and_answered_with_the_error(world):
+    task = _tau2_tasks(world)[0]
+    gold, said = _gold(task)
+    policy = Scripted([("no_such_tool", {}), (gold[0][0], {**gold[0][1], "bogus": 1}), ("call_expert", {"model": "expert-9"}),
+                       ("transfer_to_human_agents", {"summary": "x"})] + gold + [("done", {"message": said})])
+    r = run_episode(task, policy, ToolRuntime(catalog=load_catalog()), LoopConfig(max_turns=20, tau2_evaluator="builtin"))
+    assert [t.valid for t in r.turns[:4]] == [False] * 4
+    assert "unknown tool 'no_such_tool'" in r.turns[0].invalid_reason
+    assert "unknown argument(s) ['bogus']" in r.turns[1].invalid_reason
+    assert "must be one of" in r.turns[2].invalid_reason
+    assert "unknown tool 'transfer_to_human_agents'" in r.turns[3].invalid_reason   # replaced by call_expert
+    assert all(t.action is None for t in r.turns[:4])
+    assert "unknown tool 'no_such_tool'" in policy.seen[1][-1]["content"]            # the error is in the next context
+    assert r.outcome == 1.0     # the invalid calls changed nothing
+
+
+def test_tau2_outcome_comes_from_the_environment_not_the_qa_judge():
+    task = Task(id="t", question="", kind="tau2", preference={"outcome": 1.0, "cost": 1.0})
+    group = [Rollout(task_id="t", finished=True, outcome=o, kind="tau2", turns=[Turn(index=0, policy_cost=c)])
+             for o, c in ((1.0, 3.0), (0.0, 1.0), (1.0, 1.0))]
+    group.append(Rollout(task_id="t", finished=False, kind="tau2"))
+    scored = score_groups([task], [group], judge=lambda task, r: False, min_group_std=0.0)
+    assert [r.outcome for r in group] == [1, 0, 1, 0]          # the judge (always False) was not asked
+    # outcome (1, 0, 1) -> (1, 0, 1); -cost (-3, -1, -1) -> (0, 1, 1); R = outcome + cost if outcome else 0
+    assert scored.rewards == [[1.0, 0.0, 2.0]]
+    assert [r.reward for r in group] == [1.0, 0.0, 2.0, None]
+
+
+def test_trainer_loads_synthesised_records_and_names_a_missing_domain(world, tmp_path):
+    tasks = load_tasks([str(world["train"])])
+    assert {t.kind for t in tasks} == {"qa", "tau2"}
+    for t in (t for t in tasks if t.kind == "tau2"):
+        assert Path(t.metadata["domain_dir"]) == world["school"].resolve()
+        assert t.tools.keys() == {"call_expert"} and t.metadata["tau2_task"]["evaluation_criteria"]["actions"]
+    moved = tmp_path / "train.jsonl"          # the same rows away from the domain: "../school" is gone
+    moved.write_text(world["train_jsonl"].read_text())
+    with pytest.raises(ValueError, match=r"train\.jsonl\[0\]: task school/\S+: metadata\.domain_dir .* is not a folder"):
+        load_tasks([str(moved)])
+
+
+def test_grammar_constrained_tiny_policy_emits_valid_calls_and_trains_only_its_own_tokens(world, tiny_policy):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from orchestrator.policy import TokenPolicy
+    from training.engines.hf import HFEngine
+    from training.samples import build_turn_samples
+    from training.trainer import SeededEngine, mask_forced_tokens
+
+    tok = AutoTokenizer.from_pretrained(tiny_policy)
+    engine = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_policy), tok, device="cpu")
+    runtime = scripted_runtime(world["school"])
+    task = _tau2_tasks(world)[0]
+    config = LoopConfig(max_turns=4, max_tokens=400, constrained=True, tau2_evaluator="builtin")
+    rollouts = [run_episode(task, TokenPolicy(SeededEngine(engine, seed), "Qwen3-8B"), runtime, config)
+                for seed in (1, 2)]
+    turns = [t for r in rollouts for t in r.turns]
+    assert turns and all(t.valid for t in turns), [t.invalid_reason for t in turns]   # grammar: every call valid
+    mask_forced_tokens([task, task], [[r] for r in rollouts], runtime.catalog, tok)
+    for t in turns:     # the closing EOS was forced, the tool name was a choice, much was forced
+        assert t.loss_mask[-1] == 0 and 0 < sum(t.loss_mask) < len(t.response_ids)
+    samples = build_turn_samples(rollouts, [1.0, -1.0])
+    observed = [(r.turns[i], r.turns[i + 1]) for r in rollouts for i in range(len(r.turns) - 1) if r.turns[i].observation]
+    checked = 0
+    for before, after in observed:
+        result = before.observation.split("\n")[-1][:40]
+        if len(result) < 8:
+            continue        # too short to tell apart from a random argument
+        assert result in tok.decode(after.prompt_ids)                          # the result is read next turn ...
+        trained = [s for s in samples if s.prompt_ids == after.prompt_ids or s.prompt_ids == before.prompt_ids]
+        for s in trained:                                                      # ... and never trained on
+            assert result not in tok.decode([i for i, m in zip(s.response_ids, s.loss_mask) if m])
+            assert result not in tok.decode(s.response_ids)
+        checked += 1
+    assert checked, "no tool result long enough to check was executed"
+
+
+def test_mixed_qa_and_tau2_run_trains_and_logs_tau2_rewards(world, tiny_policy, tmp_path):
+    from training.checkpoint import list_checkpoints
+    from training.config import load_config
+    from training.logging import read_metrics
+    from training.train import run
+
+    cfg = load_config(None, overrides(tmp_path, tiny_policy, world["train"], **{
+        "rollout.tasks_per_step": 4, "rollout.max_turns": 3, "rollout.max_tokens": 96, "rollout.context_tokens": 12000,
+        "algorithm.micro_batch_size": 2, "logging.rollouts_every": 1, "run.seed": 1}))
+    run(cfg, runtime=scripted_runtime(world["school"]))
+    found = list_checkpoints(tmp_path / "run" / "checkpoints")
+    assert [p.name for p in found] == ["step-00000001", "step-00000002"]
+    before = load_file(str(tiny_policy / "model.safetensors"))
+    after = load_file(str(found[-1] / "model" / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in before), "no parameter changed"
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert all(m["train/samples"] > 0 for m in metrics)
+    rollouts = [json.loads(line) for line in (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()]
+    for kind in ("qa", "tau2"):
+        of_kind = [r for r in rollouts if r["kind"] == kind]
+        assert of_kind, f"no {kind} task was sampled"
+        steps = {r["step"] for r in of_kind}
+        for m in (m for m in metrics if m["step"] in steps):
+            rows = [r for r in of_kind if r["step"] == m["step"]]
+            assert m[f"rollout/accuracy_{kind}"] == pytest.approx(sum(r["outcome"] for r in rows) / len(rows))
+            rewards = [r["reward"] for r in rows if r["reward"] is not None]
+            assert m[f"reward/mean_{kind}"] == pytest.approx(sum(rewards) / max(1, len(rewards)))
+    tau2_done = [r for r in rollouts if r["kind"] == "tau2" and r["finished"]]
+    assert tau2_done and all(r["info"]["evaluator"] == "tau2" and r["outcome"] == r["info"]["reward"]
+                             for r in tau2_done)
