@@ -32,10 +32,9 @@ from tau2.data_model.message import (AssistantMessage, Message, MultiToolMessage
 from tau2.user.user_simulator import UserSimulator
 
 from orchestrator.catalog import Catalog
+from orchestrator.domain_episode import EXPERT_TOOL, TRANSFER_TOOL  # the training episode's names, one place
 from orchestrator.records import LLMResponse, Usage
 
-TRANSFER_TOOL = "transfer_to_human_agents"
-EXPERT_TOOL = "call_expert"
 EMPTY_RETRIES = 2   # an empty reply (no text, no call) is asked again this many times
 
 
