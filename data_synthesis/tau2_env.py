@@ -12,8 +12,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from pathlib import Path
 from typing import Any
+
+# Before tau2 is imported: its loguru logger writes every tool response at DEBUG (training
+# scores thousands of episodes), and litellm would try to download its price map.
+os.environ.setdefault("LOGURU_LEVEL", "ERROR")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from pydantic import create_model
 

@@ -143,12 +143,13 @@ def tau2_messages(request: str, steps: list[DomainStep]) -> list:
 
 def tau2_verdict(domain_dir, task: dict, request: str, steps: list[DomainStep]) -> dict[str, Any]:
     """tau2's own evaluators over a tau2 Environment of `domain_dir` (needs `tau2`)."""
+    # data_synthesis.tau2_env first: it quiets tau2's logging
+    from data_synthesis.tau2_env import get_environment
+    # isort: split
     from tau2.data_model.tasks import Task as Tau2Task
     from tau2.evaluator.evaluator_action import ActionEvaluator
     from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
     from tau2.evaluator.evaluator_env import EnvironmentEvaluator
-
-    from data_synthesis.tau2_env import get_environment
 
     t = Tau2Task.model_validate(task)
     if t.evaluation_criteria is None:
