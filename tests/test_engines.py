@@ -177,26 +177,32 @@ GRAMMAR_TOOLS = [
 ]
 
 
-def test_hf_grammar_constrains_every_sample_to_a_valid_call(hf, reference):
+def assert_grammar_calls(engine, reference_model, tol: float) -> None:
+    """Every grammar-constrained sample is one valid call to GRAMMAR_TOOLS then EOS; its log-probs
+    are renormalised over the admitted tokens: never below the free log-prob, 0 where forced."""
     from orchestrator.toolcall import call_grammar, parse_tool_calls, validate_schema_call
 
-    prompt = prompts_of(hf.tokenizer)[0]
+    prompt = prompts_of(engine.tokenizer)[0]
     gens = []
     for tools in (GRAMMAR_TOOLS, GRAMMAR_TOOLS[1:]):   # the second: free strings and integers
         params = SamplingParams(temperature=1.0, max_tokens=120, grammar=call_grammar(tools), seed=0)
-        gens += hf.generate([prompt] * 12, params)
+        gens += engine.generate([prompt] * 12, params)
     names = Counter()
     for gen in gens:
-        assert gen.finish_reason == "stop" and gen.token_ids[-1] == hf.tokenizer.eos_token_id, gen.text
+        assert gen.finish_reason == "stop" and gen.token_ids[-1] == engine.tokenizer.eos_token_id, gen.text
         _, calls, errors = parse_tool_calls(gen.text)
         assert not errors and len(calls) == 1, gen.text
         validate_schema_call(calls[0], GRAMMAR_TOOLS)
         names[calls[0].name] += 1
     assert names["note"] >= 12, names
-    for gen in gens[:4] + gens[-4:]:   # renormalised over the admitted tokens: never below the free log-prob
-        free = forward_logprobs(reference["A"], prompt, gen.token_ids)
-        assert all(c >= f - 1e-4 for c, f in zip(gen.logprobs, free.tolist()))
-        assert any(abs(c) < 1e-6 for c in gen.logprobs)                      # forced tokens: log 1
+    for gen in gens[:4] + gens[-4:]:
+        free = forward_logprobs(reference_model, prompt, gen.token_ids)
+        assert all(c >= f - tol for c, f in zip(gen.logprobs, free.tolist()))
+        assert any(abs(c) < tol for c in gen.logprobs)                       # forced tokens: log 1
+
+
+def test_hf_grammar_constrains_every_sample_to_a_valid_call(hf, reference):
+    assert_grammar_calls(hf, reference["A"], 1e-4)
 
 
 def test_hf_stop_string_ends_generation_and_stays_in_the_text(hf):
@@ -315,6 +321,12 @@ def test_vllm_choices_and_stop_strings(vllm_engine, hf):
     stop = hf.tokenizer.decode(free.token_ids[2:4])
     params = SamplingParams(temperature=0, max_tokens=12, stop=[stop])
     assert vllm_engine.generate([prompt], params)[0].token_ids == hf.generate([prompt], params)[0].token_ids
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_vllm_grammar_constrains_every_sample_to_a_valid_call(vllm_engine, reference):
+    assert_grammar_calls(vllm_engine, reference["A"], 1e-3)
 
 
 @pytest.mark.slow
