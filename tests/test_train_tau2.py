@@ -247,3 +247,41 @@ def test_mixed_qa_and_tau2_run_trains_and_logs_tau2_rewards(world, tiny_policy, 
     tau2_done = [r for r in rollouts if r["kind"] == "tau2" and r["finished"]]
     assert tau2_done and all(r["info"]["evaluator"] == "tau2" and r["outcome"] == r["info"]["reward"]
                              for r in tau2_done)
+
+
+def test_an_invalid_expert_proposal_is_recorded_and_not_executed(world):
+    from orchestrator.records import LLMResponse, ToolCall
+
+    task = _tau2_tasks(world)[0]
+    alias = next(iter(task.tools["call_expert"]))
+    proposals = iter([ToolCall("call_expert", {"model": alias}), ToolCall("drop_table", {}), None])
+
+    def llm(model, messages, **kw):
+        call = next(proposals)
+        return LLMResponse(model=model, text="I would rather chat.", tool_calls=[call] if call else [],
+                           usage=Usage(50, 5))
+
+    runtime = ToolRuntime(catalog=load_catalog(), llm=llm)
+    r = _episode(task, [("call_expert", {"model": alias})] * 3, "builtin", runtime, max_turns=3)
+    assert [t.valid for t in r.turns] == [True] * 3 and all(t.action is None for t in r.turns)
+    assert "invalid proposal: unknown tool 'call_expert'" in r.turns[0].expert.error   # experts get no call_expert
+    assert "invalid proposal: unknown tool 'drop_table'" in r.turns[1].expert.error
+    assert "proposed no tool call" in r.turns[2].expert.error
+    assert all(t.expert.cost > 0 for t in r.turns) and not r.finished and r.stop_reason == "max_turns"
+
+
+def test_transcript_drops_the_oldest_tool_output_first_when_over_budget():
+    from orchestrator.context import Budgets, TokenCounter
+    from orchestrator.domain_episode import OMITTED, Transcript
+
+    counter = TokenCounter()                                  # ~4 characters per token
+    t = Transcript("s" * 40, "r" * 40, Budgets(doc_tokens=25, context_tokens=10_000), counter)
+    for i in range(3):
+        t.add(f"call {i}", str(i) * 400)                     # each output cut to 25 tokens = 100 chars
+    full = t.fit()
+    assert [m["content"].count(str(i)) for i, m in zip(range(3), full[3::2])] == [100, 100, 100]
+    total = sum(counter.count(m["content"]) for m in full)
+    t.budgets = Budgets(doc_tokens=25, context_tokens=total - 1)     # one output too many
+    cut = t.fit()
+    assert [m["content"] for m in cut[3::2]][:1] == [OMITTED] and cut[5:] == full[5:]
+    assert cut[:3] == full[:3]                                # system, request, first call kept
