@@ -7,8 +7,14 @@ One step = the frozen reference's forward + the policy's forward/backward throug
 `training.trainer.response_logprobs` and `training.losses.PPOClipLoss` + an AdamW step, as
 `training.trainer.ppo_update` (single process) and `training.distributed.update.rank_update`
 (DeepSpeed ZeRO-2, here one rank) run them.  Variants:
-  trainer-bf16     ppo_update, bf16 parameters and bf16 AdamW (what train.py does for dtype: bfloat16)
-  trainer-amp      ppo_update, fp32 master parameters, bf16 autocast
+  trainer-amp      what train.py does for model.dtype bfloat16: fp32 master parameters, bf16
+                   autocast, fused AdamW; response_logprobs with the chunked, compiled LM head +
+                   log-softmax and compiled decoder layers (training/logprobs.py)
+  trainer-amp-eager-layers   the same with TOOLORCHESTRA_COMPILE=0 (decoder layers not compiled)
+  trainer-amp-before         the same with the full fp32 [tokens x vocab] logits and no compile
+                             (response_logprobs before training/logprobs.py)
+  trainer-bf16     bf16 parameters and bf16 AdamW (train.py before fp32 master weights; the
+                   update rounds away at lr 1e-6: a speed reference only)
   deepspeed-zero2  rank_update on DeepSpeed ZeRO-2 with bf16 (fp32 master weights inside DeepSpeed)
 FLOPs counted: 6 x body params x tokens (train) + 2 x body params x tokens (reference), the LM
 head (2 x vocab x hidden per token, x3 train, x1 reference) on response tokens only, and
@@ -98,22 +104,41 @@ def time_steps(step, warmup: int, repeats: int, device) -> list[float]:
     return times
 
 
-def variant_trainer(cfg, samples, device, *, amp: bool, micro: int):
+def _full_logits(hidden, weight, targets, temperature=1.0):
+    """response_logprobs' LM head before training/logprobs.py: the whole [N, V] logits in fp32."""
+    logits = torch.nn.functional.linear(hidden, weight).float()
+    if temperature > 0:
+        logits = logits / temperature
+    return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+
+
+def variant_trainer(cfg, samples, device, *, amp: bool, micro: int, before: bool = False, compile_layers=True):
+    import contextlib
+    from unittest import mock
+
     from transformers import Qwen3ForCausalLM
 
+    import training.logprobs as fast
+    from training.config import load_config
     from training.losses import PPOClipLoss
+    from training.precision import Precision
+    from training.train import make_optimizer
     from training.trainer import ppo_update
 
-    dtype = torch.float32 if amp else torch.bfloat16
+    precision = Precision.of("bfloat16") if amp else Precision(torch.bfloat16)
     torch.manual_seed(0)
     with torch.device(device):                 # random init on the device: seconds, not minutes
-        model = Qwen3ForCausalLM(cfg).to(dtype=dtype).eval()
-        reference = Qwen3ForCausalLM(cfg).to(dtype=torch.bfloat16).eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01, fused=device.type == "cuda")
+        model = Qwen3ForCausalLM(cfg).to(dtype=precision.params).eval()
+        reference = Qwen3ForCausalLM(cfg).to(dtype=precision.frozen).eval().requires_grad_(False)
+    optimizer = make_optimizer(model, load_config(None, [f"run.device={device}"]))   # AdamW lr 1e-6, fused on GPU
     loss_fn = PPOClipLoss()
+    os.environ["TOOLORCHESTRA_COMPILE"] = "1" if compile_layers and not before else "0"
 
     def step():
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+        with contextlib.ExitStack() as stack:
+            if before:    # the previous response_logprobs: full logits, no compile
+                stack.enter_context(mock.patch.object(fast, "linear_logprobs", _full_logits))
+            stack.enter_context(precision.autocast(device))
             return ppo_update(model, reference, optimizer, samples, loss_fn, pad_id=0, device=device,
                               temperature=1.0, micro_batch_size=micro)
     return step, model
@@ -162,7 +187,8 @@ def main() -> int:
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--prompt", type=int, default=256, help="prompt tokens per row (no LM head there)")
     parser.add_argument("--micro", type=int, default=8, help="rows per forward/backward")
-    parser.add_argument("--variants", nargs="+", default=["trainer-bf16", "trainer-amp", "deepspeed-zero2"])
+    parser.add_argument("--variants", nargs="+", default=["trainer-amp-before", "trainer-amp", "trainer-amp-eager-layers",
+                                                          "trainer-bf16", "deepspeed-zero2"])
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -182,7 +208,9 @@ def main() -> int:
             if name == "deepspeed-zero2":
                 step, model = variant_deepspeed(cfg, samples, device, micro=args.micro)
             else:
-                step, model = variant_trainer(cfg, samples, device, amp=name == "trainer-amp", micro=args.micro)
+                step, model = variant_trainer(cfg, samples, device, amp=name.startswith("trainer-amp"),
+                                              micro=args.micro, before=name == "trainer-amp-before",
+                                              compile_layers=name != "trainer-amp-eager-layers")
             params = sum(p.numel() for p in model.parameters())
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()

@@ -1,0 +1,130 @@
+"""Decode throughput of the transformers rollout engine (HFEngine) against the bandwidth bound.
+
+    python bench/gpu_decode.py                    # on a GPU: Qwen3-0.6B shape, random bf16 weights
+    python bench/gpu_decode.py --tiny --device cpu --tokens 8   # a seconds-long check of the script
+
+Each decode step reads every weight once, so at batch B the bound is B tokens per
+(weight bytes / memory bandwidth) seconds; the bandwidth is 4.3 TB/s (the H200's measured
+device-to-device copy rate, also measured here).  Variants (HFEngine(decode=...)):
+  loop     the step-by-step loop with a dynamic KV cache (decode="eager")
+  static   static KV cache, compiled forward, one CUDA graph per step (decode="auto" on CUDA)
+Sampling at temperature 1, per-row seeds (as rollouts sample).  Random weights rarely emit
+the EOS id, so rows run to --tokens; tokens/s counts the tokens returned.  The static path's
+first call compiles and captures (timed separately, not in the rate).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+BANDWIDTH = 4.3e12          # bytes/s
+
+
+def copy_bandwidth(device, gib: float = 4.0) -> float:
+    """Device-to-device copy rate, bytes read + written per second (median of 10)."""
+    a = torch.empty(int(gib * 2**30), dtype=torch.uint8, device=device)
+    b = torch.empty_like(a)
+    times = []
+    for _ in range(12):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        b.copy_(a)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return 2 * a.numel() / statistics.median(times[2:])
+
+
+def build(tiny: bool, device):
+    from gpu_train_step import qwen3_config
+    from transformers import Qwen3ForCausalLM
+
+    cfg = qwen3_config(tiny)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(cfg).to(torch.bfloat16 if device.type == "cuda" else torch.float32).eval()
+    eos = cfg.vocab_size - 1
+    tokenizer = SimpleNamespace(eos_token_id=eos, pad_token_id=eos, decode=lambda ids, **kw: "")
+    return model, tokenizer
+
+
+def measure(engine, batch: int, prompt: int, tokens: int, repeats: int) -> dict:
+    from orchestrator.engine import SamplingParams
+
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, engine.vocab_size - 1, (prompt,), generator=g).tolist() for _ in range(batch)]
+    started = time.perf_counter()
+    engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=tokens, seed=100))   # warm-up
+    first = time.perf_counter() - started
+    rates = []
+    for r in range(repeats):
+        started = time.perf_counter()
+        gens = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=tokens, seed=r))
+        rates.append(sum(len(x.token_ids) for x in gens) / (time.perf_counter() - started))
+    return {"batch": batch, "prompt": prompt, "tokens": tokens, "first_call_s": first,
+            "tokens_per_s": statistics.median(rates), "rates": rates}
+
+
+def main() -> int:
+    from training.engines.hf import HFEngine
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per row")
+    parser.add_argument("--tokens", type=int, default=256, help="generated tokens per row (static)")
+    parser.add_argument("--loop-tokens", type=int, default=32, help="generated tokens per row (loop: slow)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[64, 8, 1])
+    parser.add_argument("--variants", nargs="+", default=["static", "loop"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    model, tokenizer = build(args.tiny, device)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())   # tied: counted once
+    step_bound_s = weight_bytes / BANDWIDTH
+    results = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+               "torch": torch.__version__, "weight_bytes": weight_bytes, "bandwidth_assumed": BANDWIDTH,
+               "copy_bandwidth_measured": copy_bandwidth(device) if device.type == "cuda" else None, "runs": []}
+    for variant in args.variants:
+        engine = HFEngine(model, tokenizer, device=str(device), max_batch=max(args.batches), seed=0,
+                          decode="static" if variant == "static" else "eager")
+        for batch in args.batches if variant == "static" else args.batches[:1]:
+            tokens = args.tokens if variant == "static" else args.loop_tokens
+            try:
+                r = measure(engine, batch, args.prompt, tokens, args.repeats)
+                bound = batch / step_bound_s
+                r.update({"variant": variant, "bound_tokens_per_s": bound, "of_bound": r["tokens_per_s"] / bound,
+                          "ms_per_step": 1e3 * batch / r["tokens_per_s"]})
+            except Exception as exc:   # report and go on
+                r = {"variant": variant, "batch": batch, "error": f"{type(exc).__name__}: {exc}"[:800]}
+            results["runs"].append(r)
+            print(json.dumps(r), flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "gpu_decode.json").write_text(json.dumps(results, indent=1))
+    print(f"\n{results['device']}, torch {results['torch']}, weights {weight_bytes / 1e9:.2f} GB, "
+          f"bound step {step_bound_s * 1e3:.3f} ms at {BANDWIDTH / 1e12:.1f} TB/s "
+          f"(copy measured {(results['copy_bandwidth_measured'] or 0) / 1e12:.2f} TB/s)")
+    print(f"{'variant':8s} {'batch':>5s} {'tokens':>6s} {'tok/s':>9s} {'ms/step':>8s} {'bound tok/s':>11s} "
+          f"{'of bound':>8s} {'1st call s':>10s}")
+    for r in results["runs"]:
+        if "error" in r:
+            print(f"{r['variant']:8s} {r['batch']:5d} error: {r['error'][:300]}")
+        else:
+            print(f"{r['variant']:8s} {r['batch']:5d} {r['tokens']:6d} {r['tokens_per_s']:9.0f} {r['ms_per_step']:8.2f} "
+                  f"{r['bound_tokens_per_s']:11.0f} {r['of_bound']:8.2%} {r['first_call_s']:10.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""HFEngine's static-cache decoding (training/engines/hf_static.py), run eagerly on the CPU
+(`decode="static"`; on CUDA the same steps are compiled and replayed as CUDA graphs:
+bench/gpu_decode.py).  Checked against transformers' `generate` and forward passes, and
+against the step-by-step loop, on the tiny model of tests/test_engines.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from orchestrator.engine import SamplingParams
+from test_engines import folders, forward_logprobs, hf_greedy, prompts_of, reference  # noqa: F401 (fixtures)
+
+
+@pytest.fixture
+def static(folders):  # noqa: F811
+    from training.engines import make_engine
+
+    engine = make_engine("hf", folders["A"], device="cpu", seed=0, decode="static", max_batch=8)
+    engine._static.check_every = 4          # exercise the periodic host check with short generations
+    return engine
+
+
+def test_static_greedy_equals_transformers_generate_in_a_padded_batch(static, reference):  # noqa: F811
+    prompts = prompts_of(static.tokenizer)                   # 3 rows -> 4 (a spare row), widths differ
+    gens = static.generate(prompts, SamplingParams(temperature=0, max_tokens=13))
+    assert static._static.shape(prompts, SamplingParams(max_tokens=13))[0] == 4
+    for prompt, gen in zip(prompts, gens):
+        assert gen.token_ids == hf_greedy(reference["A"], prompt, 13)
+        assert gen.finish_reason == "length" and len(gen.logprobs) == 13
+        assert gen.text == static.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("temperature, top_p", [(0.7, 1.0), (1.0, 0.8)])
+def test_static_logprobs_are_those_of_the_sampling_distribution(static, reference, temperature, top_p):  # noqa: F811
+    prompts = prompts_of(static.tokenizer)
+    gens = static.generate(prompts, SamplingParams(temperature=temperature, top_p=top_p, max_tokens=10, seed=3))
+    for prompt, gen in zip(prompts, gens):
+        ref = forward_logprobs(reference["A"], prompt, gen.token_ids, temperature)
+        if top_p == 1.0:
+            assert torch.allclose(torch.tensor(gen.logprobs), ref, atol=5e-4)
+        else:   # renormalised over the nucleus: never below the full distribution's log-prob
+            assert all(a >= b - 1e-4 for a, b in zip(gen.logprobs, ref.tolist()))
+
+
+def test_static_seeded_rows_do_not_depend_on_the_batch_and_the_same_call_repeats(static):
+    prompts = prompts_of(static.tokenizer)
+    params = SamplingParams(temperature=1.0, max_tokens=10, seed=11)
+    batched = static.generate(prompts, params)
+    assert [g.token_ids for g in static.generate(prompts, params)] == [g.token_ids for g in batched]
+    for i, prompt in enumerate(prompts):
+        alone = static.generate([prompt], SamplingParams(temperature=1.0, max_tokens=10, seed=11 + i))[0]
+        assert alone.token_ids == batched[i].token_ids
+    assert len({tuple(g.token_ids) for g in static.generate([prompts[0]] * 4, params)}) > 1   # rows differ
+
+
+def test_static_stop_string_and_eos_end_a_row_where_the_loop_would(static, folders):  # noqa: F811
+    from training.engines import make_engine
+
+    loop = make_engine("hf", folders["A"], device="cpu", seed=0, decode="eager")
+    prompts = prompts_of(static.tokenizer)
+    free = static.generate(prompts, SamplingParams(temperature=0, max_tokens=12))
+    stop = static.tokenizer.decode(free[0].token_ids[4:6])          # the greedy text holds it: a stop hit
+    params = SamplingParams(temperature=0, max_tokens=12, stop=[stop])
+    got, want = static.generate(prompts, params), loop.generate(prompts, params)
+    assert [(g.token_ids, g.finish_reason) for g in got] == [(g.token_ids, g.finish_reason) for g in want]
+    assert got[0].finish_reason == "stop" and len(got[0].token_ids) < 12 and stop in got[0].text
+    static.eos_ids = loop.eos_ids = [free[1].token_ids[3]]          # an EOS id the greedy row reaches
+    got, want = static.generate(prompts, params), loop.generate(prompts, params)
+    assert [(g.token_ids, g.finish_reason) for g in got] == [(g.token_ids, g.finish_reason) for g in want]
+
+
+def test_constrained_requests_take_the_step_by_step_loop(static):
+    assert not static._static.supports([[1, 2]], SamplingParams(choices=["yes", "no"]))
+    assert static._static.supports([[1, 2]], SamplingParams())
+    with pytest.raises(ValueError, match="decode='fast'"):
+        from training.engines.hf import HFEngine
+        HFEngine(static.model, static.tokenizer, device="cpu", decode="fast")

@@ -1,0 +1,61 @@
+"""training/logprobs.py: the chunked LM head + log-softmax equals the full-logits computation,
+values and gradients, for any chunk size, temperature and under bf16 autocast."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from training.logprobs import linear_logprobs
+
+
+def _reference(hidden, weight, targets, temperature):
+    logits = (hidden @ weight.t()).float()
+    if temperature > 0:
+        logits = logits / temperature
+    return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+
+
+def _case(seed=0, n=37, h=16, v=101):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, h, generator=g, requires_grad=True)
+    weight = (torch.randn(v, h, generator=g) * 0.5).requires_grad_()
+    targets = torch.randint(0, v, (n,), generator=g)
+    upstream = torch.randn(n, generator=g)          # d loss / d logp, as a PPO loss gives
+    return hidden, weight, targets, upstream
+
+
+def _value_and_grads(fn, hidden, weight, targets, upstream):
+    hidden, weight = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    out = fn(hidden, weight, targets)
+    (out * upstream).sum().backward()
+    return out.detach(), hidden.grad, weight.grad
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 5, 36, 37, 1000])
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_chunked_equals_full_logits_values_and_gradients(chunk, temperature):
+    hidden, weight, targets, upstream = _case()
+    want = _value_and_grads(lambda h, w, t: _reference(h, w, t, temperature), hidden, weight, targets, upstream)
+    got = _value_and_grads(lambda h, w, t: linear_logprobs(h, w, t, temperature, chunk=chunk),
+                           hidden, weight, targets, upstream)
+    for a, b, name in zip(got, want, ("logp", "d hidden", "d weight")):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_under_bf16_autocast_the_product_is_bf16_and_the_softmax_float32():
+    hidden, weight, targets, upstream = _case(seed=1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = _value_and_grads(lambda h, w, t: _reference(h.bfloat16(), w.bfloat16(), t, 1.0),
+                                hidden, weight, targets, upstream)
+        got = _value_and_grads(lambda h, w, t: linear_logprobs(h, w, t, 1.0, chunk=8), hidden, weight, targets,
+                               upstream)
+    assert got[0].dtype == torch.float32 and got[2].dtype == torch.float32   # float32 master weights keep their dtype
+    for a, b, name in zip(got, want, ("logp", "d hidden", "d weight")):
+        torch.testing.assert_close(a, b.float(), rtol=2e-2, atol=2e-2, msg=name)
+
+
+def test_no_rows_gives_an_empty_result_and_zero_gradients():
+    hidden, weight, targets, _ = _case(n=0)
+    out = linear_logprobs(hidden, weight, targets)
+    out.sum().backward()
+    assert out.shape == (0,) and torch.count_nonzero(weight.grad) == 0
