@@ -61,11 +61,23 @@ class TokenGrammar:
     def matcher(self, grammar: str):
         return _xgrammar().GrammarMatcher(self.compiled(grammar))
 
-    def allowed(self, matcher) -> torch.Tensor:
-        """Tokens `matcher` admits next, as a bool mask. [vocab_size]"""
+    def _bitmask(self, matcher) -> torch.Tensor:
         bitmask = _xgrammar().allocate_token_bitmask(1, self.vocab_size)       # int32 [1, ceil(V/32)]
         matcher.fill_next_token_bitmask(bitmask)
-        return ((bitmask[0][:, None] >> _BITS) & 1).flatten()[:self.vocab_size].bool()
+        return bitmask[0]
+
+    def allowed(self, matcher) -> torch.Tensor:
+        """Tokens `matcher` admits next, as a bool mask. [vocab_size]"""
+        return ((self._bitmask(matcher)[:, None] >> _BITS) & 1).flatten()[:self.vocab_size].bool()
+
+    def _choice(self, matcher) -> bool:
+        """More than one token admitted next (no unpacking: one set bit = one nonzero power-of-2 word)."""
+        words = self._bitmask(matcher)
+        if self.vocab_size % 32:                                  # bits past the vocabulary do not count
+            words[-1] &= (1 << self.vocab_size % 32) - 1
+        nonzero = words[words != 0]
+        word = int(nonzero[0]) & 0xFFFFFFFF if len(nonzero) == 1 else 0   # as unsigned 32 bits
+        return len(nonzero) > 1 or word & (word - 1) != 0
 
     def decision_mask(self, grammar: str, response_ids: list[int]) -> list[int]:
         """1 where the grammar admitted more than one token, 0 where it forced the token.
@@ -77,7 +89,7 @@ class TokenGrammar:
         matcher = self.matcher(grammar)
         mask = []
         for i, token in enumerate(response_ids):
-            mask.append(int(self.allowed(matcher).sum() > 1))
+            mask.append(int(self._choice(matcher)))
             if not matcher.accept_token(token):
                 return mask + [1] * (len(response_ids) - i - 1)
         return mask
