@@ -285,3 +285,31 @@ def test_transcript_drops_the_oldest_tool_output_first_when_over_budget():
     cut = t.fit()
     assert [m["content"] for m in cut[3::2]][:1] == [OMITTED] and cut[5:] == full[5:]
     assert cut[:3] == full[:3]                                # system, request, first call kept
+
+
+def test_grammar_decision_mask_counts_the_admitted_tokens(tiny_policy, world):
+    import random
+
+    from transformers import AutoTokenizer
+
+    from data_synthesis.domain import load_domain
+    from orchestrator.domain_episode import episode_tools
+    from orchestrator.toolcall import call_grammar
+    from training.engines.grammar import token_grammar
+
+    tok = AutoTokenizer.from_pretrained(tiny_policy)
+    tg = token_grammar(tok, len(tok), [tok.eos_token_id])
+    ids = tok("x", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    assert len(ids) == 2 and tg.decision_mask('root ::= "x"', ids) == [0, 0]     # one token, then EOS: forced
+    assert tg.decision_mask('root ::= "x" | "y"', ids) == [1, 0]                 # a choice, then forced
+    grammar = call_grammar(episode_tools(load_domain(world["school"]), load_catalog())[0])
+    rng = random.Random(0)
+    for _ in range(3):                                      # random sentences: the mask is "> 1 admitted"
+        matcher, sample, brute = tg.matcher(grammar), [], []
+        while not matcher.is_terminated() and len(sample) < 300:
+            admitted = tg.allowed(matcher).nonzero().flatten().tolist()
+            brute.append(int(len(admitted) > 1))
+            sample.append(rng.choice(admitted))
+            matcher.accept_token(sample[-1])
+        assert tg.decision_mask(grammar, sample) == brute
+        assert 0 < sum(brute) < len(brute)
