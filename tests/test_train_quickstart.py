@@ -144,3 +144,26 @@ def test_the_world_is_the_data_synthesis_people_domain(tmp_path):
     corpus = build_world(tmp_path / "w", n_train=4, n_eval=2, n_people=60, seed=3)["corpus"]
     passages = {json.loads(line)["id"]: json.loads(line)["contents"] for line in corpus.read_text().splitlines()}
     assert passages[people[0].id].startswith(f"{people[0].name}\n{people[0].name} was born in {people[0].city}")
+
+
+@pytest.mark.slow
+def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
+    """`make quickstart`'s stages, shrunk: world, warm-up, initial eval, one GRPO step, final eval,
+    summary.json with `initial`/`final` blocks over the same held-out tasks, and the PNG."""
+    from training.quickstart.run import main
+
+    out = tmp_path / "qs"
+    assert main(["--out", str(out), "--train-tasks", "4", "--eval-tasks", "2", "--warmup-tasks", "2",
+                 "--warmup-epochs", "1", "--eval-concurrency", "2", "trainer.total_steps=1",
+                 "rollout.tasks_per_step=2", "rollout.rollouts_per_task=2", "logging.wandb=disabled"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    for block in ("initial", "final"):
+        assert {"accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task"} <= set(summary[block])
+        assert summary[block]["cost_per_task"] > 0
+    assert summary["eval_tasks"] == 2 and set(summary["checks"]) >= {"cost_at_least_40pct_lower",
+                                                                     "accuracy_not_lower", "favoured_share_rises"}
+    for name in ("eval_initial.jsonl", "eval_final.jsonl"):
+        rows = [json.loads(line) for line in (out / name).read_text().splitlines()]
+        assert [r["question"] for r in rows] == [t.question for t in load_tasks([str(out / "world" / "eval.jsonl")])]
+    assert (out / summary["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "train" / "metrics.jsonl").read_text().count("\n") == 1
