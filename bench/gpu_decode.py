@@ -75,6 +75,40 @@ def measure(engine, batch: int, prompt: int, tokens: int, repeats: int) -> dict:
             "tokens_per_s": statistics.median(rates), "rates": rates}
 
 
+def _event_ms(fn, repeats: int = 100) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn()
+    start.record()
+    for _ in range(repeats):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / repeats
+
+
+def static_parts(engine) -> dict:
+    """Where a static step's time goes: one graph replay alone, and the sampling alone (eager)."""
+    from training.engines.hf_static import sample_rows
+
+    (rows, length), state = next(reversed(engine._static._shapes.items()))
+    graph = next(iter(state.graphs.values()))
+    with torch.inference_mode():
+        for layer in state.cache.layers:      # replay from slot 128 on (stays inside the first span)
+            layer.cumulative_length.fill_(128)
+        state.slot.fill_(128)
+        replay = _event_ms(graph.replay, repeats=100)
+        logits = torch.randn(rows, engine.vocab_size, device=engine.device)
+        sample = _event_ms(lambda: sample_rows(logits, 1.0, 1.0, state.u))
+        from torch.profiler import ProfilerActivity, profile
+
+        with engine._static._decode_attention(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+            engine._static._model_forward()(state.ids, state.pos, state.mask[..., :256], state.cache)
+            torch.cuda.synchronize()
+    print("--- one compiled forward (eager launch, not a graph): top CUDA kernels")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=60))
+    return {"rows": rows, "cache_len": length, "graph_replay_ms": replay, "sampling_eager_ms": sample}
+
+
 def main() -> int:
     from training.engines.hf import HFEngine
 
@@ -110,6 +144,9 @@ def main() -> int:
                 r = {"variant": variant, "batch": batch, "error": f"{type(exc).__name__}: {exc}"[:800]}
             results["runs"].append(r)
             print(json.dumps(r), flush=True)
+        if variant == "static" and device.type == "cuda":
+            results["static_parts"] = static_parts(engine)
+            print(json.dumps(results["static_parts"]), flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "gpu_decode.json").write_text(json.dumps(results, indent=1))
     print(f"\n{results['device']}, torch {results['torch']}, weights {weight_bytes / 1e9:.2f} GB, "

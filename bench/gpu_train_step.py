@@ -119,10 +119,8 @@ def variant_trainer(cfg, samples, device, *, amp: bool, micro: int, before: bool
     from transformers import Qwen3ForCausalLM
 
     import training.logprobs as fast
-    from training.config import load_config
     from training.losses import PPOClipLoss
     from training.precision import Precision
-    from training.train import make_optimizer
     from training.trainer import ppo_update
 
     precision = Precision.of("bfloat16") if amp else Precision(torch.bfloat16)
@@ -130,7 +128,8 @@ def variant_trainer(cfg, samples, device, *, amp: bool, micro: int, before: bool
     with torch.device(device):                 # random init on the device: seconds, not minutes
         model = Qwen3ForCausalLM(cfg).to(dtype=precision.params).eval()
         reference = Qwen3ForCausalLM(cfg).to(dtype=precision.frozen).eval().requires_grad_(False)
-    optimizer = make_optimizer(model, load_config(None, [f"run.device={device}"]))   # AdamW lr 1e-6, fused on GPU
+    # train.py's make_optimizer (not imported: its config needs pydantic, absent on the GPU machine)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01, fused=device.type == "cuda")
     loss_fn = PPOClipLoss()
     os.environ["TOOLORCHESTRA_COMPILE"] = "1" if compile_layers and not before else "0"
 

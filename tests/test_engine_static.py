@@ -17,6 +17,7 @@ def static(folders):  # noqa: F811
 
     engine = make_engine("hf", folders["A"], device="cpu", seed=0, decode="static", max_batch=8)
     engine._static.check_every = 4          # exercise the periodic host check with short generations
+    engine._static.len_multiple = 8         # and attention spans that grow every few steps
     return engine
 
 

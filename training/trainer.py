@@ -399,8 +399,8 @@ def response_logprobs(model, batch: SampleBatch, temperature: float = 1.0) -> to
     mask = batch.response_mask.bool()                                          # [B, L]
     rows, cols = mask.nonzero(as_tuple=True)                                   # [N], [N]
     with compiled_layers(model, batch.input_ids.device):                      # CUDA: fused layer kernels
-        hidden = model.get_decoder()(input_ids=batch.input_ids,
-                                     attention_mask=batch.attention_mask).last_hidden_state  # [B, L, H]
+        hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                     use_cache=False).last_hidden_state      # [B, L, H]; no KV cache built
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
         raise ValueError(f"{type(model).__name__}: the LM head has a bias; training/logprobs.py assumes none")

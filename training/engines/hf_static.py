@@ -10,7 +10,11 @@ captured CUDA graph of one decode step:
     open the new cache slot in the attention mask -> compiled forward of one token per row
     -> sample (temperature, top-p, inverse CDF with the row's uniform) -> next step's input
 
-so a step is one graph launch instead of hundreds of Python-issued kernels.
+so a step is one graph launch instead of hundreds of Python-issued kernels.  Decode steps
+attend through `decode_attention` (the model's attention implementation is switched to it
+for the call): the query heads that share a KV head are passed to SDPA as that head's query
+rows, so the grouped KV cache is read once per step instead of being repeated per query head
+(what the stock SDPA path does whenever there is a mask).
 
 Same sampling distribution and log-probs as the step-by-step loop (`HFEngine._next_tokens`,
 through the same `_top_p_filter` / `inverse_cdf`).  What differs: each row draws all its
@@ -21,6 +25,7 @@ are cut at their EOS / stop string.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -32,6 +37,33 @@ from orchestrator.engine import Generation, SamplingParams
 from training.engines.common import completes_stop, decode
 
 log = logging.getLogger(__name__)
+
+
+DECODE_ATTENTION = "toolorchestra_static_decode"
+
+
+def decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
+    """transformers attention function: one query token per row over a static grouped KV
+    cache, without repeating the KV heads; longer queries (prefill) take the stock SDPA path.
+    query [B, H, 1, D], key/value [B, KV, L, D], attention_mask bool [B, 1, 1, S <= L]: only the
+    first S slots are read -> [B, 1, H, D]."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if query.shape[2] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    b, heads, _, d = query.shape
+    span = attention_mask.shape[-1]                                  # the slots written so far (rounded up)
+    key, value = key[:, :, :span], value[:, :, :span]
+    q = query.reshape(b, key.shape[1], heads // key.shape[1], d)   # the heads of one KV head as its query rows
+    out = torch.nn.functional.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask, scale=scaling)
+    return out.reshape(b, 1, heads, d), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(DECODE_ATTENTION, decode_attention)
 
 
 def sample_rows(logits: torch.Tensor, temperature: float, top_p: float,
@@ -64,7 +96,7 @@ class _Shape:
     u: torch.Tensor              # [B] this step's uniforms
     token: torch.Tensor          # [B] sampled token
     logprob: torch.Tensor        # [B] its log-prob
-    graphs: dict = field(default_factory=dict)   # (temperature, top_p) -> torch.cuda.CUDAGraph
+    graphs: dict = field(default_factory=dict)   # (temperature, top_p, span) -> torch.cuda.CUDAGraph
 
 
 class StaticDecoder:
@@ -91,6 +123,7 @@ class StaticDecoder:
         self.attn = getattr(config, "_attn_implementation", None) or "sdpa"
         self._shapes: OrderedDict[tuple[int, int], _Shape] = OrderedDict()
         self._forward = None
+        _register_attention()
 
     # ---------------------------------------------------------------- when
     def shape(self, prompts: list[list[int]], params: SamplingParams) -> tuple[int, int]:
@@ -108,6 +141,17 @@ class StaticDecoder:
             return True
         need = 2 * self.layers * rows * self.kv_heads * length * self.head_dim * self._kv_dtype().itemsize
         return need <= self.memory_fraction * torch.cuda.mem_get_info(self.engine.device)[0]
+
+    @contextlib.contextmanager
+    def _decode_attention(self):
+        """The model attends through `decode_attention` inside the block (restored after)."""
+        config = self.engine.model.config
+        before = config._attn_implementation
+        config._attn_implementation = DECODE_ATTENTION
+        try:
+            yield
+        finally:
+            config._attn_implementation = before
 
     def _kv_dtype(self) -> torch.dtype:
         return self.engine.compute_dtype or next(self.engine.model.parameters()).dtype
@@ -144,9 +188,10 @@ class StaticDecoder:
             self._forward = torch.compile(forward) if self.compile else forward
         return self._forward
 
-    def _step(self, s: _Shape, temperature: float, top_p: float) -> None:
+    def _step(self, s: _Shape, temperature: float, top_p: float, span: int) -> None:
+        """One decode step attending to the first `span` cache slots (those written so far)."""
         s.mask.index_fill_(3, s.slot, True)
-        logits = self._model_forward()(s.ids, s.pos, s.mask, s.cache)
+        logits = self._model_forward()(s.ids, s.pos, s.mask[..., :span], s.cache)
         token, logprob = sample_rows(logits, temperature, top_p, s.u)
         s.token.copy_(token)
         s.logprob.copy_(logprob)
@@ -154,7 +199,7 @@ class StaticDecoder:
         s.pos.add_(1)
         s.slot.add_(1)
 
-    def _capture(self, s: _Shape, temperature: float, top_p: float):
+    def _capture(self, s: _Shape, temperature: float, top_p: float, span: int):
         """Warm up (compiling the forward the first time) on a side stream, then capture one step."""
         s.cache.reset()
         for t in (s.ids, s.pos, s.slot, s.mask, s.u):
@@ -163,11 +208,11 @@ class StaticDecoder:
         stream.wait_stream(torch.cuda.current_stream(self.engine.device))
         with torch.cuda.stream(stream):
             for _ in range(3):
-                self._step(s, temperature, top_p)
+                self._step(s, temperature, top_p, span)
         torch.cuda.current_stream(self.engine.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self._step(s, temperature, top_p)
+            self._step(s, temperature, top_p, span)
         return graph
 
     # ---------------------------------------------------------------- generate
@@ -180,13 +225,22 @@ class StaticDecoder:
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], params: SamplingParams, seeds) -> list[Generation]:
+        with self._decode_attention():
+            return self._generate(prompts, params, seeds)
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, seeds) -> list[Generation]:
         engine, dev = self.engine, self.engine.device
         n, width = len(prompts), max(len(p) for p in prompts)
         rows, length = self.shape(prompts, params)
         temperature, top_p = float(params.temperature), float(params.top_p)
         s = self._state(rows, length)
-        if self.graphs and (temperature, top_p) not in s.graphs:
-            s.graphs[(temperature, top_p)] = self._capture(s, temperature, top_p)
+        # step t writes slot width + t - 1 and attends to the slots before it, rounded up to a
+        # multiple of len_multiple: one graph per such span, so early steps read less of the cache
+        spans = [min(length, -(-(width + t) // self.len_multiple) * self.len_multiple)
+                 for t in range(params.max_tokens)]
+        for span in sorted(set(spans[1:])) if self.graphs else ():
+            if (temperature, top_p, span) not in s.graphs:
+                s.graphs[(temperature, top_p, span)] = self._capture(s, temperature, top_p, span)
         u = self._uniforms(n, rows, params, seeds)
 
         ids = torch.full((rows, width), engine.pad_id, dtype=torch.long)
@@ -216,14 +270,14 @@ class StaticDecoder:
         tokens: list[list[int]] = [[] for _ in range(n)]
         finish, done, checked = ["length"] * n, [False] * n, 0
         eos = set(engine.eos_ids)
-        graph = s.graphs.get((temperature, top_p))
         for t in range(params.max_tokens):
             if t > 0:
                 s.u.copy_(u[:, t])
+                graph = s.graphs.get((temperature, top_p, spans[t]))
                 if graph is not None:
                     graph.replay()
                 else:
-                    self._step(s, temperature, top_p)
+                    self._step(s, temperature, top_p, spans[t])
                 history[:, t], history_lp[:, t] = s.token, s.logprob
             if (t + 1) % self.check_every and t + 1 < params.max_tokens:
                 continue
