@@ -2,9 +2,9 @@
 
     python bench/rollout_overlap.py [--rollouts 64] [--turns 4] [--tool-seconds 1] [--pool 2] [--repeats 3] [--write]
 
-One run, three numbers side by side:
+One process, side by side:
 - ours: the trainer's `collect_rollouts` (one thread per rollout, generation batched by
-  BatchingEngine), every rollout in flight at once;
+  BatchingEngine), every rollout in flight at once; `--repeats` runs, the median reported;
 - ideal: generation time (the summed wall time of the batched engine calls, measured in
   this run) + the longest tool chain (turns x tool seconds);
 - 2-worker tool pool (upstream's setting): the same loop, tool calls limited to 2 at a time.
@@ -17,7 +17,6 @@ calls.  The expert "thinks" for `--tool-seconds` (a sleep), the sandbox returns 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import threading
@@ -113,9 +112,11 @@ def main() -> int:
     parser.add_argument("--tool-seconds", type=float, default=1.0)
     parser.add_argument("--pool", type=int, default=2, help="tool workers of the baseline (upstream: 2)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of ours (median by wall / ideal); the pool runs once")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (1: on a busy shared CPU, 2 threads wait on each other, ~18x slower)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(args.threads)
     load_start = load()
     with tempfile.TemporaryDirectory() as tmp:
         timed, engine = tiny_engine(Path(tmp) / "policy")
@@ -148,10 +149,11 @@ def main() -> int:
             "Ideal = the run's engine busy time (summed wall time of the batched `generate` calls) + the "
             f"longest tool chain. The baseline is the same loop with tool calls limited to {args.pool} at a "
             "time. Targets: ours within 1.15x of ideal, >= 3x faster than the pool.", "",
-            f"Machine: {machine(f'torch {torch.__version__}')}; shared with other workers' jobs "
+            f"Machine: {machine(f'torch {torch.__version__}, {args.threads} torch thread(s)')}; shared with other workers' jobs "
             f"(1-minute load average {load_start:.1f} at the start, {load():.1f} at the end).", "",
             f"Command: `python bench/rollout_overlap.py --rollouts {args.rollouts} --turns {args.turns} "
-            f"--tool-seconds {args.tool_seconds:g} --pool {args.pool} --repeats {args.repeats} --write`", "",
+            f"--tool-seconds {args.tool_seconds:g} --pool {args.pool} --repeats {args.repeats} --threads {args.threads} "
+            "--write`", "",
             *table, "", verdict]), under="## Training")
     return 0
 
