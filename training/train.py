@@ -319,7 +319,7 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     # the schedule counts training steps, also those whose batch was filtered empty
-    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before")
+    warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
     torch.manual_seed(cfg.run.seed)
     tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
     total_steps = cfg.trainer.total_steps or cfg.trainer.epochs * max(1, len(tasks) // cfg.rollout.tasks_per_step)
