@@ -7,7 +7,8 @@ Each decode step reads every weight once, so at batch B the bound is B tokens pe
 (weight bytes / memory bandwidth) seconds; the bandwidth is 4.3 TB/s (the H200's measured
 device-to-device copy rate, also measured here).  Variants (HFEngine(decode=...)):
   loop     the step-by-step loop with a dynamic KV cache (decode="eager")
-  static   static KV cache, compiled forward, one CUDA graph per step (decode="auto" on CUDA)
+  static   static KV cache, compiled forward + sampling, CUDA graphs of several steps (decode="auto"
+           on CUDA); "static:attention=matmul,steps_per_graph=1" passes StaticDecoder options
 Sampling at temperature 1, per-row seeds (as rollouts sample).  Random weights rarely emit
 the EOS id, so rows run to --tokens; tokens/s counts the tokens returned.  The static path's
 first call compiles and captures (timed separately, not in the rate).
@@ -87,26 +88,67 @@ def _event_ms(fn, repeats: int = 100) -> float:
 
 
 def static_parts(engine) -> dict:
-    """Where a static step's time goes: one graph replay alone, and the sampling alone (eager)."""
-    from training.engines.hf_static import sample_rows
+    """Where a static step's time goes: one graph replay alone (per step), the sampling alone."""
+    from training.engines.hf_static import row_keys, sample_rows
 
-    (rows, length), state = next(reversed(engine._static._shapes.items()))
-    graph = next(iter(state.graphs.values()))
+    static = engine._static
+    (rows, length), state = next(reversed(static._shapes.items()))
+    out = {"rows": rows, "cache_len": length}
     with torch.inference_mode():
-        for layer in state.cache.layers:      # replay from slot 128 on (stays inside the first span)
-            layer.cumulative_length.fill_(128)
-        state.slot.fill_(128)
-        replay = _event_ms(graph.replay, repeats=100)
+        def reset():          # replay from slot 128 on (a graph of k steps writes slots 128..128+k-1)
+            for layer in state.cache.layers:
+                layer.cumulative_length.fill_(128)
+            state.slot.fill_(128)
+            state.step.fill_(1)
+        reset_ms = _event_ms(reset, repeats=50)
+        for (temperature, top_p, span, steps), graph in sorted(state.graphs.items()):
+            ms = _event_ms(lambda g=graph: (reset(), g.replay()), repeats=30)
+            out[f"replay_span{span}_steps{steps}_ms_per_step"] = (ms - reset_ms) / steps
         logits = torch.randn(rows, engine.vocab_size, device=engine.device)
-        sample = _event_ms(lambda: sample_rows(logits, 1.0, 1.0, state.u))
+        keys, step = row_keys(list(range(rows))).to(engine.device), torch.ones(1, dtype=torch.long, device=engine.device)
+        out["sampling_eager_ms"] = _event_ms(lambda: sample_rows(logits, 1.0, 1.0, keys, step))
+        compiled = torch.compile(sample_rows)
+        out["sampling_compiled_alone_ms"] = _event_ms(lambda: compiled(logits, 1.0, 1.0, keys, step))
         from torch.profiler import ProfilerActivity, profile
 
-        with engine._static._decode_attention(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-            engine._static._model_forward()(state.ids, state.pos, state.mask[..., :256], state.cache)
+        with static._decode_attention(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+            static._model_forward()(state.ids, state.pos, state.mask[..., :256], state.cache, state.keys,
+                                    state.step, 1.0, 1.0)
             torch.cuda.synchronize()
-    print("--- one compiled forward (eager launch, not a graph): top CUDA kernels")
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=60))
-    return {"rows": rows, "cache_len": length, "graph_replay_ms": replay, "sampling_eager_ms": sample}
+    print("--- one compiled forward + sampling (eager launch, not a graph): top CUDA kernels")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=20, max_name_column_width=70))
+    return out
+
+
+def micro(device, hidden: int = 1024, inter: int = 3072, vocab: int = 151936, rows: int = 64) -> dict:
+    """Kernel alternatives at the decode shapes, on random tensors: GEMM layouts (x @ W.T as
+    F.linear does, or (W @ x.T).T) and decode attention (SDPA on grouped heads vs matmuls).
+    Launched eagerly one after another: kernels shorter than a launch (~20 us) time the launch
+    (the per-layer GEMMs did here); in the decode graph they take 5-7 us (the profile)."""
+    out = {}
+    for name, (n, k) in {"q": (2048, hidden), "kv": (1024, hidden), "o": (hidden, 2048), "up": (inter, hidden),
+                         "down": (hidden, inter), "head": (vocab, hidden)}.items():
+        w = torch.randn(n, k, device=device, dtype=torch.bfloat16) * 0.02
+        a = torch.randn(rows, k, device=device, dtype=torch.bfloat16)
+        lin = _event_ms(lambda a=a, w=w: torch.nn.functional.linear(a, w))
+        tr = _event_ms(lambda a=a, w=w: torch.mm(w, a.T).T)
+        out[name] = {"linear_ms": lin, "transposed_ms": tr, "linear_TBps": w.numel() * 2 / lin / 1e9}
+    from training.engines.hf_static import decode_attention, decode_attention_matmul
+
+    mm_compiled = torch.compile(decode_attention_matmul)
+    for span in (256, 384):
+        q = torch.randn(rows, 16, 1, 128, device=device, dtype=torch.bfloat16)
+        k = torch.randn(rows, 8, 512, 128, device=device, dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        mask = torch.ones(rows, 1, 1, span, dtype=torch.bool, device=device)
+        mask[:, :, :, :5] = False
+        kv_bytes = 2 * k[:, :, :span].numel() * 2 * 28
+        for name, fn in {"sdpa": decode_attention, "matmul_eager": decode_attention_matmul,
+                         "matmul_compiled": mm_compiled}.items():
+            ms = _event_ms(lambda fn=fn, q=q, k=k, v=v, m=mask: fn(None, q, k, v, m, scaling=128 ** -0.5)) * 28
+            out[f"attention_{name}_span{span}_28layers_ms"] = ms
+            out[f"attention_{name}_span{span}_TBps"] = kv_bytes / ms / 1e9
+    return out
 
 
 def main() -> int:
@@ -121,6 +163,7 @@ def main() -> int:
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 8, 1])
     parser.add_argument("--variants", nargs="+", default=["static", "loop"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--micro", action="store_true", help="also time kernel alternatives at the decode shapes")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -130,11 +173,20 @@ def main() -> int:
     results = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                "torch": torch.__version__, "weight_bytes": weight_bytes, "bandwidth_assumed": BANDWIDTH,
                "copy_bandwidth_measured": copy_bandwidth(device) if device.type == "cuda" else None, "runs": []}
+    if args.micro and device.type == "cuda":
+        results["micro"] = micro(device)
+        print(json.dumps(results["micro"]), flush=True)
     for variant in args.variants:
+        kind, _, opts = variant.partition(":")
         engine = HFEngine(model, tokenizer, device=str(device), max_batch=max(args.batches), seed=0,
-                          decode="static" if variant == "static" else "eager")
-        for batch in args.batches if variant == "static" else args.batches[:1]:
-            tokens = args.tokens if variant == "static" else args.loop_tokens
+                          decode="static" if kind == "static" else "eager")
+        if opts:
+            from training.engines.hf_static import StaticDecoder
+
+            engine._static = StaticDecoder(engine, **{k: (int(v) if v.isdigit() else v)
+                                                      for k, v in (o.split("=") for o in opts.split(","))})
+        for batch in args.batches if kind == "static" else args.batches[:1]:
+            tokens = args.tokens if kind == "static" else args.loop_tokens
             try:
                 r = measure(engine, batch, args.prompt, tokens, args.repeats)
                 bound = batch / step_bound_s
@@ -144,9 +196,14 @@ def main() -> int:
                 r = {"variant": variant, "batch": batch, "error": f"{type(exc).__name__}: {exc}"[:800]}
             results["runs"].append(r)
             print(json.dumps(r), flush=True)
-        if variant == "static" and device.type == "cuda":
-            results["static_parts"] = static_parts(engine)
-            print(json.dumps(results["static_parts"]), flush=True)
+        if kind == "static" and device.type == "cuda":
+            try:
+                results.setdefault("static_parts", {})[variant] = parts = static_parts(engine)
+                print(json.dumps(parts), flush=True)
+            except Exception as exc:   # noqa: BLE001 (diagnostics only)
+                print(f"static_parts({variant}): {type(exc).__name__}: {exc}"[:800], flush=True)
+        del engine
+        torch.cuda.empty_cache() if device.type == "cuda" else None
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "gpu_decode.json").write_text(json.dumps(results, indent=1))
     print(f"\n{results['device']}, torch {results['torch']}, weights {weight_bytes / 1e9:.2f} GB, "

@@ -76,3 +76,34 @@ def test_constrained_requests_take_the_step_by_step_loop(static):
     with pytest.raises(ValueError, match="decode='fast'"):
         from training.engines.hf import HFEngine
         HFEngine(static.model, static.tokenizer, device="cpu", decode="fast")
+
+
+def test_fused_projections_give_the_same_greedy_tokens_and_restore_the_model(folders, reference):  # noqa: F811
+    from training.engines import make_engine
+    from training.engines.hf_static import StaticDecoder
+
+    engine = make_engine("hf", folders["A"], device="cpu", seed=0, decode="static", max_batch=8)
+    engine._static = StaticDecoder(engine, fuse_projections=True, attention="matmul", steps_per_graph=3,
+                                   check_every=6, len_multiple=8)
+    layers = dict(engine.model.named_modules())
+    prompts = prompts_of(engine.tokenizer)
+    gens = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=13))
+    assert len(engine._static._groups) == 2 * engine.model.config.num_hidden_layers   # attention + MLP per layer
+    for prompt, gen in zip(prompts, gens):
+        assert gen.token_ids == hf_greedy(reference["A"], prompt, 13)
+    assert dict(engine.model.named_modules()).keys() == layers.keys()
+    assert all(dict(engine.model.named_modules())[k] is m for k, m in layers.items())
+
+
+def test_fused_projection_stand_ins_are_the_original_layers_when_gradients_are_on():
+    from training.engines.hf_static import _FusedGroup
+
+    owner = torch.nn.Module()
+    owner.a, owner.b = torch.nn.Linear(4, 3, bias=False), torch.nn.Linear(4, 5, bias=False)
+    group, x = _FusedGroup(owner, ("a", "b")), torch.randn(2, 4)
+    with torch.no_grad():
+        fused = [m(x) for m in group.members]
+        torch.testing.assert_close(fused, [owner.a(x), owner.b(x)])
+    out = group.members[1](x)                                     # a training forward: the layer itself
+    out.sum().backward()
+    assert owner.b.weight.grad is not None and group.parts is None
