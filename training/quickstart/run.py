@@ -211,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out
     cfg = load_config(CONFIG, _paths_overrides(out) + list(args.overrides))
     shutil.rmtree(out / "train", ignore_errors=True)   # a demo: every run starts from scratch
+    if cfg.run.threads:            # the evaluations and warm-up run with the trainer's setting too
+        import torch
+        torch.set_num_threads(cfg.run.threads)
 
     def stage(name: str, t0: float) -> None:
         stages[name] = round(time.monotonic() - t0, 1)
