@@ -257,5 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(json.dumps(summary, indent=2) + "\n")
     tmp.replace(out / "summary.json")
     print_table(initial, final, result)
-    console.print(f"summary: {out / 'summary.json'}  plot: {png}  wall time: {summary['wall_seconds']} s")
+    console.print(f"summary: {out / 'summary.json'}  plot: {png}  wall time: {summary['wall_seconds']} s\n"
+                  f"held-out trajectories: {out / 'eval_initial.jsonl'}, {out / 'eval_final.jsonl'}; "
+                  f"training: {Path(cfg.run.dir) / 'metrics.jsonl'}, {Path(cfg.run.dir) / 'rollouts.jsonl'}")
     return 0
