@@ -8,7 +8,7 @@ Each decode step reads every weight once, so at batch B the bound is B tokens pe
 device-to-device copy rate, also measured here).  Variants (HFEngine(decode=...)):
   loop     the step-by-step loop with a dynamic KV cache (decode="eager")
   static   static KV cache, compiled forward + sampling, CUDA graphs of several steps (decode="auto"
-           on CUDA); "static:attention=matmul,steps_per_graph=1" passes StaticDecoder options
+           on CUDA); "static:attention=triton,steps_per_graph=1" passes StaticDecoder options
 Sampling at temperature 1, per-row seeds (as rollouts sample).  Random weights rarely emit
 the EOS id, so rows run to --tokens; tokens/s counts the tokens returned.  The static path's
 first call compiles and captures (timed separately, not in the rate).
@@ -16,6 +16,7 @@ first call compiles and captures (timed separately, not in the rate).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -87,6 +88,24 @@ def _event_ms(fn, repeats: int = 100) -> float:
     return start.elapsed_time(end) / repeats
 
 
+def _graph_ms(fn, calls: int = 28, repeats: int = 20) -> float:
+    """ms of `calls` calls of fn captured in one CUDA graph (launch costs excluded, as in the
+    decode graph); eager (`_event_ms`) if the capture fails."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn(), fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except Exception:   # noqa: BLE001
+        return _event_ms(fn) * calls
+    return _event_ms(graph.replay, repeats=repeats)
+
+
 def static_parts(engine) -> dict:
     """Where a static step's time goes: one graph replay alone (per step), the sampling alone."""
     from training.engines.hf_static import row_keys, sample_rows
@@ -123,8 +142,10 @@ def static_parts(engine) -> dict:
 def micro(device, hidden: int = 1024, inter: int = 3072, vocab: int = 151936, rows: int = 64) -> dict:
     """Kernel alternatives at the decode shapes, on random tensors: GEMM layouts (x @ W.T as
     F.linear does, or (W @ x.T).T) and decode attention (SDPA on grouped heads vs matmuls).
-    Launched eagerly one after another: kernels shorter than a launch (~20 us) time the launch
-    (the per-layer GEMMs did here); in the decode graph they take 5-7 us (the profile)."""
+    GEMMs launched eagerly one after another: kernels shorter than a launch (~20 us) time the launch
+    (the per-layer GEMMs did here); in the decode graph they take 5-7 us (the profile).  Attention:
+    28 calls (one per layer) captured in one CUDA graph, with each variant's max abs error against
+    the matmul form."""
     out = {}
     for name, (n, k) in {"q": (2048, hidden), "kv": (1024, hidden), "o": (hidden, 2048), "up": (inter, hidden),
                          "down": (hidden, inter), "head": (vocab, hidden)}.items():
@@ -134,6 +155,16 @@ def micro(device, hidden: int = 1024, inter: int = 3072, vocab: int = 151936, ro
         tr = _event_ms(lambda a=a, w=w: torch.mm(w, a.T).T)
         out[name] = {"linear_ms": lin, "transposed_ms": tr, "linear_TBps": w.numel() * 2 / lin / 1e9}
     from training.engines.hf_static import decode_attention, decode_attention_matmul
+    from training.engines.split_kv_attention import split_decode_attention
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def sdpa_gqa(_, q, k, v, m, scaling, backend=None):   # stock SDPA, KV heads grouped by the kernel
+        span = m.shape[-1]
+        ctx = sdpa_kernel(backend) if backend is not None else contextlib.nullcontext()
+        with ctx:
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k[:, :, :span], v[:, :, :span], attn_mask=m if backend is None else None, scale=scaling,
+                enable_gqa=True).transpose(1, 2), None
 
     mm_compiled = torch.compile(decode_attention_matmul)
     for span in (256, 384):
@@ -142,10 +173,25 @@ def micro(device, hidden: int = 1024, inter: int = 3072, vocab: int = 151936, ro
         v = torch.randn_like(k)
         mask = torch.ones(rows, 1, 1, span, dtype=torch.bool, device=device)
         mask[:, :, :, :5] = False
+        mask[::3, :, :, :40] = False                 # rows of different prompt widths
         kv_bytes = 2 * k[:, :, :span].numel() * 2 * 28
-        for name, fn in {"sdpa": decode_attention, "matmul_eager": decode_attention_matmul,
-                         "matmul_compiled": mm_compiled}.items():
-            ms = _event_ms(lambda fn=fn, q=q, k=k, v=v, m=mask: fn(None, q, k, v, m, scaling=128 ** -0.5)) * 28
+        want = decode_attention_matmul(None, q, k, v, mask, scaling=128 ** -0.5)[0].float()
+        fns = {"sdpa": decode_attention, "matmul_eager": decode_attention_matmul, "matmul_compiled": mm_compiled,
+               "sdpa_gqa_masked": sdpa_gqa,
+               "sdpa_gqa_flash_nomask": lambda *a, **kw: sdpa_gqa(*a, **kw, backend=SDPBackend.FLASH_ATTENTION)}
+        for splits in (1, 2, 4, None):
+            fns[f"triton_splits{splits or 'auto'}"] = (
+                lambda _, q, k, v, m, scaling, n=splits: (split_decode_attention(q, k, v, m, scaling, n), None))
+        for name, fn in fns.items():
+            try:
+                got = fn(None, q, k, v, mask, scaling=128 ** -0.5)[0]
+                if "nomask" not in name:
+                    out[f"attention_{name}_span{span}_max_abs_err_vs_matmul"] = \
+                        (got.reshape(want.shape).float() - want).abs().max().item()
+                ms = _graph_ms(lambda fn=fn, q=q, k=k, v=v, m=mask: fn(None, q, k, v, m, scaling=128 ** -0.5))
+            except Exception as exc:   # noqa: BLE001 (report and go on)
+                out[f"attention_{name}_span{span}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                continue
             out[f"attention_{name}_span{span}_28layers_ms"] = ms
             out[f"attention_{name}_span{span}_TBps"] = kv_bytes / ms / 1e9
     return out
@@ -164,6 +210,7 @@ def main() -> int:
     parser.add_argument("--variants", nargs="+", default=["static", "loop"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--micro", action="store_true", help="also time kernel alternatives at the decode shapes")
+    parser.add_argument("--no-parts", action="store_true", help="skip the static path's breakdown (replay, profile)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -196,7 +243,7 @@ def main() -> int:
                 r = {"variant": variant, "batch": batch, "error": f"{type(exc).__name__}: {exc}"[:800]}
             results["runs"].append(r)
             print(json.dumps(r), flush=True)
-        if kind == "static" and device.type == "cuda":
+        if kind == "static" and device.type == "cuda" and not args.no_parts:
             try:
                 results.setdefault("static_parts", {})[variant] = parts = static_parts(engine)
                 print(json.dumps(parts), flush=True)

@@ -107,3 +107,54 @@ def test_fused_projection_stand_ins_are_the_original_layers_when_gradients_are_o
     out = group.members[1](x)                                     # a training forward: the layer itself
     out.sum().backward()
     assert owner.b.weight.grad is not None and group.parts is None
+
+
+def _softmax_attention(q, k, v, keep, scale):
+    """Plain grouped-query softmax attention of one query token over the first S = keep's slots."""
+    b, heads, _, d = q.shape
+    kv, span = k.shape[1], keep.shape[-1]
+    scores = q.reshape(b, kv, heads // kv, d) @ k[:, :, :span].transpose(-1, -2) * scale
+    scores = scores.masked_fill(~keep.reshape(b, 1, 1, span), float("-inf"))
+    return (scores.softmax(-1) @ v[:, :, :span]).reshape(b, 1, heads, d)
+
+
+@pytest.mark.parametrize("heads,kv,span,splits,block", [(4, 2, 130, 1, 64), (4, 2, 130, 3, 64), (16, 8, 256, 2, 64),
+                                                        (6, 2, 70, 4, 16), (8, 8, 37, 5, 8), (4, 1, 200, None, 64)])
+def test_split_kv_reference_equals_softmax_attention(heads, kv, span, splits, block):
+    """The split-KV kernels' arithmetic (training/engines/split_kv_attention.py: blocks, online
+    softmax per split, reduction across splits), written in torch, is softmax attention."""
+    from training.engines.split_kv_attention import split_decode_attention, split_decode_attention_reference
+
+    torch.manual_seed(0)
+    b, d, length = 3, 32, 260
+    q, k, v = torch.randn(b, heads, 1, d), torch.randn(b, kv, length, d), torch.randn(b, kv, length, d)
+    keep = torch.zeros(b, 1, 1, length, dtype=torch.bool)
+    keep[..., 5:] = True
+    keep[0, ..., :min(100, span - 1)] = False   # a row whose first split(s) are wholly masked
+    keep[1, ..., span - 1] = True
+    keep = keep[..., :span]
+    want = _softmax_attention(q, k, v, keep, d ** -0.5)
+    got = split_decode_attention_reference(q, k, v, keep, d ** -0.5, splits, block)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(split_decode_attention(q, k, v, keep), want, rtol=1e-5, atol=1e-5)   # CPU: reference
+
+
+def test_split_kv_splits_cover_the_span():
+    from training.engines.split_kv_attention import _chunk, num_splits
+
+    assert num_splits(64, 8, 256) == 1 and num_splits(8, 8, 256) == 4 and num_splits(1, 8, 384) == 6 and num_splits(512, 8, 256) == 1
+    for span in (1, 63, 64, 65, 256, 384, 1000):
+        for splits in (1, 2, 3, 7):
+            chunk = _chunk(span, splits, 64)
+            assert chunk % 64 == 0 and chunk * splits >= span and chunk * (splits - 1) < span + 64 * splits
+
+
+def test_split_kv_attention_gives_the_same_greedy_tokens(folders, reference):  # noqa: F811
+    from training.engines import make_engine
+    from training.engines.hf_static import StaticDecoder
+
+    engine = make_engine("hf", folders["A"], device="cpu", seed=0, decode="static", max_batch=8)
+    engine._static = StaticDecoder(engine, attention="triton", steps_per_graph=3, check_every=6, len_multiple=8)
+    prompts = prompts_of(engine.tokenizer)
+    for prompt, gen in zip(prompts, engine.generate(prompts, SamplingParams(temperature=0, max_tokens=13))):
+        assert gen.token_ids == hf_greedy(reference["A"], prompt, 13)

@@ -16,7 +16,8 @@ to device-side history buffers inside the graph (no host work between replays). 
 attend through `decode_attention` (the model's attention implementation is switched to it
 for the call): the query heads that share a KV head are passed to SDPA as that head's query
 rows, so the grouped KV cache is read once per step instead of being repeated per query head
-(what the stock SDPA path does whenever there is a mask).
+(what the stock SDPA path does whenever there is a mask); on CUDA by default through
+`decode_attention_split` instead, one fused split-KV Triton kernel (split_kv_attention.py).
 
 Same sampling distribution and log-probs as the step-by-step loop (`HFEngine._next_tokens`:
 softmax(top_p(logits / T)), through the same `_top_p_filter`).  What differs is how a token
@@ -31,6 +32,7 @@ at their EOS / stop string.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -82,7 +84,21 @@ def decode_attention_matmul(module, query, key, value, attention_mask, dropout: 
     return out.reshape(b, 1, heads, d), None
 
 
-ATTENTIONS = {"sdpa": DECODE_ATTENTION, "matmul": DECODE_ATTENTION + "_matmul"}
+def decode_attention_split(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                           **kwargs):
+    """`decode_attention` as one fused split-KV (flash-decoding) pass: the Triton kernels of
+    training/engines/split_kv_attention.py on CUDA (the query heads of a KV head share one read of
+    its slots, online softmax per split, then a reduction), their torch reference elsewhere."""
+    from training.engines.split_kv_attention import split_decode_attention
+
+    if query.shape[2] != 1:
+        return decode_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                **kwargs)
+    return split_decode_attention(query, key, value, attention_mask, scaling), None
+
+
+ATTENTIONS = {"sdpa": DECODE_ATTENTION, "matmul": DECODE_ATTENTION + "_matmul",
+              "triton": DECODE_ATTENTION + "_split"}
 
 
 def _register_attention() -> None:
@@ -90,6 +106,7 @@ def _register_attention() -> None:
 
     AttentionInterface.register(DECODE_ATTENTION, decode_attention)
     AttentionInterface.register(ATTENTIONS["matmul"], decode_attention_matmul)
+    AttentionInterface.register(ATTENTIONS["triton"], decode_attention_split)
 
 
 # projections that read the same input, in the order these classes' forwards call them
@@ -235,8 +252,9 @@ class StaticDecoder:
     graphs / compile: CUDA graphs and torch.compile (default: on CUDA only).
     check_every: steps between the host's checks for EOS / stop strings.
     steps_per_graph: decode steps captured into one CUDA graph (a multiple of it is checked).
-    attention: "sdpa" (`decode_attention`), "matmul" (`decode_attention_matmul`) or "auto"
-        (matmul on CUDA, where it measured faster at 256-384 slots; sdpa elsewhere).
+    attention: "sdpa" (`decode_attention`), "matmul" (`decode_attention_matmul`), "triton"
+        (`decode_attention_split`: split-KV kernels on CUDA, their torch reference elsewhere) or
+        "auto" (on CUDA triton, where it measured fastest at 256-384 slots, else matmul; sdpa elsewhere).
     fuse_projections: run q/k/v and gate/up as one GEMM each (`fusable_groups`; default: on
         CUDA), from concatenated copies of those weights (extra memory: their size),
         refreshed from the model at each generation.
@@ -251,7 +269,7 @@ class StaticDecoder:
         self.engine, self.check_every, self.len_multiple = engine, check_every, len_multiple
         self.steps_per_graph = steps_per_graph
         if attention == "auto":
-            attention = "matmul" if cuda else "sdpa"
+            attention = ("triton" if importlib.util.find_spec("triton") else "matmul") if cuda else "sdpa"
         if attention not in ATTENTIONS:
             raise ValueError(f"StaticDecoder(attention={attention!r}): choose from {sorted(ATTENTIONS)} or 'auto'")
         self.attention = attention
