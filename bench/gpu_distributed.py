@@ -3,7 +3,7 @@
     torchrun --nproc_per_node 2 bench/gpu_distributed.py [--rows 16 --seq 2048]
 
 Measured with the scale-out code (training/distributed):
-  zero2    `rank_update` on both ranks, the step's rows dealt by `shard_samples`
+  zero2    `rank_update` on both ranks (--zero-stage 3, --offload: the other DeepSpeed layouts), the step's rows dealt by `shard_samples`
            (Qwen3-0.6B shape, random bf16 weights); tokens/s per GPU and MFU;
   nccl     `SyncGroup` broadcast of the updated weights, rank 0 -> rank 1 (split mode), in
            `--bucket-mb` buckets, into a plain model on rank 1; digests compared;
@@ -53,6 +53,9 @@ def main() -> int:
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--bucket-mb", type=float, default=256)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--zero-stage", type=int, default=2, choices=[2, 3])
+    parser.add_argument("--offload", action="store_true", help="DeepSpeed optimizer offload to CPU")
+    parser.add_argument("--skip-sync", action="store_true", help="only the policy update")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
 
@@ -76,7 +79,7 @@ def main() -> int:
         reference = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval().requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(
-        zero_stage=2, grad_clip=1.0, dtype="bfloat16", offload_optimizer=False))
+        zero_stage=args.zero_stage, grad_clip=1.0, dtype="bfloat16", offload_optimizer=args.offload))
     samples = make_samples(cfg.vocab_size, args.rows, args.seq, args.prompt)
     shard = shard_samples(samples, world, 1, args.micro)[rank]
     loss_fn = PPOClipLoss()
@@ -85,9 +88,12 @@ def main() -> int:
     step_s = statistics.median(times)
     flops = counted_flops(cfg, args.rows, args.seq, args.prompt)
     result = {"device": torch.cuda.get_device_name(), "gpus": world, "torch": torch.__version__,
-              "bf16_ceiling_tflops": ceiling / 1e12, "zero2": {
+              "bf16_ceiling_tflops": ceiling / 1e12,
+              f"zero{args.zero_stage}" + ("_offload" if args.offload else ""): {
                   "median_s": step_s, "tokens_per_s_per_gpu": args.rows * args.seq / step_s / world,
                   "mfu": flops / step_s / world / ceiling, "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30}}
+    if args.skip_sync:              # ZeRO-3 partitions the parameters: the sync below reads full ones
+        return _report(result, rank, args.out)
 
     # ---- nccl broadcast: rank 0 (trainer) -> rank 1 (an engine's copy)
     named = dict(engine.module.named_parameters())
@@ -131,10 +137,14 @@ def main() -> int:
         else:
             result["cuda_ipc"] = {"error": child.stderr[-800:]}
         del handles, buffers
+    return _report(result, rank, args.out)
+
+
+def _report(result: dict, rank: int, out: str) -> int:
     torch.distributed.barrier()
     if rank == 0:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "gpu_distributed.json").write_text(json.dumps(result, indent=1))
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "gpu_distributed.json").write_text(json.dumps(result, indent=1))
         print(json.dumps(result, indent=1))
     return 0
 

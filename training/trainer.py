@@ -404,8 +404,13 @@ def response_logprobs(model, batch: SampleBatch, temperature: float = 1.0) -> to
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
         raise ValueError(f"{type(model).__name__}: the LM head has a bias; training/logprobs.py assumes none")
-    # the LM head + log-softmax over chunks of rows: never the full [N, V] float32 logits
-    logp = linear_logprobs(hidden[rows, cols - 1], head.weight, batch.input_ids[rows, cols], temperature)  # [N]
+    h, targets = hidden[rows, cols - 1], batch.input_ids[rows, cols]                # [N, H], [N]
+    if hasattr(head.weight, "ds_id"):
+        # DeepSpeed ZeRO-3 partitions the weight; only the module's own forward gathers it
+        logits = head(h).float() / (temperature if temperature > 0 else 1.0)       # [N, V]
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    else:   # the LM head + log-softmax over chunks of rows: never the full [N, V] float32 logits
+        logp = linear_logprobs(h, head.weight, targets, temperature)              # [N]
     out = torch.zeros(mask.shape, dtype=torch.float32, device=logp.device)    # [B, L]
     return out.index_put((rows, cols), logp)
 

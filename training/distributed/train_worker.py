@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from training.distributed.weight_sync import Bucket, SyncGroup, digest, ipc_handles, plan_buckets
+from training.distributed.weight_sync import Bucket, SyncGroup, digest, full_meta, ipc_handles, plan_buckets
 
 
 class TrainWorker:
@@ -105,7 +105,7 @@ class TrainWorker:
         return {n: p.detach() for n, p in zip(names or list(params), chosen)}
 
     def weight_plan(self, bucket_mb: float) -> list[Bucket]:
-        return plan_buckets(((n, p) for n, p in self.engine.module.named_parameters()), bucket_mb)
+        return plan_buckets(((n, full_meta(p)) for n, p in self.engine.module.named_parameters()), bucket_mb)
 
     def weights_digest(self) -> str:
         return digest(self._full_weights().items())

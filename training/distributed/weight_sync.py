@@ -55,6 +55,13 @@ def _dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
+def full_meta(t: torch.Tensor) -> torch.Tensor:
+    """`t` as planning sees it: a DeepSpeed ZeRO-3 parameter is an empty shard outside a
+    gather (`ds_shape` holds its real shape), so it is described by a meta tensor of that shape."""
+    shape = getattr(t, "ds_shape", None)
+    return torch.empty(tuple(shape), dtype=t.dtype, device="meta") if shape is not None else t
+
+
 def plan_buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_mb: float) -> list[Bucket]:
     """Group (name, tensor) pairs, in order, into per-dtype buckets of <= bucket_mb MiB.
 
