@@ -187,12 +187,14 @@ def hash_uniforms(keys: torch.Tensor, step: torch.Tensor | int, vocab: int) -> t
     """U(0, 1) float32 [A, V]: one per (row key, step, token id); keys [A, 2] int64 (uint32 values).
 
     Counter-based: the value depends on those three only (not on the batch or on other draws).
-    24 random bits each: (h >> 8 + 0.5) / 2**24, never 0 or 1."""
+    23 random bits each: (h >> 9 + 0.5) / 2**23, in [2**-24, 1 - 2**-24], never 0 or 1 in
+    float32 (24 bits would round the largest value, (2**24 - 0.5) / 2**24, up to exactly 1,
+    whose Gumbel noise is +inf: a uniformly random token)."""
     step = torch.as_tensor(step, device=keys.device).reshape(-1)[:1]
     row = _mix32(keys[:, :1] ^ _mix32(keys[:, 1:] ^ (step & _M32)))           # [A, 1]: this row at this step
     token = torch.arange(vocab, device=keys.device)                          # [V]
     h = _mix32(_mix32(token ^ row) ^ keys[:, 1:])                            # [A, V]
-    return ((h >> 8).float() + 0.5) * (1.0 / (1 << 24))
+    return ((h >> 9).float() + 0.5) * (1.0 / (1 << 23))
 
 
 def row_keys(seeds: list[int]) -> torch.Tensor:
