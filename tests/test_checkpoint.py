@@ -99,20 +99,12 @@ def test_rng_state_round_trips():
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from _train_world import build_policy, write_tasks
-
-    root = tmp_path_factory.mktemp("world")
-    return build_policy(root / "policy"), write_tasks(root / "tasks.jsonl")
-
-
-def test_trainer_refuses_a_mismatched_or_corrupt_latest_checkpoint(tmp_path, world):
+def test_trainer_refuses_a_mismatched_or_corrupt_latest_checkpoint(tmp_path, train_world):
     from _train_world import fake_runtime, overrides
     from training.config import load_config
     from training.train import run
 
-    policy, tasks = world
+    policy, tasks = train_world
     config = lambda **kw: load_config(None, overrides(tmp_path, policy, tasks, **kw))  # noqa: E731
     run(config(**{"trainer.total_steps": 1}), runtime=fake_runtime())
     with pytest.raises(CheckpointError, match=r"rollout.tasks_per_step: checkpoint 2 vs config 1"):
@@ -136,8 +128,8 @@ run(cfg, runtime=fake_runtime(expert_delay=0.5))
 """
 
 
-def test_sigterm_during_rollouts_saves_a_checkpoint_and_exits_143(tmp_path, world):
-    policy, tasks = world
+def test_sigterm_during_rollouts_saves_a_checkpoint_and_exits_143(tmp_path, train_world):
+    policy, tasks = train_world
     script = tmp_path / "job.py"
     script.write_text(SIGTERM_SCRIPT.format(root=str(ROOT), tests=str(ROOT / "tests")))
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(policy), str(tasks)],

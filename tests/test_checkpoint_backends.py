@@ -9,49 +9,43 @@ import shutil
 
 import pytest
 
-from _train_world import build_policy, fake_runtime, overrides, write_tasks
+from _train_world import fake_runtime, overrides
 from training.checkpoint import CheckpointError, list_checkpoints, save_checkpoint, verify_checkpoint
 from training.config import fingerprint, load_config
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("backend-world")
-    return build_policy(root / "policy"), write_tasks(root / "tasks.jsonl")
-
-
-def _cfg(tmp_path, world, **extra):
-    policy, tasks = world
+def _cfg(tmp_path, train_world, **extra):
+    policy, tasks = train_world
     return load_config(None, overrides(tmp_path, policy, tasks, **{"trainer.total_steps": 1, **extra}))
 
 
-def test_single_process_checkpoint_is_refused_by_the_ray_backend_before_any_actor(tmp_path, world, monkeypatch):
+def test_single_process_checkpoint_is_refused_by_the_ray_backend_before_any_actor(tmp_path, train_world, monkeypatch):
     from training.distributed.group import RayPolicy
     from training.train import run
 
-    run(_cfg(tmp_path, world), runtime=fake_runtime())
+    run(_cfg(tmp_path, train_world), runtime=fake_runtime())
     checkpoint = list_checkpoints(tmp_path / "run" / "checkpoints")[-1]
 
     def no_actors(*a, **k):
         raise AssertionError("Ray actors were started before the checkpoint was checked")
     monkeypatch.setattr(RayPolicy, "start", no_actors)
-    cfg = _cfg(tmp_path, world, **{"trainer.total_steps": 2, "distributed.backend": "ray"})
+    cfg = _cfg(tmp_path, train_world, **{"trainer.total_steps": 2, "distributed.backend": "ray"})
     with pytest.raises(CheckpointError) as err:
         run(cfg, runtime=fake_runtime())
     message = str(err.value)
     assert str(checkpoint) in message
     assert "distributed.backend=none" in message and "distributed.backend=ray" in message
-    assert f"model.path={checkpoint / 'model'}" in message and f"model.reference={world[0]}" in message
+    assert f"model.path={checkpoint / 'model'}" in message and f"model.reference={train_world[0]}" in message
 
 
 @pytest.mark.parametrize("marked", [True, False], ids=["marked", "older-unmarked"])
-def test_ray_checkpoint_is_refused_by_the_single_process_trainer(tmp_path, world, marked):
+def test_ray_checkpoint_is_refused_by_the_single_process_trainer(tmp_path, train_world, marked):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from training.train import main
 
-    policy, _ = world
-    cfg = _cfg(tmp_path, world, **{"trainer.total_steps": 2})
+    policy, _ = train_world
+    cfg = _cfg(tmp_path, train_world, **{"trainer.total_steps": 2})
     state = {"rng": {}, "data_position": 2, "step": 1, "wandb_id": None, "scheduler": {},
              "distributed": {"trainer_workers": 2, "zero_stage": 2}}
     if marked:
@@ -77,4 +71,4 @@ def test_ray_checkpoint_is_refused_by_the_single_process_trainer(tmp_path, world
     # the command line says the same and exits 1 (no KeyError traceback)
     (tmp_path / "cfg.yaml").write_text("")
     assert main(["--config", str(tmp_path / "cfg.yaml"),
-                 *overrides(tmp_path, policy, world[1], **{"trainer.total_steps": 2})]) == 1
+                 *overrides(tmp_path, policy, train_world[1], **{"trainer.total_steps": 2})]) == 1

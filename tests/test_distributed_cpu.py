@@ -27,17 +27,11 @@ pytest.importorskip("deepspeed", reason="scale-out tests need deepspeed (pip ins
 
 import torch  # noqa: E402
 
-from _train_world import build_policy, fake_runtime, overrides, write_tasks  # noqa: E402
+from _train_world import fake_runtime, overrides  # noqa: E402
 from orchestrator.engine import SamplingParams  # noqa: E402
 from training.config import load_config  # noqa: E402
 from training.distributed.config import DistributedConfig, DistributedConfigError  # noqa: E402
 from training.samples import TurnSample  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dist-world")
-    return build_policy(root / "policy"), write_tasks(root / "tasks.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +75,7 @@ def _single_process_update(policy, cfg, samples, seed):
     return model, metrics
 
 
-def test_split_mode_zero2_two_ranks_equal_one_process_and_engine_gets_the_weights(world, ray_local, tmp_path):
+def test_split_mode_zero2_two_ranks_equal_one_process_and_engine_gets_the_weights(train_world, ray_local, tmp_path):
     from transformers import AutoTokenizer
 
     from training.checkpoint import list_checkpoints, verify_checkpoint
@@ -91,7 +85,7 @@ def test_split_mode_zero2_two_ranks_equal_one_process_and_engine_gets_the_weight
     from training.engines.hf import HFEngine
     from training.logging import read_metrics
 
-    policy_dir, tasks = world
+    policy_dir, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy_dir, tasks, **{
         "trainer.total_steps": 2, "run.threads": 1, "algorithm.micro_batch_size": 2}))
     dist = DistributedConfig(backend="ray", mode="split", trainer_workers=2, rollout_workers=1, zero_stage=2,
@@ -152,12 +146,12 @@ def test_split_mode_zero2_two_ranks_equal_one_process_and_engine_gets_the_weight
         policy.shutdown()
 
 
-def test_colocated_engine_in_the_rank_process_takes_the_weights_in_process(world, ray_local, tmp_path):
+def test_colocated_engine_in_the_rank_process_takes_the_weights_in_process(train_world, ray_local, tmp_path):
     from transformers import AutoTokenizer
 
     from training.distributed.group import RayPolicy
 
-    policy_dir, tasks = world
+    policy_dir, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy_dir, tasks, **{"run.threads": 1, "algorithm.kl_coef": 0}))
     dist = DistributedConfig(backend="ray", mode="colocated", trainer_workers=1, cpus_per_worker=1)
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
@@ -176,10 +170,10 @@ def test_colocated_engine_in_the_rank_process_takes_the_weights_in_process(world
         policy.shutdown()
 
 
-def test_a_config_asking_for_more_gpus_than_exist_fails_before_starting(ray_local, world, tmp_path):
+def test_a_config_asking_for_more_gpus_than_exist_fails_before_starting(ray_local, train_world, tmp_path):
     from training.distributed.group import RayPolicy
 
-    policy_dir, tasks = world
+    policy_dir, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy_dir, tasks, **{"run.device": "cuda"}))
     dist = DistributedConfig(backend="ray", mode="split", trainer_workers=8, rollout_workers=2, tensor_parallel=4)
     with pytest.raises(DistributedConfigError, match=r"needs 16 GPUs .* has 0"):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from _train_world import build_policy, fake_runtime, overrides, write_tasks
+from _train_world import fake_runtime, overrides
 from orchestrator.loop import Task
 from orchestrator.records import LLMResponse, Rollout, Turn, Usage
 from training.checkpoint import list_checkpoints, verify_checkpoint
@@ -19,24 +19,18 @@ from training.logging import read_metrics
 from training.trainer import MemoizedLLM, TaskSampler, decision_mask, load_tasks, score_groups
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("world")
-    return build_policy(root / "policy"), write_tasks(root / "tasks.jsonl")
-
-
-def _train(tmp_path, world, **extra):
+def _train(tmp_path, train_world, **extra):
     from training.train import run
 
-    policy, tasks = world
+    policy, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy, tasks, **extra))
     run(cfg, runtime=fake_runtime())
     return cfg
 
 
-def test_two_steps_change_the_weights_and_write_checkpoints(tmp_path, world):
-    cfg = _train(tmp_path, world)
-    before = load_file(str(world[0] / "model.safetensors"))
+def test_two_steps_change_the_weights_and_write_checkpoints(tmp_path, train_world):
+    cfg = _train(tmp_path, train_world)
+    before = load_file(str(train_world[0] / "model.safetensors"))
     found = list_checkpoints(tmp_path / "run" / "checkpoints")
     assert [p.name for p in found] == ["step-00000001", "step-00000002"]
     after = load_file(str(found[-1] / "model" / "model.safetensors"))
@@ -50,14 +44,14 @@ def test_two_steps_change_the_weights_and_write_checkpoints(tmp_path, world):
     assert load_config(tmp_path / "run" / "config.yaml") == cfg
 
 
-def test_resume_from_step_1_reproduces_the_uninterrupted_losses(tmp_path, world):
-    _train(tmp_path / "full", world, **{"trainer.total_steps": 3})
+def test_resume_from_step_1_reproduces_the_uninterrupted_losses(tmp_path, train_world):
+    _train(tmp_path / "full", train_world, **{"trainer.total_steps": 3})
     full = read_metrics(tmp_path / "full" / "run" / "metrics.jsonl")
     # a second run dir holding only the first checkpoint, as if the job died after step 1
     (tmp_path / "resumed" / "run" / "checkpoints").mkdir(parents=True)
     shutil.copytree(tmp_path / "full" / "run" / "checkpoints" / "step-00000001",
                     tmp_path / "resumed" / "run" / "checkpoints" / "step-00000001")
-    _train(tmp_path / "resumed", world, **{"trainer.total_steps": 3})
+    _train(tmp_path / "resumed", train_world, **{"trainer.total_steps": 3})
     resumed = read_metrics(tmp_path / "resumed" / "run" / "metrics.jsonl")
     assert [m["step"] for m in resumed] == [2, 3]
     for a, b in zip(full[1:], resumed):
@@ -104,14 +98,14 @@ def _wandb_history(run_folder):
     return history, finished
 
 
-def test_offline_wandb_run_holds_the_metrics_and_resume_continues_it(tmp_path, world, monkeypatch):
+def test_offline_wandb_run_holds_the_metrics_and_resume_continues_it(tmp_path, train_world, monkeypatch):
     pytest.importorskip("wandb")
     for var in ("WANDB_DIR", "WANDB_MODE", "WANDB_RUN_ID", "WANDB_RESUME"):
         monkeypatch.delenv(var, raising=False)
     for var in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
         monkeypatch.setenv(var, str(tmp_path / "home" / var.lower()))
     run_dir = tmp_path / "run"
-    _train(tmp_path, world, **{"logging.wandb": "offline"})            # steps 1-2, finishes wandb
+    _train(tmp_path, train_world, **{"logging.wandb": "offline"})            # steps 1-2, finishes wandb
     (first,) = run_dir.glob("wandb/offline-run-*")
     run_id = first.name.rsplit("-", 1)[1]
     history, finished = _wandb_history(first)
@@ -126,7 +120,7 @@ def test_offline_wandb_run_holds_the_metrics_and_resume_continues_it(tmp_path, w
     last = list_checkpoints(run_dir / "checkpoints")[-1]
     assert verify_checkpoint(last).load_state()["wandb_id"] == run_id
     # ... and resuming (auto: from step 2) continues that run
-    _train(tmp_path, world, **{"logging.wandb": "offline", "trainer.total_steps": 3})
+    _train(tmp_path, train_world, **{"logging.wandb": "offline", "trainer.total_steps": 3})
     folders = sorted(run_dir.glob("wandb/offline-run-*"))
     assert len(folders) == 2 and all(f.name.endswith(f"-{run_id}") for f in folders)
     (second,) = [f for f in folders if f != first]

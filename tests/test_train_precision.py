@@ -12,18 +12,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from _train_world import build_policy, fake_runtime, overrides, write_tasks
+from _train_world import fake_runtime, overrides
 from training.config import load_config
 from training.losses import PPOClipLoss
 from training.precision import Precision
 from training.samples import TurnSample
 from training.trainer import ppo_update
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("precision-world")
-    return build_policy(root / "policy"), write_tasks(root / "tasks.jsonl")
 
 
 def _samples(vocab: int, n: int = 6) -> list[TurnSample]:
@@ -57,10 +51,10 @@ def test_precision_table():
         Precision.of("int8")
 
 
-def test_bfloat16_at_lr_1e6_changes_the_weights_where_bf16_adamw_does_not(world, tmp_path):
+def test_bfloat16_at_lr_1e6_changes_the_weights_where_bf16_adamw_does_not(train_world, tmp_path):
     from training.train import load_policy, make_optimizer
 
-    policy, tasks = world
+    policy, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy, tasks, **{"model.dtype": "bfloat16", "optim.lr": "1e-6"}))
     model, _ = load_policy(str(policy), cfg.model.dtype, "cpu")
     reference, _ = load_policy(str(policy), cfg.model.dtype, "cpu", frozen=True)
@@ -81,10 +75,10 @@ def test_bfloat16_at_lr_1e6_changes_the_weights_where_bf16_adamw_does_not(world,
     assert old_path < 0.10, f"bf16 AdamW moved {old_path:.1%} (the rounding argument says ~2%)"
 
 
-def test_a_bfloat16_run_trains_and_checkpoints_float32_master_weights(world, tmp_path):
+def test_a_bfloat16_run_trains_and_checkpoints_float32_master_weights(train_world, tmp_path):
     from training.train import run
 
-    policy, tasks = world
+    policy, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy, tasks, **{
         "model.dtype": "bfloat16", "optim.lr": "1e-6", "trainer.total_steps": 1}))
     run(cfg, runtime=fake_runtime())
