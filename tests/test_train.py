@@ -230,6 +230,24 @@ def test_decision_mask_keeps_only_the_tokens_the_constraint_left_open():
     assert decision_mask([1, 2, 3, eos], [[1, 2, 3, eos]]) == [0, 0, 0, 0]
 
 
+def test_choices_end_with_every_eos_id_the_engine_stops_on():
+    """An engine stopping on two EOS ids (Qwen3: <|im_end|>, <|endoftext|>) chose between
+    them at the end of a call: the replayed mask must count that choice as generation did."""
+    from training.tiny_policy import tiny_tokenizer
+    from training.trainer import choice_token_ids
+
+    tok = tiny_tokenizer(["alpha beta", "alpha gamma"] * 20, 300)
+    ids = tok("alpha beta", add_special_tokens=False)["input_ids"]
+    other = tok.pad_token_id if tok.pad_token_id != tok.eos_token_id else tok.eos_token_id + 1
+    one = choice_token_ids(tok, ["alpha beta", "alpha gamma"])
+    two = choice_token_ids(tok, ["alpha beta", "alpha gamma"], [tok.eos_token_id, other])
+    assert one == [ids + [tok.eos_token_id], tok("alpha gamma", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]]
+    assert len(two) == 4 and ids + [other] in two
+    sampled = ids + [other]
+    assert decision_mask(sampled, two)[-1] == 1          # the EOS was a choice between two ids
+    assert decision_mask(ids + [tok.eos_token_id], one)[-1] == 0    # one EOS id: forced
+
+
 def test_data_synthesis_training_examples_become_tasks(tmp_path):
     from data_synthesis.records import TrainingExample
 

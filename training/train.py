@@ -44,6 +44,7 @@ from orchestrator.records import Rollout  # noqa: E402
 from orchestrator.runtime import ToolRuntime  # noqa: E402
 from training import checkpoint as ckpt  # noqa: E402
 from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, load_config, save_config, to_dict  # noqa: E402
+from training.engines.common import eos_token_ids  # noqa: E402
 from training.logging import MetricsLogger  # noqa: E402
 from training.losses import PPOClipLoss  # noqa: E402
 from training.precision import Precision  # noqa: E402
@@ -258,7 +259,8 @@ def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollo
     """Steps 2-6 on one batch of rollout groups: score, filter, samples, PPO update, sync."""
     cfg = s.cfg
     if cfg.rollout.constrained:   # forced tokens were the constraint's choice, not the policy's
-        mask_forced_tokens(batch, groups, s.runtime.catalog, s.learner.tokenizer)
+        mask_forced_tokens(batch, groups, s.runtime.catalog, s.learner.tokenizer,
+                           eos_token_ids(s.learner.tokenizer, cfg.model.path))   # the engine's stop ids
     scored = score_groups(batch, groups, s.judge, estimator=cfg.algorithm.advantage,
                           min_group_std=cfg.algorithm.min_group_std)
     samples = build_turn_samples(scored.rollouts, scored.advantages)

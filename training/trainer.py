@@ -286,40 +286,46 @@ def decision_mask(response_ids: Sequence[int], choices: Sequence[Sequence[int]])
     return mask
 
 
-def choice_token_ids(tokenizer, choices: Sequence[str]) -> list[list[int]]:
-    """Token ids of each constrained choice as the engines generate it: the text's ids + EOS."""
-    return [tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for c in choices]
+def choice_token_ids(tokenizer, choices: Sequence[str], eos_ids: Sequence[int] | None = None) -> list[list[int]]:
+    """Token ids of each constrained choice as the engines generate it: the text's ids + an
+    EOS, one sequence per EOS id the engine stops on (default: the tokenizer's)."""
+    ends = list(eos_ids) if eos_ids else [tokenizer.eos_token_id]
+    return [tokenizer(c, add_special_tokens=False)["input_ids"] + [e] for c in choices for e in ends]
 
 
-def mask_forced_tokens(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]], catalog, tokenizer) -> None:
+def mask_forced_tokens(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]], catalog, tokenizer,
+                       eos_ids: Sequence[int] | None = None) -> None:
     """Set each turn's `loss_mask` to its `decision_mask` (constrained rollouts only).
     Function-calling turns were constrained by a grammar: its decision mask is replayed
-    with xgrammar (`training.engines.grammar`)."""
+    with xgrammar (`training.engines.grammar`).  `eos_ids`: the ids the engine stops on
+    (`training.engines.common.eos_token_ids`; default the tokenizer's), so a choice between
+    EOS ids counts as the decision it was at generation."""
     from orchestrator.loop import task_catalog
     from orchestrator.toolcall import allowed_call_strings
 
     cache: dict[str, list[list[int]]] = {}
     for task, group in zip(tasks, groups):
         if task.kind == "tau2":
-            _mask_grammar_turns(task, group, catalog, tokenizer)
+            _mask_grammar_turns(task, group, catalog, tokenizer, eos_ids)
             continue
         view = task_catalog(catalog, task)
         allowed = {t.name: list(t.aliases) for t in view.tools if t.kind in ("search", "code", "answer")}
         key = json.dumps(allowed, sort_keys=True)
         if key not in cache:
-            cache[key] = choice_token_ids(tokenizer, allowed_call_strings(allowed))
+            cache[key] = choice_token_ids(tokenizer, allowed_call_strings(allowed), eos_ids)
         for rollout in group:
             for turn in rollout.turns:
                 if turn.response_ids:
                     turn.loss_mask = decision_mask(turn.response_ids, cache[key])
 
 
-def _mask_grammar_turns(task: Task, group: Sequence[Rollout], catalog, tokenizer) -> None:
+def _mask_grammar_turns(task: Task, group: Sequence[Rollout], catalog, tokenizer,
+                        eos_ids: Sequence[int] | None) -> None:
     from orchestrator.domain_episode import task_grammar
     from training.engines.grammar import token_grammar
 
     grammar = task_grammar(task, catalog)
-    replay = token_grammar(tokenizer, len(tokenizer), [tokenizer.eos_token_id])
+    replay = token_grammar(tokenizer, len(tokenizer), list(eos_ids) if eos_ids else [tokenizer.eos_token_id])
     for rollout in group:
         for turn in rollout.turns:
             if turn.response_ids:
