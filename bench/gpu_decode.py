@@ -9,6 +9,9 @@ device-to-device copy rate, also measured here).  Variants (HFEngine(decode=...)
   loop     the step-by-step loop with a dynamic KV cache (decode="eager")
   static   static KV cache, compiled forward + sampling, CUDA graphs of several steps (decode="auto"
            on CUDA); "static:attention=triton,steps_per_graph=1" passes StaticDecoder options
+  static-amp  the same from the trainer's engine with model.dtype bfloat16 (train.py): float32
+           weights + compute_dtype bfloat16, decoded through the decoder's bfloat16 copy,
+           refreshed from the float32 weights at every call (the refresh is in the rate)
 Sampling at temperature 1, per-row seeds (as rollouts sample).  Random weights rarely emit
 the EOS id, so rows run to --tokens; tokens/s counts the tokens returned.  The static path's
 first call compiles and captures (timed separately, not in the rate).
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import statistics
@@ -225,15 +229,17 @@ def main() -> int:
         print(json.dumps(results["micro"]), flush=True)
     for variant in args.variants:
         kind, _, opts = variant.partition(":")
-        engine = HFEngine(model, tokenizer, device=str(device), max_batch=max(args.batches), seed=0,
-                          decode="static" if kind == "static" else "eager")
+        amp = kind == "static-amp"
+        engine = HFEngine(copy.deepcopy(model).float() if amp else model, tokenizer, device=str(device),
+                          max_batch=max(args.batches), seed=0, decode="eager" if kind == "loop" else "static",
+                          compute_dtype=torch.bfloat16 if amp else None)
         if opts:
             from training.engines.hf_static import StaticDecoder
 
             engine._static = StaticDecoder(engine, **{k: (int(v) if v.isdigit() else v)
                                                       for k, v in (o.split("=") for o in opts.split(","))})
-        for batch in args.batches if kind == "static" else args.batches[:1]:
-            tokens = args.tokens if kind == "static" else args.loop_tokens
+        for batch in args.batches if kind != "loop" else args.batches[:1]:
+            tokens = args.tokens if kind != "loop" else args.loop_tokens
             try:
                 r = measure(engine, batch, args.prompt, tokens, args.repeats)
                 bound = batch / step_bound_s
@@ -243,7 +249,7 @@ def main() -> int:
                 r = {"variant": variant, "batch": batch, "error": f"{type(exc).__name__}: {exc}"[:800]}
             results["runs"].append(r)
             print(json.dumps(r), flush=True)
-        if kind == "static" and device.type == "cuda" and not args.no_parts:
+        if kind != "loop" and device.type == "cuda" and not args.no_parts:
             try:
                 results.setdefault("static_parts", {})[variant] = parts = static_parts(engine)
                 print(json.dumps(parts), flush=True)

@@ -16,6 +16,14 @@ One step = the frozen reference's forward + the policy's forward/backward throug
   trainer-bf16     bf16 parameters and bf16 AdamW (train.py before fp32 master weights; the
                    update rounds away at lr 1e-6: a speed reference only)
   deepspeed-zero2  rank_update on DeepSpeed ZeRO-2 with bf16 (fp32 master weights inside DeepSpeed)
+  trl-grpo         TRL's GRPO update (`trl` 1.16 installed for the bench) on the same model shape and
+                   batch: GRPOTrainer built as its defaults have it (bf16 autocast over fp32
+                   weights, gradient checkpointing on, its chunked fused LM head, fused AdamW),
+                   loss_type "bnpo" (token mean, as ours); one step = the reference's log-probs
+                   (`_get_per_token_logps_and_entropies` on its ref_model) + `compute_loss` +
+                   backward + grad-norm clip + optimizer step: Trainer.training_step's work without
+                   the generation TRL's `_prepare_inputs` would add
+  trl-grpo-no-checkpointing   the same with gradient_checkpointing=False (as ours runs)
 FLOPs counted: 6 x body params x tokens (train) + 2 x body params x tokens (reference), the LM
 head (2 x vocab x hidden per token, x3 train, x1 reference) on response tokens only, and
 causal attention (2 x seq^2 x heads x head_dim per layer and row, x3 train, x1 reference).
@@ -28,6 +36,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -167,6 +176,56 @@ def variant_deepspeed(cfg, samples, device, *, micro: int):
     return step, engine.module
 
 
+def variant_trl(cfg, samples, device, *, checkpointing: bool, workdir: Path):
+    from datasets import Dataset
+    from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    from training.tiny_policy import tiny_tokenizer
+
+    path = workdir / "policy"
+    if not (path / "config.json").exists():      # TRL builds its reference from a saved model
+        torch.manual_seed(0)
+        with torch.device(device):
+            Qwen3ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(path)
+    tok = tiny_tokenizer(["a b c d e f g"], vocab_size=64)
+    if not isinstance(tok, PreTrainedTokenizerFast):
+        raise TypeError(type(tok))
+    rows, prompt = len(samples), len(samples[0].prompt_ids)
+    completion = len(samples[0].response_ids)
+    config = GRPOConfig(output_dir=str(workdir / "trl"), bf16=True, use_cpu=device.type == "cpu", gradient_checkpointing=checkpointing,
+                        per_device_train_batch_size=rows, num_generations=rows, max_completion_length=completion,
+                        beta=1e-4, epsilon=0.2, epsilon_high=0.28, loss_type="bnpo", learning_rate=1e-6,
+                        weight_decay=0.01, max_grad_norm=1.0, report_to="none", save_strategy="no",
+                        model_init_kwargs={"dtype": torch.float32})
+    trainer = GRPOTrainer(model=str(path), reward_funcs=lambda completions, **k: [0.0] * len(completions),
+                          args=config, train_dataset=Dataset.from_list([{"prompt": "a"}] * rows), processing_class=tok)
+    model = trainer.model.to(device)
+    trainer.ref_model.to(device)
+    if checkpointing:                           # what Trainer.train() does before its loop
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=config.gradient_checkpointing_kwargs)
+    trainer.create_optimizer()
+    trainer.current_gradient_accumulation_steps = 1      # set by Trainer.train()'s loop
+    ids = torch.tensor([s.prompt_ids + s.response_ids for s in samples], device=device)
+    mask = torch.ones_like(ids)
+    inputs = {"prompt_ids": ids[:, :prompt], "prompt_mask": mask[:, :prompt], "completion_ids": ids[:, prompt:],
+              "completion_mask": mask[:, prompt:], "old_per_token_logps": None,
+              "advantages": torch.tensor([s.advantage for s in samples], device=device),
+              "num_items_in_batch": mask[:, prompt:].sum()}
+
+    def step():
+        model.train()
+        with torch.no_grad():
+            ref, _, _ = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, mask, completion)
+        loss = trainer.compute_loss(model, {**inputs, "ref_per_token_logps": ref})
+        trainer.accelerator.backward(loss)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        trainer.optimizer.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+    return step, model
+
+
 def _profile(step, name: str) -> None:
     """Where one step's GPU time goes: the 12 kernels with the most total time."""
     from torch.profiler import ProfilerActivity, profile
@@ -202,10 +261,13 @@ def main() -> int:
     results = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                "torch": torch.__version__, "bf16_ceiling_tflops": ceiling / 1e12, "tokens_per_step": tokens,
                "counted_tflop_per_step": flops / 1e12, "variants": {}}
+    workdir = Path(tempfile.mkdtemp(prefix="gpu_train_step_"))
     for name in args.variants:
         try:
             if name == "deepspeed-zero2":
                 step, model = variant_deepspeed(cfg, samples, device, micro=args.micro)
+            elif name.startswith("trl-grpo"):
+                step, model = variant_trl(cfg, samples, device, checkpointing=name == "trl-grpo", workdir=workdir)
             else:
                 step, model = variant_trainer(cfg, samples, device, amp=name.startswith("trainer-amp"),
                                               micro=args.micro, before=name == "trainer-amp-before",

@@ -158,3 +158,34 @@ def test_split_kv_attention_gives_the_same_greedy_tokens(folders, reference):  #
     prompts = prompts_of(engine.tokenizer)
     for prompt, gen in zip(prompts, engine.generate(prompts, SamplingParams(temperature=0, max_tokens=13))):
         assert gen.token_ids == hf_greedy(reference["A"], prompt, 13)
+
+
+def test_float32_master_weights_decode_through_a_compute_dtype_copy_that_follows_updates(reference):  # noqa: F811
+    """The trainer's engine with model.dtype bfloat16: float32 weights, compute_dtype bfloat16.
+    Decoding runs on a bfloat16 copy (autocast off), refreshed at each call: the same tokens as
+    a bfloat16 model with the same weights, before and after the weights change in place."""
+    import copy
+
+    from training.engines.hf import HFEngine
+
+    def bf16_static(model):     # its parameters in bfloat16; buffers (rotary frequencies) as they were
+        model = copy.deepcopy(model)
+        for p in model.parameters():
+            p.data = p.data.to(torch.bfloat16)
+        return HFEngine(model, static_tok, device="cpu", decode="static", max_batch=8)
+
+    from transformers import AutoTokenizer
+    static_tok = AutoTokenizer.from_pretrained(reference["A"].name_or_path)
+    engine = HFEngine(copy.deepcopy(reference["A"]), static_tok, device="cpu", compute_dtype=torch.bfloat16,
+                      decode="static", max_batch=8)
+    prompts, params = prompts_of(static_tok), SamplingParams(temperature=0, max_tokens=12)
+    before = [g.token_ids for g in engine.generate(prompts, params)]
+    assert before == [g.token_ids for g in bf16_static(reference["A"]).generate(prompts, params)]
+    with torch.no_grad():                                    # an optimizer step, in place
+        engine.model.load_state_dict(reference["B"].state_dict())
+    after = [g.token_ids for g in engine.generate(prompts, params)]
+    assert after == [g.token_ids for g in bf16_static(reference["B"]).generate(prompts, params)]
+    assert after != before
+    assert all(p.dtype == torch.float32 for p in engine.model.parameters())          # the trained weights stay
+    assert all(torch.equal(p, q) for p, q in zip(engine.model.parameters(), reference["B"].parameters()))
+    assert all(p.dtype == torch.bfloat16 for p in engine._static.model.parameters())

@@ -32,6 +32,7 @@ at their EOS / stop string.
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
 import logging
 from collections import OrderedDict
@@ -262,6 +263,14 @@ class StaticDecoder:
         refreshed from the model at each generation.
     memory_fraction: most of the free GPU memory one shape's KV cache may take (else the
         engine's step-by-step loop serves the request).
+
+    Where the engine's model holds wider weights than its compute dtype (the trainer's float32
+    master weights with `compute_dtype=bfloat16`), decoding runs on a copy of the model in the
+    compute dtype with autocast off (extra memory: the weights at that dtype), refreshed from
+    the model at each generation, so it always decodes the current weights.  Decoding the
+    float32 model under autocast instead would re-cast every weight at every step (~3x the
+    bytes read of a bandwidth-bound step) and leaves K (rotary in float32) and V (bfloat16)
+    in different dtypes for the cache.
     """
 
     def __init__(self, engine, *, graphs: bool | None = None, compile: bool | None = None, check_every: int = 16,
@@ -288,7 +297,35 @@ class StaticDecoder:
         self.attn = getattr(config, "_attn_implementation", None) or "sdpa"
         self._shapes: OrderedDict[tuple[int, int], _Shape] = OrderedDict()
         self._forward = None
+        self._replica = None
+        self._pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
         _register_attention()
+
+    @property
+    def model(self):
+        """The model decode steps run: the engine's, or its copy in the compute dtype."""
+        return self._replica if self._replica is not None else self.engine.model
+
+    def _needs_replica(self) -> bool:
+        dtype = self.engine.compute_dtype
+        return dtype is not None and any(p.is_floating_point() and p.dtype != dtype
+                                         for p in self.engine.model.parameters())
+
+    def _refresh_replica(self) -> None:
+        """Make (first call) or refresh the compute-dtype copy from the engine's model's
+        current weights; buffers (rotary frequencies) are copied as they are."""
+        if self._replica is None:
+            model, dtype = self.engine.model, self.engine.compute_dtype
+            memo = {}
+            for p in model.parameters():                 # tied weights: one parameter, one copy
+                memo[id(p)] = torch.nn.Parameter(torch.empty_like(p, dtype=dtype if p.is_floating_point() else p.dtype),
+                                                 requires_grad=False)
+            self._replica = copy.deepcopy(model, memo).eval()
+            for module in self._replica.modules():       # training/logprobs.py's compiled forward of the original
+                module.__dict__.pop("_toolorchestra_compiled", None)
+            self._pairs = [(memo[id(p)], p) for p in model.parameters()]
+        for dst, src in self._pairs:
+            dst.copy_(src)
 
     # ---------------------------------------------------------------- when
     def shape(self, prompts: list[list[int]], params: SamplingParams) -> tuple[int, int]:
@@ -311,11 +348,11 @@ class StaticDecoder:
     def _decode_attention(self):
         """Inside the block the model attends through `decode_attention` (or its matmul form)
         and, with fuse_projections, runs its fused projections (all restored after)."""
-        config = self.engine.model.config
+        config = self.model.config
         before = config._attn_implementation
         config._attn_implementation = ATTENTIONS[self.attention]
         if self.fuse_projections and self._groups is None:
-            self._groups = fusable_groups(self.engine.model)
+            self._groups = fusable_groups(self.model)
         groups = self._groups if self.fuse_projections else []
         try:
             for g in groups:
@@ -343,7 +380,7 @@ class StaticDecoder:
         while len(self._shapes) >= self.max_shapes:
             self._shapes.popitem(last=False)
         dev = self.engine.device
-        cache = StaticCache(config=self.engine.model.config, max_cache_len=length)
+        cache = StaticCache(config=self.model.config, max_cache_len=length)
         cache.early_initialization(rows, self.kv_heads, self.head_dim, self._kv_dtype(), dev)
         state = _Shape(cache, torch.zeros((rows, 1), dtype=torch.long, device=dev),
                        torch.zeros((rows, 1), dtype=torch.long, device=dev),
@@ -356,7 +393,7 @@ class StaticDecoder:
 
     def _model_forward(self):
         if self._forward is None:
-            model = self.engine.model
+            model = self.model
 
             def forward(ids, pos, mask, cache, keys, step, temperature, top_p):   # -> token [B], log-prob [B]
                 out = model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache,
@@ -417,7 +454,11 @@ class StaticDecoder:
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], params: SamplingParams, seeds) -> list[Generation]:
-        with self._decode_attention():
+        replica = self._replica is not None or self._needs_replica()
+        if replica:
+            self._refresh_replica()
+        off = torch.autocast(self.engine.device.type, enabled=False) if replica else contextlib.nullcontext()
+        with off, self._decode_attention():
             return self._generate(prompts, params, seeds)
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams, seeds) -> list[Generation]:
@@ -449,7 +490,7 @@ class StaticDecoder:
         q, k = torch.arange(width, device=dev)[:, None], torch.arange(length, device=dev)[None, :]
         prefill_mask = ((k <= q) & open_slots[:, None, :]) | (k == q)        # [B, W, L]; a pad query sees itself
         s.cache.reset()
-        out = engine.model(input_ids=ids, position_ids=positions, past_key_values=s.cache, use_cache=True,
+        out = self.model(input_ids=ids, position_ids=positions, past_key_values=s.cache, use_cache=True,
                            attention_mask=prefill_mask[:, None], logits_to_keep=1)
         token, logprob = sample_rows(out.logits[:, -1].float(), temperature, top_p, s.keys, 0)
         s.tokens[:, 0], s.logprobs[:, 0] = token, logprob
