@@ -158,9 +158,10 @@ def micro(device, hidden: int = 1024, inter: int = 3072, vocab: int = 151936, ro
         lin = _event_ms(lambda a=a, w=w: torch.nn.functional.linear(a, w))
         tr = _event_ms(lambda a=a, w=w: torch.mm(w, a.T).T)
         out[name] = {"linear_ms": lin, "transposed_ms": tr, "linear_TBps": w.numel() * 2 / lin / 1e9}
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     from training.engines.hf_static import decode_attention, decode_attention_matmul
     from training.engines.split_kv_attention import split_decode_attention
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     def sdpa_gqa(_, q, k, v, m, scaling, backend=None):   # stock SDPA, KV heads grouped by the kernel
         span = m.shape[-1]
@@ -245,7 +246,7 @@ def main() -> int:
                 bound = batch / step_bound_s
                 r.update({"variant": variant, "bound_tokens_per_s": bound, "of_bound": r["tokens_per_s"] / bound,
                           "ms_per_step": 1e3 * batch / r["tokens_per_s"]})
-            except Exception as exc:   # report and go on
+            except Exception as exc:   # noqa: BLE001 (report and go on)
                 r = {"variant": variant, "batch": batch, "error": f"{type(exc).__name__}: {exc}"[:800]}
             results["runs"].append(r)
             print(json.dumps(r), flush=True)

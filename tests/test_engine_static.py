@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_engines import folders, forward_logprobs, hf_greedy, prompts_of, reference  # noqa: F401 (fixtures)
 
 from orchestrator.engine import SamplingParams
-from test_engines import folders, forward_logprobs, hf_greedy, prompts_of, reference  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
@@ -123,7 +123,10 @@ def _softmax_attention(q, k, v, keep, scale):
 def test_split_kv_reference_equals_softmax_attention(heads, kv, span, splits, block):
     """The split-KV kernels' arithmetic (training/engines/split_kv_attention.py: blocks, online
     softmax per split, reduction across splits), written in torch, is softmax attention."""
-    from training.engines.split_kv_attention import split_decode_attention, split_decode_attention_reference
+    from training.engines.split_kv_attention import (
+        split_decode_attention,
+        split_decode_attention_reference,
+    )
 
     torch.manual_seed(0)
     b, d, length = 3, 32, 260
