@@ -56,6 +56,7 @@ def main() -> int:
     parser.add_argument("--zero-stage", type=int, default=2, choices=[2, 3])
     parser.add_argument("--offload", action="store_true", help="DeepSpeed optimizer offload to CPU")
     parser.add_argument("--skip-sync", action="store_true", help="only the policy update")
+    parser.add_argument("--no-overlap", action="store_true", help="overlap_comm off (train.py turns it on with NCCL)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
 
@@ -79,7 +80,8 @@ def main() -> int:
         reference = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval().requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(
-        zero_stage=args.zero_stage, grad_clip=1.0, dtype="bfloat16", offload_optimizer=args.offload))
+        zero_stage=args.zero_stage, grad_clip=1.0, dtype="bfloat16", offload_optimizer=args.offload,
+        overlap_comm=not args.no_overlap))
     samples = make_samples(cfg.vocab_size, args.rows, args.seq, args.prompt)
     shard = shard_samples(samples, world, 1, args.micro)[rank]
     loss_fn = PPOClipLoss()
@@ -89,7 +91,7 @@ def main() -> int:
     flops = counted_flops(cfg, args.rows, args.seq, args.prompt)
     result = {"device": torch.cuda.get_device_name(), "gpus": world, "torch": torch.__version__,
               "bf16_ceiling_tflops": ceiling / 1e12,
-              f"zero{args.zero_stage}" + ("_offload" if args.offload else ""): {
+              f"zero{args.zero_stage}" + ("_offload" if args.offload else "") + ("_no_overlap" if args.no_overlap else ""): {
                   "median_s": step_s, "tokens_per_s_per_gpu": args.rows * args.seq / step_s / world,
                   "mfu": flops / step_s / world / ceiling, "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30}}
     if args.skip_sync:              # ZeRO-3 partitions the parameters: the sync below reads full ones

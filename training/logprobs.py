@@ -20,7 +20,9 @@ the chunk's logits instead of several); on the CPU it runs eagerly (same formula
 serves all of them; RMSNorm, rotary, SiLU-gate and residual arithmetic become a few fused
 kernels).  Only the training forward passes use it (`training.trainer.response_logprobs`);
 the rollout engine, sharing the same module, is not affected.  Off on the CPU, with gradient
-checkpointing, or with TOOLORCHESTRA_COMPILE=0.  The first passes compile (tens of seconds;
+checkpointing, with DeepSpeed ZeRO-3 (its per-module gather hooks inside the compiled region
+recompile per layer until dynamo's limit; measured slower than eager on two H200s), or with
+TOOLORCHESTRA_COMPILE=0.  The first passes compile (tens of seconds;
 again once when the sequence length first changes).
 """
 from __future__ import annotations
@@ -114,7 +116,8 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
 
 def _compile_enabled(model, device: torch.device) -> bool:
     return (device.type == "cuda" and os.environ.get("TOOLORCHESTRA_COMPILE", "1") != "0"
-            and not getattr(model, "is_gradient_checkpointing", False))
+            and not getattr(model, "is_gradient_checkpointing", False)
+            and not hasattr(next(model.parameters(), None), "ds_id"))   # ZeRO-3 partitioned parameters
 
 
 @contextlib.contextmanager

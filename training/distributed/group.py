@@ -171,7 +171,8 @@ class RayPolicy:
         optim = {"lr": cfg.optim.lr, "betas": cfg.optim.betas, "eps": cfg.optim.eps,
                  "weight_decay": cfg.optim.weight_decay}
         ds = deepspeed_config(zero_stage=dist.zero_stage, grad_clip=cfg.optim.grad_clip, dtype=cfg.model.dtype,
-                              offload_optimizer=dist.offload_optimizer, optimizer=optim)
+                              offload_optimizer=dist.offload_optimizer, optimizer=optim,
+                              overlap_comm=self.comm_backend == "nccl")
         scheduler = {"kind": cfg.optim.scheduler, "warmup": cfg.optim.warmup_steps, "total": total_steps}
         ray.get([t.setup.remote(master=master, backend=self.comm_backend, model_path=model_path,
                                 reference_path=reference, dtype=cfg.model.dtype, ds_config=ds, optim=optim,

@@ -128,13 +128,15 @@ def combine_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
 
 
 def deepspeed_config(*, zero_stage: int, grad_clip: float, dtype: str, offload_optimizer: bool,
-                     optimizer: dict | None = None) -> dict:
+                     optimizer: dict | None = None, overlap_comm: bool = False) -> dict:
     """DeepSpeed settings for `rank_update`: the caller owns accumulation boundaries
-    (`managed_gradient_accumulation: false`: every `engine.step()` is one optimizer step)."""
+    (`managed_gradient_accumulation: false`: every `engine.step()` is one optimizer step).
+    overlap_comm: overlap gradient reduction (and ZeRO-3's parameter gathering) with
+    compute on side streams (NCCL on GPUs; off for gloo on CPUs)."""
     cfg: dict = {
         "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
         "managed_gradient_accumulation": False, "gradient_clipping": grad_clip,
-        "zero_optimization": {"stage": zero_stage, "contiguous_gradients": True, "overlap_comm": False},
+        "zero_optimization": {"stage": zero_stage, "contiguous_gradients": True, "overlap_comm": overlap_comm},
         "zero_allow_untested_optimizer": True, "steps_per_print": 2**31 - 1, "wall_clock_breakdown": False,
     }
     if dtype == "bfloat16":
