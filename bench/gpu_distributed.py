@@ -56,6 +56,7 @@ def main() -> int:
     parser.add_argument("--zero-stage", type=int, default=2, choices=[2, 3])
     parser.add_argument("--offload", action="store_true", help="DeepSpeed optimizer offload to CPU")
     parser.add_argument("--skip-sync", action="store_true", help="only the policy update")
+    parser.add_argument("--profile", action="store_true", help="one profiled step: GPU busy time vs wall, top ops")
     parser.add_argument("--no-overlap", action="store_true", help="overlap_comm off (train.py turns it on with NCCL)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
@@ -63,7 +64,7 @@ def main() -> int:
     import deepspeed
     from transformers import Qwen3ForCausalLM
 
-    from gpu_train_step import counted_flops, make_samples, matmul_ceiling, qwen3_config, time_steps
+    from gpu_train_step import _profile, counted_flops, make_samples, matmul_ceiling, qwen3_config, time_steps
     from training.distributed.update import deepspeed_config, rank_update, shard_samples
     from training.distributed.weight_sync import SyncGroup, digest, ipc_handles, plan_buckets, unpack
     from training.losses import PPOClipLoss
@@ -78,15 +79,19 @@ def main() -> int:
     with torch.device(device):
         model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
         reference = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
+    # as training/distributed/train_worker.py: with offload, DeepSpeed's own (CPU) AdamW from the config
+    optimizer = None if args.offload else torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(
         zero_stage=args.zero_stage, grad_clip=1.0, dtype="bfloat16", offload_optimizer=args.offload,
-        overlap_comm=not args.no_overlap))
+        optimizer={"lr": 1e-6, "weight_decay": 0.01}, overlap_comm=not args.no_overlap))
     samples = make_samples(cfg.vocab_size, args.rows, args.seq, args.prompt)
     shard = shard_samples(samples, world, 1, args.micro)[rank]
     loss_fn = PPOClipLoss()
-    times = time_steps(lambda: rank_update(engine, reference, shard, loss_fn, world=world, pad_id=0, device=device,
-                                           temperature=1.0), 2, args.repeats, device)
+    def step():
+        return rank_update(engine, reference, shard, loss_fn, world=world, pad_id=0, device=device, temperature=1.0)
+    times = time_steps(step, 2, args.repeats, device)
+    if args.profile:
+        _profile(step, f"rank {rank}", rows=20 if rank == 0 else 0)
     step_s = statistics.median(times)
     flops = counted_flops(cfg, args.rows, args.seq, args.prompt)
     result = {"device": torch.cuda.get_device_name(), "gpus": world, "torch": torch.__version__,

@@ -226,15 +226,20 @@ def variant_trl(cfg, samples, device, *, checkpointing: bool, workdir: Path):
     return step, model
 
 
-def _profile(step, name: str) -> None:
-    """Where one step's GPU time goes: the 12 kernels with the most total time."""
+def _profile(step, name: str, rows: int = 12) -> None:
+    """Where one step's time goes: wall time against the GPU's kernel time (a gap is the
+    host's work: Python, hooks, launches), then the `rows` ops with the most GPU time."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t = time.perf_counter()
         step()
         torch.cuda.synchronize()
-    print(f"--- {name}: top CUDA kernels of one step")
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=70))
+        wall = time.perf_counter() - t
+    kernels = sum(e.device_time for e in prof.events() if e.device_type.name == "CUDA") / 1e6
+    print(f"--- {name}: one profiled step {wall:.3f} s wall, {kernels:.3f} s of GPU kernels", flush=True)
+    if rows:
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=70))
 
 
 def main() -> int:
