@@ -35,6 +35,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--modes", nargs="+", default=["split", "colocated"])
+    parser.add_argument("--dtypes", nargs="+", default=["float32"], help="model.dtype values to run each mode with")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
 
@@ -55,10 +56,11 @@ def main() -> int:
     tasks = write_tasks(root / "tasks.jsonl")
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
     results = []
-    for mode in args.modes:
-        run_root = root / mode
+    for mode, dtype in [(m, d) for d in args.dtypes for m in args.modes]:
+        run_root = root / f"{mode}-{dtype}"
         cfg = load_config(None, overrides(run_root, policy_dir, tasks, **{
-            "trainer.total_steps": args.steps, "run.device": args.device, "algorithm.micro_batch_size": 4}))
+            "trainer.total_steps": args.steps, "run.device": args.device, "algorithm.micro_batch_size": 4,
+            "model.dtype": dtype}))
         dist = (DistributedConfig(backend="ray", mode="split", trainer_workers=1, rollout_workers=1, zero_stage=2,
                                   cpus_per_worker=1, bucket_mb=1)
                 if mode == "split" else
@@ -70,14 +72,14 @@ def main() -> int:
             digests = policy.weights_digests()
             metrics = read_metrics(run_root / "run" / "metrics.jsonl")
             trainer = digests.pop("trainer")
-            row = {"mode": mode, "device": args.device, "sync": policy.sync_kind, "steps": len(metrics),
+            row = {"mode": mode, "dtype": dtype, "device": args.device, "sync": policy.sync_kind, "steps": len(metrics),
                    "wall_s": time.perf_counter() - started,
                    "step_s": statistics.median(m["time/step"] for m in metrics) if "time/step" in metrics[0] else None,
                    "weight_sync_s": statistics.median(m["time/weight_sync"] for m in metrics),
                    "engines_equal_trainer": bool(digests) and all(d == trainer for d in digests.values()),
                    "engines": sorted(digests)}
         except Exception as exc:   # noqa: BLE001 (report and go on with the next layout)
-            row = {"mode": mode, "error": f"{type(exc).__name__}: {exc}"[:800]}
+            row = {"mode": mode, "dtype": dtype, "error": f"{type(exc).__name__}: {exc}"[:800]}
         finally:
             policy.shutdown()
         results.append(row)

@@ -300,3 +300,19 @@ def test_zero3_partitioned_lm_head_gives_the_same_logprobs_and_trains(tmp_path):
     proc = subprocess.run([sys.executable, str(script), str(29500 + random.randint(100, 900))],
                           capture_output=True, text=True, timeout=600, env=env)
     assert "ZERO3 OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("dtype, engine, want", [("float32", "hf", "float32"), ("bfloat16", "hf", "bfloat16"),
+                                                  ("float16", "vllm", "float16")])
+def test_rollout_engines_load_the_weights_in_the_dtype_training_computes_in(train_world, tmp_path, dtype, engine, want):
+    """A separate engine left to its default (HF: bfloat16 on a GPU) would sample from a
+    rounded copy of a float32 policy and never hold the trainer's weights (seen on 2 H200s)."""
+    from training.distributed.group import rollout_engine_kwargs
+
+    policy_dir, tasks = train_world
+    cfg = load_config(None, overrides(tmp_path, policy_dir, tasks, **{"model.dtype": dtype, "engine.kind": engine}))
+    dist = DistributedConfig(backend="ray", mode="split", engine_args={"max_model_len": 512})
+    kwargs = rollout_engine_kwargs(cfg, dist, ipc=False)
+    assert kwargs["dtype"] == want and kwargs["max_model_len"] == 512
+    assert rollout_engine_kwargs(cfg, DistributedConfig(backend="ray", engine_args={"dtype": "float32"}),
+                                 ipc=False)["dtype"] == "float32"          # engine_args win

@@ -40,6 +40,12 @@ class Precision:
         """dtype of a model that is never updated (the KL reference)."""
         return self.compute or self.params
 
+    @property
+    def rollout(self) -> str:
+        """dtype name a separate rollout engine (vLLM, or HF in its own process) loads the
+        weights in: the frozen dtype, i.e. what the training forward computes in."""
+        return str(self.frozen).removeprefix("torch.")
+
     def autocast(self, device) -> contextlib.AbstractContextManager:
         """Context for forward/backward passes on `device` (a no-op without a compute dtype)."""
         if self.compute is None:

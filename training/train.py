@@ -94,8 +94,8 @@ def make_engine_for(cfg: TrainConfig, model, tokenizer):
     if cfg.engine.kind == "hf" and cfg.engine.share_weights:
         engine = make_engine("hf", model, tokenizer=tokenizer, device=cfg.run.device, max_batch=cfg.engine.max_batch,
                              compute_dtype=Precision.of(cfg.model.dtype).compute)
-    else:
-        engine = make_engine(cfg.engine.kind, cfg.model.path)
+    else:   # weights in the dtype the training forward computes in (not the engine's own default)
+        engine = make_engine(cfg.engine.kind, cfg.model.path, dtype=Precision.of(cfg.model.dtype).rollout)
     try:
         from training.engines.batcher import BatchingEngine
     except ImportError:

@@ -25,6 +25,25 @@ from training.engines.common import row_seeds
 log = logging.getLogger("toolorchestra.distributed")
 
 
+def rollout_engine_kwargs(cfg, dist: DistributedConfig, ipc: bool) -> dict[str, Any]:
+    """Constructor arguments of the rollout engines: `distributed.engine_args`, then defaults.
+    The weights' dtype follows `model.dtype` (training/precision.py `Precision.rollout`): an
+    engine left to its own default (the HF engine: bfloat16 on a GPU) would sample from a
+    rounded copy of a float32 policy, and its weights would never equal the trainer's."""
+    from training.precision import Precision
+
+    kwargs = dict(dist.engine_args)
+    kwargs.setdefault("dtype", Precision.of(cfg.model.dtype).rollout)
+    if cfg.engine.kind == "vllm":
+        if dist.mode == "split" and dist.tensor_parallel > 1:
+            kwargs.setdefault("tensor_parallel_size", dist.tensor_parallel)
+        elif dist.mode == "split":
+            kwargs.setdefault("in_process", True)   # new weights arrive as tensors, not files
+        if ipc and dist.engine_sleep:
+            kwargs.setdefault("enable_sleep_mode", True)
+    return kwargs
+
+
 class RolloutWorkersDead(RuntimeError):
     """Every rollout engine is gone; the message names them and the errors."""
 
@@ -148,14 +167,7 @@ class RayPolicy:
         share = 0.5 if ipc else 1.0
         self.trainers = [ray.remote(TrainWorker).options(**on(i, placement.trainer_bundles[i], share)).remote(
             i, n, device=device, threads=threads) for i in range(n)]
-        engine_kwargs = dict(dist.engine_args)
-        if cfg.engine.kind == "vllm":
-            if dist.mode == "split" and dist.tensor_parallel > 1:
-                engine_kwargs.setdefault("tensor_parallel_size", dist.tensor_parallel)
-            elif dist.mode == "split":
-                engine_kwargs.setdefault("in_process", True)   # new weights arrive as tensors, not files
-            if ipc and dist.engine_sleep:
-                engine_kwargs.setdefault("enable_sleep_mode", True)
+        engine_kwargs = rollout_engine_kwargs(cfg, dist, ipc)
         # engines start while the trainer ranks load
         if ipc:
             self.rollouts = [ray.remote(RolloutWorker).options(**on(i, placement.trainer_bundles[i], 0.5)).remote(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import shutil
 import tempfile
@@ -34,6 +35,8 @@ import torch
 
 from orchestrator.engine import Generation, SamplingParams
 from training.engines.common import decode, row_seeds, validate_request
+
+log = logging.getLogger(__name__)
 
 
 class WorkerWeightSync:
@@ -75,7 +78,8 @@ class VLLMEngine:
     Args:
         model_path: saved model folder (config.json + safetensors).
         tokenizer: tokenizer folder; default: the model folder.
-        dtype: default "float32" on CPU (bf16 output is garbage on this CPU backend), else "auto".
+        dtype: default "float32" on CPU, else "auto".  On CPU "bfloat16" / "float16" are
+            replaced by "float32" with a warning (bf16 output is garbage on this CPU backend).
         max_model_len: prompt + response tokens per sequence.
         weight_sync: "inplace" (reload into the running engine) or "rebuild" (save + restart).
         in_process: run engine core and worker in this process; default True on CPU.
@@ -100,6 +104,9 @@ class VLLMEngine:
         self.weight_sync = weight_sync
         self.max_model_len = max_model_len
         self.work_dir = work_dir
+        if self.on_cpu and dtype in ("bfloat16", "float16"):
+            log.warning("VLLMEngine: dtype=%s on the CPU backend gives garbage output; using float32", dtype)
+            dtype = "float32"
         self._llm_kwargs = {"dtype": dtype or ("float32" if self.on_cpu else "auto"), "seed": seed,
                             "max_model_len": max_model_len, "enforce_eager": self.on_cpu}
         if self.on_cpu:
