@@ -59,3 +59,29 @@ def test_no_rows_gives_an_empty_result_and_zero_gradients():
     out = linear_logprobs(hidden, weight, targets)
     out.sum().backward()
     assert out.shape == (0,) and torch.count_nonzero(weight.grad) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_check_logprob_path_accepts_plain_heads_and_refuses_scaled_logits(dtype):
+    """The trainer's start-up check: a plain causal LM passes in float32 and bfloat16 (whose
+    rounded full logits differ from the chunked float32 head by ~1e-2 on an H200: seen with
+    DeepSpeed bf16); logits scaled after the head (soft caps, logit scales) are refused."""
+    import copy
+
+    from test_engines import tiny_model
+
+    from training.trainer import check_logprob_path
+
+    model, _ = tiny_model(0)
+    model = copy.deepcopy(model).to(dtype)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    check_logprob_path(model, vocab, torch.device("cpu"))
+
+    class Scaled(type(model)):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            out.logits = out.logits * 3
+            return out
+    model.__class__ = Scaled
+    with pytest.raises(ValueError, match="logits are not lm_head"):
+        check_logprob_path(model, vocab, torch.device("cpu"))

@@ -431,7 +431,10 @@ def check_logprob_path(model, vocab_size: int, device) -> None:
     with torch.no_grad():
         fast = response_logprobs(model, batch)
         full = token_logprobs(model(input_ids=ids).logits, ids) * batch.response_mask
-    if not torch.allclose(fast, full, atol=1e-4):
+    # half-precision weights: the full logits are rounded to it, ~1e-2 on a log-prob; a
+    # soft cap or a logit scale on a real model moves log-probs by whole units
+    atol = 1e-4 if next(model.parameters()).dtype == torch.float32 else 5e-2
+    if not torch.allclose(fast, full, atol=atol):
         raise ValueError(f"{type(model).__name__}: logits are not lm_head(decoder(x)) "
                          "(soft-capping or scaling?); training/trainer.py response_logprobs needs a path for it")
 
