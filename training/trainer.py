@@ -447,8 +447,46 @@ def _micro_batches(samples: Sequence[TurnSample], size: int) -> list[list[TurnSa
 
 
 @torch.no_grad()
-def _logprobs_no_grad(model, micro: list[list[TurnSample]], pad_id: int, temperature: float, device):
+def micro_logprobs(model, micro: list[list[TurnSample]], pad_id: int, temperature: float, device):
+    """`response_logprobs` of each micro-batch, without gradients (reference / old policy)."""
     return [response_logprobs(model, collate_samples(m, pad_id).to(device), temperature) for m in micro]
+
+
+def run_ppo_epochs(model, micro: list[list[list[TurnSample]]], tokens: Sequence[int], loss_fn: PPOClipLoss, *,
+               backward: Callable[[torch.Tensor], None], step: Callable[[], float], pad_id: int, device,
+               temperature: float, epochs: int = 1, ref_lp=None, old_lp=None, old_logprobs: str = "recompute",
+               seed: int = 0, filler: Sequence[Sequence[bool]] | None = None):
+    """The PPO epochs over prepared micro-batches, shared by `ppo_update` (one process) and
+    `training.distributed.update.rank_update` (one DeepSpeed rank).
+
+    micro[k][b]: micro-batch b of mini-batch k; tokens[k]: mini-batch k's trainable tokens
+    (every rank's), the loss's divisor.  ref_lp / old_lp: None or [k][b] log-probs (a None
+    entry per mini-batch also allowed).  backward(loss) after each micro-batch, step() after
+    each mini-batch, returning the gradient norm.  filler[k][b]: padding micro-batches (all
+    tokens masked: zero loss) that still run backward but are not counted in the metrics.
+    Returns (metric sums, counted micro-batches, grad norms)."""
+    rng = np.random.default_rng(seed)
+    sums: dict[str, float] = {}
+    count, grad_norms = 0, []
+    for _ in range(epochs):
+        for k in rng.permutation(len(micro)):
+            for b, m in enumerate(micro[k]):
+                batch = collate_samples(m, pad_id).to(device)
+                logp = response_logprobs(model, batch, temperature)                  # [B, L]
+                if old_logprobs == "engine":
+                    old = batch.old_logprobs
+                else:
+                    old = old_lp[k][b] if old_lp is not None and old_lp[k] is not None else logp.detach()
+                ref = ref_lp[k][b] if ref_lp is not None and ref_lp[k] is not None else None
+                loss, metrics = loss_fn(logp, old, batch.advantages, batch.response_mask, ref, num_tokens=tokens[k])
+                backward(loss)
+                if filler is not None and filler[k][b]:
+                    continue
+                for name, value in {"loss": loss, **metrics}.items():
+                    sums[name] = sums.get(name, 0.0) + float(value.detach())
+                count += 1
+            grad_norms.append(step())
+    return sums, count, grad_norms
 
 
 def ppo_update(model, reference, optimizer, samples: Sequence[TurnSample], loss_fn: PPOClipLoss, *,
@@ -461,37 +499,25 @@ def ppo_update(model, reference, optimizer, samples: Sequence[TurnSample], loss_
     micro-batches (`num_tokens` = the mini-batch's trainable tokens), so the update does
     not depend on `micro_batch_size`.
     """
-    rng = np.random.default_rng(seed)
-    sums: dict[str, float] = {}
-    count = 0
     steps = ppo_epochs * mini_batches
     chunks = np.array_split(np.arange(len(samples)), mini_batches)
     micro_all = [_micro_batches([samples[i] for i in idx], micro_batch_size) for idx in chunks]
-    ref_lp = [_logprobs_no_grad(reference, m, pad_id, temperature, device) if reference is not None else None
-              for m in micro_all]
-    old_lp = [_logprobs_no_grad(model, m, pad_id, temperature, device)
-              if old_logprobs == "recompute" and steps > 1 else None for m in micro_all]
-    grad_norms = []
-    for _ in range(ppo_epochs):
-        for k in rng.permutation(len(micro_all)):
-            micro = micro_all[k]
-            num_tokens = sum(sum(s.loss_mask) for m in micro for s in m)
-            optimizer.zero_grad(set_to_none=True)
-            for b, m in enumerate(micro):
-                batch = collate_samples(m, pad_id).to(device)
-                logp = response_logprobs(model, batch, temperature)                  # [B, L]
-                if old_logprobs == "engine":
-                    old = batch.old_logprobs
-                else:
-                    old = old_lp[k][b] if old_lp[k] is not None else logp.detach()
-                ref = ref_lp[k][b] if ref_lp[k] is not None else None
-                loss, metrics = loss_fn(logp, old, batch.advantages, batch.response_mask, ref, num_tokens=num_tokens)
-                loss.backward()
-                for name, value in {"loss": loss, **metrics}.items():
-                    sums[name] = sums.get(name, 0.0) + float(value.detach())
-                count += 1
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)))
-            optimizer.step()
+    tokens = [sum(sum(s.loss_mask) for m in micro for s in m) for micro in micro_all]
+    ref_lp = [micro_logprobs(reference, m, pad_id, temperature, device) for m in micro_all] if reference is not None else None
+    old_lp = ([micro_logprobs(model, m, pad_id, temperature, device) for m in micro_all]
+              if old_logprobs == "recompute" and steps > 1 else None)
+
+    def step() -> float:
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    optimizer.zero_grad(set_to_none=True)
+    sums, count, grad_norms = run_ppo_epochs(model, micro_all, tokens, loss_fn, backward=lambda loss: loss.backward(),
+                                          step=step, pad_id=pad_id, device=device, temperature=temperature,
+                                          epochs=ppo_epochs, ref_lp=ref_lp, old_lp=old_lp,
+                                          old_logprobs=old_logprobs, seed=seed)
     out = {f"train/{k}": v / max(1, count) for k, v in sums.items()}
     # per-micro-batch losses are partial sums (divided by the mini-batch's tokens): report the total
     out["train/loss"] = sums.get("loss", 0.0) / max(1, steps)

@@ -21,11 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from training.losses import PPOClipLoss
-from training.samples import TurnSample, collate_samples
-from training.trainer import response_logprobs
+from training.samples import TurnSample
+from training.trainer import micro_logprobs, run_ppo_epochs
 
 
 @dataclass
@@ -66,51 +65,32 @@ def shard_samples(samples: Sequence[TurnSample], world: int, mini_batches: int,
     return shards
 
 
-@torch.no_grad()
-def _logprobs(model, micro: list[list[TurnSample]], pad_id: int, temperature: float, device) -> list[torch.Tensor]:
-    return [response_logprobs(model, collate_samples(m, pad_id).to(device), temperature) for m in micro]
-
-
 def rank_update(engine, reference, shard: RankShard, loss_fn: PPOClipLoss, *, world: int, pad_id: int,
                 device, temperature: float, ppo_epochs: int = 1, old_logprobs: str = "recompute",
                 seed: int = 0, reference_offload: bool = False) -> dict[str, float]:
-    """Run this rank's part of one PPO step on DeepSpeed `engine`; returns metric *sums*
-    (`sum/<name>`), the real micro-batch count and the grad norms, for `combine_metrics`."""
+    """Run this rank's part of one PPO step on DeepSpeed `engine` (`training.trainer.run_ppo_epochs`,
+    the loop `ppo_update` runs); returns metric *sums* (`sum/<name>`), the real micro-batch
+    count and the grad norms, for `combine_metrics`."""
     model = engine.module
-    rng = np.random.default_rng(seed)
-    mini = len(shard.micro)
-    steps = ppo_epochs * mini
+    steps = ppo_epochs * len(shard.micro)
     ref_lp = None
     if reference is not None:
         if reference_offload:
             reference.to(device)
-        ref_lp = [_logprobs(reference, m, pad_id, temperature, device) for m in shard.micro]
+        ref_lp = [micro_logprobs(reference, m, pad_id, temperature, device) for m in shard.micro]
         if reference_offload:
             reference.to("cpu")
-    old_lp = ([_logprobs(model, m, pad_id, temperature, device) for m in shard.micro]
+    old_lp = ([micro_logprobs(model, m, pad_id, temperature, device) for m in shard.micro]
               if old_logprobs == "recompute" and steps > 1 else None)
-    sums: dict[str, float] = {}
-    count, grad_norms = 0, []
-    for _ in range(ppo_epochs):
-        for k in rng.permutation(mini):
-            for b, m in enumerate(shard.micro[k]):
-                batch = collate_samples(m, pad_id).to(device)
-                logp = response_logprobs(model, batch, temperature)                 # [B, L]
-                if old_logprobs == "engine":
-                    old = batch.old_logprobs
-                else:
-                    old = old_lp[k][b] if old_lp is not None else logp.detach()
-                ref = ref_lp[k][b] if ref_lp is not None else None
-                loss, metrics = loss_fn(logp, old, batch.advantages, batch.response_mask, ref,
-                                        num_tokens=shard.tokens[k])
-                engine.backward(loss * world, scale_wrt_gas=False)
-                if shard.filler[k][b]:
-                    continue
-                for name, value in {"loss": loss, **metrics}.items():
-                    sums[name] = sums.get(name, 0.0) + float(value.detach())
-                count += 1
-            engine.step()
-            grad_norms.append(float(engine.get_global_grad_norm() or 0.0))
+
+    def step() -> float:
+        engine.step()
+        return float(engine.get_global_grad_norm() or 0.0)
+
+    sums, count, grad_norms = run_ppo_epochs(
+        model, shard.micro, shard.tokens, loss_fn, backward=lambda loss: engine.backward(loss * world, scale_wrt_gas=False),
+        step=step, pad_id=pad_id, device=device, temperature=temperature, epochs=ppo_epochs, ref_lp=ref_lp,
+        old_lp=old_lp, old_logprobs=old_logprobs, seed=seed, filler=shard.filler)
     return {**{f"sum/{k}": v for k, v in sums.items()}, "count": float(count), "steps": float(steps),
             "grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0}
 
