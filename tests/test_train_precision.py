@@ -6,6 +6,8 @@ rounded to bf16 it vanishes for every weight larger than ~5e-4 (almost all of th
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 
 import pytest
@@ -47,6 +49,10 @@ def test_precision_table():
     assert Precision.of("bfloat16") == Precision(torch.float32, torch.bfloat16)
     assert Precision.of("bfloat16").frozen == torch.bfloat16
     assert Precision.of("float32") == Precision(torch.float32, None)
+    assert Precision.of("float16") == Precision(torch.float32, torch.float16)
+    assert Precision.of("float16").frozen == torch.float16 and Precision.of("float16").rollout == "float16"
+    assert isinstance(Precision.of("float16").scaler("cpu"), torch.amp.GradScaler)
+    assert Precision.of("bfloat16").scaler("cpu") is None and Precision.of("float32").scaler("cpu") is None
     with pytest.raises(ValueError, match="model.dtype"):
         Precision.of("int8")
 
@@ -75,12 +81,13 @@ def test_bfloat16_at_lr_1e6_changes_the_weights_where_bf16_adamw_does_not(train_
     assert old_path < 0.10, f"bf16 AdamW moved {old_path:.1%} (the rounding argument says ~2%)"
 
 
-def test_a_bfloat16_run_trains_and_checkpoints_float32_master_weights(train_world, tmp_path):
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_half_precision_run_trains_and_checkpoints_float32_master_weights(train_world, tmp_path, dtype):
     from training.train import run
 
     policy, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy, tasks, **{
-        "model.dtype": "bfloat16", "optim.lr": "1e-6", "trainer.total_steps": 1}))
+        "model.dtype": dtype, "optim.lr": "1e-6", "trainer.total_steps": 1}))
     run(cfg, runtime=fake_runtime())
     start = load_file(str(policy / "model.safetensors"))
     saved = load_file(str(tmp_path / "run" / "checkpoints" / "step-00000001" / "model" / "model.safetensors"))
@@ -88,3 +95,40 @@ def test_a_bfloat16_run_trains_and_checkpoints_float32_master_weights(train_worl
     layers = [k for k in saved if ".layers." in k]
     moved = sum(int((saved[k] != start[k]).sum()) for k in layers) / sum(saved[k].numel() for k in layers)
     assert moved > 0.5, f"one bf16 step at lr 1e-6 moved only {moved:.1%} of the layer weights"
+
+
+def test_float16_scales_the_loss_skips_an_overflowing_step_and_checkpoints_the_scale(train_world, tmp_path):
+    """float16: float32 master weights + fp16 autocast + GradScaler.  A step whose scaled
+    gradients overflow fp16 (advantages of 1e4 x the initial scale 2^16) leaves the weights
+    as they were and halves the scale; the next, ordinary step moves them."""
+    from training.train import LocalLearner, load_policy, make_optimizer
+
+    policy, tasks = train_world
+    cfg = load_config(None, overrides(tmp_path, policy, tasks, **{"model.dtype": "float16", "trainer.total_steps": 1}))
+    model, _ = load_policy(str(policy), cfg.model.dtype, "cpu")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    vocab = model.get_input_embeddings().weight.shape[0]
+    precision, optimizer = Precision.of("float16"), make_optimizer(model, cfg)
+    scaler = precision.scaler("cpu")
+    huge = [dataclasses.replace(s, advantage=s.advantage * 1e4) for s in _samples(vocab)]
+
+    def step(samples):
+        with precision.autocast("cpu"):
+            return ppo_update(model, None, optimizer, samples, PPOClipLoss(kl_coef=0.0), pad_id=0,
+                              device=torch.device("cpu"), temperature=1.0, micro_batch_size=3, scaler=scaler)
+
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    metrics = step(huge)
+    assert not math.isfinite(metrics["train/grad_norm"])
+    assert _moved_fraction(before, model) == 0.0 and scaler.get_scale() == 2.0**15
+    step(_samples(vocab))
+    assert _moved_fraction(before, model) > 0.95
+
+    learner = LocalLearner(cfg, None, {}, total_steps=1)
+    learner.scaler.scale(torch.ones(()))         # as a step does before update
+    learner.scaler.update(1024.0)
+    saved = learner.save(1, {"step": 1})
+    from training.checkpoint import verify_checkpoint
+    assert verify_checkpoint(saved).load_state()["grad_scaler"]["scale"] == 1024.0
+    resumed = LocalLearner(cfg, verify_checkpoint(saved), verify_checkpoint(saved).load_state(), total_steps=1)
+    assert resumed.scaler.get_scale() == 1024.0

@@ -5,13 +5,18 @@ state and updates) and the dtype the forward/backward math runs in.
 |---|---|---|
 | float32 | float32 | float32 |
 | bfloat16 | float32 ("master weights") | bfloat16 autocast |
-| float16 | float16 | float16 |
+| float16 | float32 ("master weights") | float16 autocast, dynamic loss scaling |
 
 Why bfloat16 keeps float32 parameters: bf16 holds 8 significant bits, so a weight of size
 ~0.02 moves only in steps of ~6e-5; AdamW's update at the paper's lr 1e-6 is ~1e-6 per
 weight and rounds away to nothing (the weights never change).  With float32 parameters the
 update lands, and autocast still runs the matrix products in bf16.  The frozen reference,
 which has no optimizer, is kept in the compute dtype (half the memory).
+
+float16 (for GPUs without bf16) has 3 more significant bits but a range that ends at 65504
+and small gradients that flush to zero, so it also needs the loss scaled: `scaler` gives a
+`torch.amp.GradScaler` (the loss multiplied by 2^16 to start, halved and the step skipped
+when a gradient overflows, doubled after 2000 clean steps), saved in checkpoints.
 """
 from __future__ import annotations
 
@@ -31,14 +36,20 @@ class Precision:
         """The precision `model.dtype` names ("float32" | "bfloat16" | "float16")."""
         if dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"model.dtype: {dtype!r} is not one of float32, bfloat16, float16")
-        if dtype == "bfloat16":
-            return cls(torch.float32, torch.bfloat16)
-        return cls(getattr(torch, dtype))
+        if dtype in ("bfloat16", "float16"):
+            return cls(torch.float32, getattr(torch, dtype))
+        return cls(torch.float32)
 
     @property
     def frozen(self) -> torch.dtype:
         """dtype of a model that is never updated (the KL reference)."""
         return self.compute or self.params
+
+    def scaler(self, device):
+        """A loss scaler for float16 compute (see the module docstring), else None."""
+        if self.compute != torch.float16:
+            return None
+        return torch.amp.GradScaler(torch.device(device).type)
 
     @property
     def rollout(self) -> str:

@@ -156,9 +156,12 @@ class LocalLearner:
             model.gradient_checkpointing_enable()
         self.optimizer = make_optimizer(model, cfg)
         self.scheduler = make_scheduler(self.optimizer, cfg.optim.scheduler, cfg.optim.warmup_steps, total_steps)
+        self.scaler = Precision.of(cfg.model.dtype).scaler(cfg.run.device)    # float16 only
         if checkpoint:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
+            if self.scaler is not None and state.get("grad_scaler"):
+                self.scaler.load_state_dict(state["grad_scaler"])
         self.loss_fn = PPOClipLoss(cfg.algorithm.eps_low, cfg.algorithm.eps_high, cfg.algorithm.dual_clip,
                                    cfg.algorithm.kl_coef, cfg.algorithm.kl_type)
         self.engine = make_engine_for(cfg, model, self.tokenizer)
@@ -169,13 +172,13 @@ class LocalLearner:
         cfg = self.cfg
         update: dict[str, float] = {}
         if samples:
-            with Precision.of(cfg.model.dtype).autocast(cfg.run.device):   # bf16 math on float32 weights
+            with Precision.of(cfg.model.dtype).autocast(cfg.run.device):   # bf16/fp16 math on float32 weights
                 update = ppo_update(self.model, self.reference, self.optimizer, samples, self.loss_fn,
                                     pad_id=pad_token_id(self.tokenizer), device=torch.device(cfg.run.device),
                                     temperature=cfg.rollout.temperature, micro_batch_size=cfg.algorithm.micro_batch_size,
                                     ppo_epochs=cfg.algorithm.ppo_epochs, mini_batches=cfg.algorithm.mini_batches,
                                     grad_clip=cfg.optim.grad_clip, old_logprobs=cfg.algorithm.old_logprobs,
-                                    seed=cfg.run.seed * 100_003 + step)
+                                    seed=cfg.run.seed * 100_003 + step, scaler=self.scaler)
             if not (cfg.engine.kind == "hf" and cfg.engine.share_weights):
                 self.engine.update_weights(self.model.state_dict())
         self.scheduler.step()
@@ -183,7 +186,8 @@ class LocalLearner:
 
     def save(self, step: int, state: dict[str, Any]) -> Path:
         state = {**state, "backend": self.backend, "optimizer": self.optimizer.state_dict(),
-                 "scheduler": self.scheduler.state_dict()}
+                 "scheduler": self.scheduler.state_dict(),
+                 **({"grad_scaler": self.scaler.state_dict()} if self.scaler is not None else {})}
         return ckpt.save_checkpoint(Path(self.cfg.run.dir) / "checkpoints", step, self.model, self.tokenizer, state,
                                     fingerprint(self.cfg), keep=self.cfg.trainer.keep_checkpoints)
 

@@ -492,12 +492,14 @@ def run_ppo_epochs(model, micro: list[list[list[TurnSample]]], tokens: Sequence[
 def ppo_update(model, reference, optimizer, samples: Sequence[TurnSample], loss_fn: PPOClipLoss, *,
                pad_id: int, device, temperature: float, micro_batch_size: int, ppo_epochs: int = 1,
                mini_batches: int = 1, grad_clip: float = 1.0, old_logprobs: str = "recompute",
-               seed: int = 0) -> dict[str, float]:
+               seed: int = 0, scaler: torch.amp.GradScaler | None = None) -> dict[str, float]:
     """Clipped PPO on per-turn samples; returns means of the loss metrics over micro-batches.
 
     Each mini-batch is one optimizer step; its loss is the token mean over all of its
     micro-batches (`num_tokens` = the mini-batch's trainable tokens), so the update does
-    not depend on `micro_batch_size`.
+    not depend on `micro_batch_size`.  `scaler` (float16 compute, training/precision.py):
+    losses are scaled before backward and gradients unscaled before clipping; a step whose
+    gradients overflowed is skipped (its grad norm is reported as inf or nan).
     """
     steps = ppo_epochs * mini_batches
     chunks = np.array_split(np.arange(len(samples)), mini_batches)
@@ -507,14 +509,23 @@ def ppo_update(model, reference, optimizer, samples: Sequence[TurnSample], loss_
     old_lp = ([micro_logprobs(model, m, pad_id, temperature, device) for m in micro_all]
               if old_logprobs == "recompute" and steps > 1 else None)
 
+    def backward(loss: torch.Tensor) -> None:
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+
     def step() -> float:
+        if scaler is not None:
+            scaler.unscale_(optimizer)
         norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
-        optimizer.step()
+        if scaler is not None:
+            scaler.step(optimizer)          # skipped when a gradient is inf / nan
+            scaler.update()
+        else:
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return norm
 
     optimizer.zero_grad(set_to_none=True)
-    sums, count, grad_norms = run_ppo_epochs(model, micro_all, tokens, loss_fn, backward=lambda loss: loss.backward(),
+    sums, count, grad_norms = run_ppo_epochs(model, micro_all, tokens, loss_fn, backward=backward,
                                           step=step, pad_id=pad_id, device=device, temperature=temperature,
                                           epochs=ppo_epochs, ref_lp=ref_lp, old_lp=old_lp,
                                           old_logprobs=old_logprobs, seed=seed)
