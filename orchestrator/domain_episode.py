@@ -41,6 +41,7 @@ from orchestrator.context import TokenCounter
 from orchestrator.domain_outcome import DomainStep, check_task, result_text, verdict
 from orchestrator.records import Rollout, ToolCall
 from orchestrator.toolcall import (
+    ARG_MAX_CHARS,
     ToolCallError,
     call_grammar,
     format_tool_call,
@@ -97,11 +98,11 @@ def episode_tools(domain: Domain, catalog) -> tuple[list[dict], list[dict]]:
     return domain_tools + catalog.openai_tools(tools=experts) + [DONE_SCHEMA], domain_tools + [DONE_SCHEMA]
 
 
-def task_grammar(task, catalog) -> str:
+def task_grammar(task, catalog, max_string_chars: int = ARG_MAX_CHARS) -> str:
     """The grammar constrained decoding uses for `task` (also what the trainer's decision mask replays)."""
     from orchestrator.loop import task_catalog
 
-    return call_grammar(episode_tools(task_domain(task)[0], task_catalog(catalog, task))[0])
+    return call_grammar(episode_tools(task_domain(task)[0], task_catalog(catalog, task))[0], max_string_chars)
 
 
 class Transcript:
@@ -151,7 +152,7 @@ def run_domain_episode(task, policy, runtime, config, counter: TokenCounter | No
     dt = domain_task(task, runtime.prompts)
     catalog = task_catalog(runtime.catalog, task)
     tools, expert_tools = episode_tools(dt.domain, catalog)
-    extra: dict[str, Any] = {"grammar": call_grammar(tools)} if config.constrained else {}
+    extra: dict[str, Any] = {"grammar": call_grammar(tools, config.max_string_chars)} if config.constrained else {}
     counter = counter or TokenCounter(getattr(getattr(policy, "engine", None), "tokenizer", None))
     system = runtime.prompts.render("domain_system", policy=dt.domain.policy, instruction=task.question)
     transcript = Transcript(system, dt.request, config.budgets, counter)

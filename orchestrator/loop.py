@@ -16,7 +16,8 @@ from orchestrator.catalog import Catalog, Price, parse_catalog
 from orchestrator.context import Budgets, EpisodeState, TokenCounter, build_messages
 from orchestrator.records import Rollout, Turn
 from orchestrator.runtime import ToolRuntime
-from orchestrator.toolcall import ToolCallError, allowed_call_strings, parse_tool_calls, validate_alias_call
+from orchestrator.toolcall import (ARG_MAX_CHARS, ToolCallError, allowed_call_strings, parse_tool_calls,
+                                   validate_alias_call)
 
 
 @dataclass
@@ -39,6 +40,7 @@ class LoopConfig:
     temperature: float = 1.0
     max_tokens: int = 1024       # per orchestrator turn
     constrained: bool = False    # force a valid call by constrained decoding
+    max_string_chars: int = ARG_MAX_CHARS   # constrained function calls: longest string argument
     tau2_evaluator: str = "auto"  # function-calling outcome: auto (tau2 when installed) | tau2 | builtin
     budgets: Budgets = field(default_factory=Budgets)
 

@@ -85,7 +85,7 @@ def allowed_call_strings(allowed: dict[str, list[str]]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- calls with arguments
-ARG_MAX_CHARS = 64          # string arguments under grammar-constrained decoding (keeps a tiny policy's calls short)
+ARG_MAX_CHARS = 64          # default cap of string arguments under grammar-constrained decoding (rollout.max_string_chars)
 ARG_INT_BOUND = 10**9       # integer arguments under grammar-constrained decoding lie in [-bound, bound]
 
 
@@ -123,38 +123,41 @@ def validate_schema_call(call: ToolCall, schemas: list[dict]) -> None:
             raise ToolCallError(f"tool {call.name!r}: argument {name!r} must be one of {enum}, got {value!r:.60}")
 
 
-def _bounded(spec: dict) -> dict:
+def _bounded(spec: dict, max_chars: int) -> dict:
     """A parameter schema for decoding: no descriptions, strings and integers bounded."""
     out = {k: v for k, v in spec.items() if k in ("type", "enum", "items", "properties", "required")}
     types = _json_types(out)
     if "string" in types and "enum" not in out:   # no control characters: JSON forbids them raw
-        out["pattern"] = r'^[^"\\\x00-\x1f]{0,%d}$' % ARG_MAX_CHARS
+        out["pattern"] = r'^[^"\\\x00-\x1f]{0,%d}$' % max_chars
     if types == ["integer"]:
         out.update(minimum=-ARG_INT_BOUND, maximum=ARG_INT_BOUND)
     return out
 
 
-def call_grammar(schemas: list[dict]) -> str:
+def call_grammar(schemas: list[dict], max_string_chars: int = ARG_MAX_CHARS) -> str:
     """An EBNF grammar (xgrammar's dialect, read by both engines) of exactly one hermes call
     to one of `schemas`, arguments typed as the schema says, in its order:
 
         <tool_call>\\n{"name": "<tool>", "arguments": {...}}\\n</tool_call>
 
-    the text `format_tool_call` writes.  String arguments are cut at ARG_MAX_CHARS characters
-    and integers bounded, so that an untrained policy's calls end within a few dozen tokens.
+    the text `format_tool_call` writes.  String arguments are cut at `max_string_chars`
+    characters (default ARG_MAX_CHARS: an untrained policy's calls end within a few dozen
+    tokens; raise it for tasks whose arguments are longer) and integers bounded.
     """
-    return _call_grammar(json.dumps(schemas))   # key order kept: it is the arguments' order
+    if max_string_chars < 1:
+        raise ValueError(f"call_grammar: max_string_chars must be >= 1, got {max_string_chars}")
+    return _call_grammar(json.dumps(schemas), max_string_chars)   # key order kept: it is the arguments' order
 
 
 @functools.lru_cache(maxsize=64)
-def _call_grammar(schemas_json: str) -> str:
+def _call_grammar(schemas_json: str, max_chars: int) -> str:
     import xgrammar as xgr
 
     alternatives = []
     for schema in json.loads(schemas_json):
         fn = schema["function"]
         params = fn.get("parameters") or {}
-        props = {k: _bounded(v) for k, v in (params.get("properties") or {}).items()}
+        props = {k: _bounded(v, max_chars) for k, v in (params.get("properties") or {}).items()}
         args = {"type": "object", "properties": props, "required": list(params.get("required", [])),
                 "additionalProperties": False}
         call = {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": args},

@@ -313,3 +313,45 @@ def test_grammar_decision_mask_counts_the_admitted_tokens(tiny_policy, world):
             matcher.accept_token(sample[-1])
         assert tg.decision_mask(grammar, sample) == brute
         assert 0 < sum(brute) < len(brute)
+
+
+def test_rollout_max_string_chars_sets_the_grammar_cap_and_the_mask_replay_uses_it(world, tiny_policy, tmp_path):
+    """rollout.max_string_chars reaches the grammar a call is decoded under and the grammar its
+    decision mask is replayed with: a call with an 80-character argument is refused by the
+    default cap (64) and admitted by 100, and its replay under 100 ends in forced tokens (the
+    closing text and EOS), where under 64 the rejected tail counts as choices."""
+    from transformers import AutoTokenizer
+    from xgrammar.testing import _is_grammar_accept_string
+
+    from data_synthesis.domain import load_domain
+    from orchestrator.domain_episode import episode_tools, task_grammar
+    from orchestrator.toolcall import call_grammar
+    from training.config import ConfigError, load_config
+    from training.trainer import mask_forced_tokens
+
+    def free_strings(fn):       # the string arguments without an enum
+        props = (fn.get("parameters") or {}).get("properties", {})
+        return [k for k, p in props.items() if p.get("type") == "string" and "enum" not in p]
+
+    task = _tau2_tasks(world)[0]
+    tools = episode_tools(load_domain(world["school"]), load_catalog())[0]
+    fn = next(s["function"] for s in tools if free_strings(s["function"])
+              and set(s["function"]["parameters"].get("required", [])) <= set(free_strings(s["function"])))
+    text = format_tool_call(fn["name"], {k: "x" * 80 for k in free_strings(fn)})
+    assert not _is_grammar_accept_string(call_grammar(tools), text)
+    assert _is_grammar_accept_string(call_grammar(tools, 100), text)
+    assert task_grammar(task, load_catalog(), 100) != task_grammar(task, load_catalog())
+    with pytest.raises(ValueError, match="max_string_chars"):
+        call_grammar(tools, 0)
+
+    tok = AutoTokenizer.from_pretrained(tiny_policy)
+    ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    masks = {}
+    for cap in (None, 100):
+        rollout = Rollout(task_id=task.id, kind="tau2",
+                          turns=[Turn(index=0, prompt_ids=[1], response_ids=list(ids), loss_mask=[1] * len(ids))])
+        mask_forced_tokens([task], [[rollout]], load_catalog(), tok, max_string_chars=cap)
+        masks[cap] = rollout.turns[0].loss_mask
+    assert masks[100][-1] == 0 and masks[None][-1] == 1
+    with pytest.raises(ConfigError, match="rollout.max_string_chars"):
+        load_config(None, overrides(tmp_path, tiny_policy, world["train"], **{"rollout.max_string_chars": 0}))

@@ -72,6 +72,7 @@ class RolloutConfig:
     max_tokens: int = 8768              # per orchestrator turn (paper: max response 8,768)
     context_tokens: int = 24000         # paper: ~24k prompt cap
     constrained: bool = False           # constrained decoding: every turn is a valid call
+    max_string_chars: int = 64          # constrained function calls (tau2): longest string argument
     concurrency: int = 64               # episodes in flight (threads); tool calls overlap
 
 
@@ -278,7 +279,8 @@ def validate(cfg: TrainConfig) -> None:
     positive = {
         "rollout.tasks_per_step": cfg.rollout.tasks_per_step, "rollout.rollouts_per_task": cfg.rollout.rollouts_per_task,
         "rollout.max_turns": cfg.rollout.max_turns, "rollout.max_tokens": cfg.rollout.max_tokens,
-        "rollout.concurrency": cfg.rollout.concurrency, "engine.max_batch": cfg.engine.max_batch,
+        "rollout.concurrency": cfg.rollout.concurrency, "rollout.max_string_chars": cfg.rollout.max_string_chars,
+        "engine.max_batch": cfg.engine.max_batch,
         "algorithm.ppo_epochs": cfg.algorithm.ppo_epochs, "algorithm.mini_batches": cfg.algorithm.mini_batches,
         "algorithm.micro_batch_size": cfg.algorithm.micro_batch_size, "trainer.save_every": cfg.trainer.save_every,
         "trainer.keep_checkpoints": cfg.trainer.keep_checkpoints,

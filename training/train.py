@@ -253,6 +253,7 @@ def open_session(cfg: TrainConfig, tasks: list[Task], total_steps: int, learner,
                    + (f"resuming from {checkpoint.path} (step {start_step})" if checkpoint else "starting fresh"))
     loop_config = LoopConfig(max_turns=cfg.rollout.max_turns, temperature=cfg.rollout.temperature,
                              max_tokens=cfg.rollout.max_tokens, constrained=cfg.rollout.constrained,
+                             max_string_chars=cfg.rollout.max_string_chars,
                              budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
     return Session(cfg, tasks, learner, sampler, runtime or build_runtime(cfg),
                    judge or make_judge(cfg.reward.judge, cfg.reward.judge_model), loop_config, logger,
@@ -264,7 +265,8 @@ def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollo
     cfg = s.cfg
     if cfg.rollout.constrained:   # forced tokens were the constraint's choice, not the policy's
         mask_forced_tokens(batch, groups, s.runtime.catalog, s.learner.tokenizer,
-                           eos_token_ids(s.learner.tokenizer, cfg.model.path))   # the engine's stop ids
+                           eos_token_ids(s.learner.tokenizer, cfg.model.path),   # the engine's stop ids
+                           max_string_chars=cfg.rollout.max_string_chars)
     scored = score_groups(batch, groups, s.judge, estimator=cfg.algorithm.advantage,
                           min_group_std=cfg.algorithm.min_group_std)
     samples = build_turn_samples(scored.rollouts, scored.advantages)

@@ -294,19 +294,20 @@ def choice_token_ids(tokenizer, choices: Sequence[str], eos_ids: Sequence[int] |
 
 
 def mask_forced_tokens(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]], catalog, tokenizer,
-                       eos_ids: Sequence[int] | None = None) -> None:
+                       eos_ids: Sequence[int] | None = None, max_string_chars: int | None = None) -> None:
     """Set each turn's `loss_mask` to its `decision_mask` (constrained rollouts only).
     Function-calling turns were constrained by a grammar: its decision mask is replayed
     with xgrammar (`training.engines.grammar`).  `eos_ids`: the ids the engine stops on
     (`training.engines.common.eos_token_ids`; default the tokenizer's), so a choice between
-    EOS ids counts as the decision it was at generation."""
+    EOS ids counts as the decision it was at generation.  `max_string_chars`: the grammar's
+    string-argument cap at generation (rollout.max_string_chars; default ARG_MAX_CHARS)."""
     from orchestrator.loop import task_catalog
     from orchestrator.toolcall import allowed_call_strings
 
     cache: dict[str, list[list[int]]] = {}
     for task, group in zip(tasks, groups):
         if task.kind == "tau2":
-            _mask_grammar_turns(task, group, catalog, tokenizer, eos_ids)
+            _mask_grammar_turns(task, group, catalog, tokenizer, eos_ids, max_string_chars)
             continue
         view = task_catalog(catalog, task)
         allowed = {t.name: list(t.aliases) for t in view.tools if t.kind in ("search", "code", "answer")}
@@ -320,11 +321,12 @@ def mask_forced_tokens(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]
 
 
 def _mask_grammar_turns(task: Task, group: Sequence[Rollout], catalog, tokenizer,
-                        eos_ids: Sequence[int] | None) -> None:
+                        eos_ids: Sequence[int] | None, max_string_chars: int | None) -> None:
     from orchestrator.domain_episode import task_grammar
+    from orchestrator.toolcall import ARG_MAX_CHARS
     from training.engines.grammar import token_grammar
 
-    grammar = task_grammar(task, catalog)
+    grammar = task_grammar(task, catalog, max_string_chars or ARG_MAX_CHARS)
     replay = token_grammar(tokenizer, len(tokenizer), list(eos_ids) if eos_ids else [tokenizer.eos_token_id])
     for rollout in group:
         for turn in rollout.turns:
