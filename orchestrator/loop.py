@@ -16,8 +16,13 @@ from orchestrator.catalog import Catalog, Price, parse_catalog
 from orchestrator.context import Budgets, EpisodeState, TokenCounter, build_messages
 from orchestrator.records import Rollout, Turn
 from orchestrator.runtime import ToolRuntime
-from orchestrator.toolcall import (ARG_MAX_CHARS, ToolCallError, allowed_call_strings, parse_tool_calls,
-                                   validate_alias_call)
+from orchestrator.toolcall import (
+    ARG_MAX_CHARS,
+    ToolCallError,
+    allowed_call_strings,
+    parse_tool_calls,
+    validate_alias_call,
+)
 
 
 @dataclass
