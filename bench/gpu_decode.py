@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import hashlib
 import json
 import os
 import statistics
@@ -202,6 +203,42 @@ def micro(device, hidden: int = 1024, inter: int = 3072, vocab: int = 151936, ro
     return out
 
 
+def shapes(model, tokenizer, device, args) -> list[dict]:
+    """Per variant, prompts of `args.widths` in turn at the first batch size: seconds of the
+    first call at each width (compile / capture for a new shape) and of a second one, and the
+    GPU memory reserved after it."""
+    from orchestrator.engine import SamplingParams
+    from training.engines.hf import HFEngine
+    from training.engines.hf_static import StaticDecoder
+
+    out = []
+    for variant in args.variants:
+        opts = variant.partition(":")[2]
+        engine = HFEngine(model, tokenizer, device=str(device), max_batch=args.batches[0], seed=0, decode="static")
+        engine._static = StaticDecoder(engine, **{k: (int(v) if v.isdigit() else v)
+                                                  for k, v in (o.split("=") for o in opts.split(",") if o)})
+        g = torch.Generator().manual_seed(1)
+        for width in args.widths:
+            prompts = [torch.randint(0, engine.vocab_size - 1, (width,), generator=g).tolist()
+                       for _ in range(args.batches[0])]
+            times = []
+            for r in range(2):
+                torch.cuda.synchronize() if device.type == "cuda" else None
+                started = time.perf_counter()
+                gens = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=args.tokens, seed=r))
+                torch.cuda.synchronize() if device.type == "cuda" else None
+                times.append(time.perf_counter() - started)
+            tokens = hashlib.sha256(json.dumps([x.token_ids for x in gens]).encode()).hexdigest()[:12]
+            row = {"variant": variant, "width": width, "first_s": times[0], "second_s": times[1],
+                   "reserved_gib": torch.cuda.memory_reserved() / 2**30 if device.type == "cuda" else None,
+                   "tokens_sha": tokens}       # equal across variants: the same samples
+            out.append(row)
+            print(json.dumps(row), flush=True)
+        del engine
+        torch.cuda.empty_cache() if device.type == "cuda" else None
+    return out
+
+
 def main() -> int:
     from training.engines.hf import HFEngine
 
@@ -215,6 +252,10 @@ def main() -> int:
     parser.add_argument("--variants", nargs="+", default=["static", "loop"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--micro", action="store_true", help="also time kernel alternatives at the decode shapes")
+    parser.add_argument("--widths", type=int, nargs="+", default=None,
+                        help="instead of the rate runs: prompts of these widths in turn (new cache shapes, as a "
+                             "multi-turn rollout's), per call the seconds of its first and second run and the "
+                             "GPU memory reserved after")
     parser.add_argument("--no-parts", action="store_true", help="skip the static path's breakdown (replay, profile)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
@@ -228,6 +269,11 @@ def main() -> int:
     if args.micro and device.type == "cuda":
         results["micro"] = micro(device)
         print(json.dumps(results["micro"]), flush=True)
+    if args.widths:
+        results["shapes"] = shapes(model, tokenizer, device, args)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "gpu_decode.json").write_text(json.dumps(results, indent=1))
+        return 0
     for variant in args.variants:
         kind, _, opts = variant.partition(":")
         amp = kind == "static-amp"

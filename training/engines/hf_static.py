@@ -263,6 +263,10 @@ class StaticDecoder:
         refreshed from the model at each generation.
     memory_fraction: most of the free GPU memory one shape's KV cache may take (else the
         engine's step-by-step loop serves the request).
+    shared_pool: capture every CUDA graph of this decoder into one memory pool (default on):
+        the graphs run one at a time and keep nothing they allocate (state lives in buffers
+        made outside them), so one pool serves them all, where a pool per graph would hold
+        one step's temporaries (the [rows, vocab] logits among them) per span, steps and shape.
 
     Where the engine's model holds wider weights than its compute dtype (the trainer's float32
     master weights with `compute_dtype=bfloat16`), decoding runs on a copy of the model in the
@@ -275,7 +279,8 @@ class StaticDecoder:
 
     def __init__(self, engine, *, graphs: bool | None = None, compile: bool | None = None, check_every: int = 16,
                  len_multiple: int = 128, max_shapes: int = 2, memory_fraction: float = 0.25,
-                 steps_per_graph: int = 8, attention: str = "auto", fuse_projections: bool | None = None):
+                 steps_per_graph: int = 8, attention: str = "auto", fuse_projections: bool | None = None,
+                 shared_pool: bool = True):
         cuda = engine.device.type == "cuda"
         self.engine, self.check_every, self.len_multiple = engine, check_every, len_multiple
         self.steps_per_graph = steps_per_graph
@@ -299,6 +304,8 @@ class StaticDecoder:
         self._forward = None
         self._replica = None
         self._pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.shared_pool = shared_pool
+        self._pool = None
         _register_attention()
 
     @property
@@ -426,7 +433,9 @@ class StaticDecoder:
                 self._step(s, temperature, top_p, span)
         torch.cuda.current_stream(self.engine.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        if self.shared_pool and self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=self._pool if self.shared_pool else None):
             for _ in range(steps):
                 self._step(s, temperature, top_p, span)
         return graph
