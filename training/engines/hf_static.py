@@ -265,8 +265,8 @@ class StaticDecoder:
         engine's step-by-step loop serves the request).
     shared_pool: capture every CUDA graph of this decoder into one memory pool (default on):
         the graphs run one at a time and keep nothing they allocate (state lives in buffers
-        made outside them), so one pool serves them all, where a pool per graph would hold
-        one step's temporaries (the [rows, vocab] logits among them) per span, steps and shape.
+        made outside them), so one pool serves them all instead of a pool per graph (measured:
+        70 MB less over three shapes at 64 rows, identical tokens; docs/benchmarks.md).
 
     Where the engine's model holds wider weights than its compute dtype (the trainer's float32
     master weights with `compute_dtype=bfloat16`), decoding runs on a copy of the model in the
