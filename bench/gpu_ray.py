@@ -65,9 +65,9 @@ def main() -> int:
                                   cpus_per_worker=1, bucket_mb=1)
                 if mode == "split" else
                 DistributedConfig(backend="ray", mode="colocated", trainer_workers=2, zero_stage=2, cpus_per_worker=1))
-        started = time.perf_counter()
-        policy = RayPolicy.start(cfg, dist, str(policy_dir), tokenizer, total_steps=args.steps)
+        started, policy = time.perf_counter(), None
         try:
+            policy = RayPolicy.start(cfg, dist, str(policy_dir), tokenizer, total_steps=args.steps)
             run_distributed(cfg, dist, runtime=fake_runtime(), policy=policy)
             digests = policy.weights_digests()
             metrics = read_metrics(run_root / "run" / "metrics.jsonl")
@@ -75,13 +75,14 @@ def main() -> int:
             row = {"mode": mode, "dtype": dtype, "device": args.device, "sync": policy.sync_kind, "steps": len(metrics),
                    "wall_s": time.perf_counter() - started,
                    "step_s": statistics.median(m["time/step"] for m in metrics) if "time/step" in metrics[0] else None,
-                   "weight_sync_s": statistics.median(m["time/weight_sync"] for m in metrics),
+                   "weight_sync_s": statistics.median(m.get("time/weight_sync", float("nan")) for m in metrics),
                    "engines_equal_trainer": bool(digests) and all(d == trainer for d in digests.values()),
                    "engines": sorted(digests)}
         except Exception as exc:   # noqa: BLE001 (report and go on with the next layout)
             row = {"mode": mode, "dtype": dtype, "error": f"{type(exc).__name__}: {exc}"[:800]}
         finally:
-            policy.shutdown()
+            if policy is not None:
+                policy.shutdown()
         results.append(row)
         print(json.dumps(row), flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)

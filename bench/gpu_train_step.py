@@ -32,6 +32,7 @@ MFU = counted FLOP/s over the bf16 matrix-product rate measured in the same run.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -43,6 +44,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+VARIANTS = ["trainer-amp-before", "trainer-amp", "trainer-amp-eager-layers", "trainer-bf16", "deepspeed-zero2",
+            "trl-grpo", "trl-grpo-no-checkpointing"]
 
 
 def matmul_ceiling(device, n: int = 8192, repeats: int = 10) -> float:
@@ -257,6 +262,9 @@ def main() -> int:
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--profile", action="store_true", help="print the top CUDA kernels of one step per variant")
     args = parser.parse_args()
+    unknown = set(args.variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"--variants: unknown {sorted(unknown)}; choose from {VARIANTS}")
     device = torch.device(args.device)
     cfg = qwen3_config(args.tiny)
     ceiling = matmul_ceiling(device) if device.type == "cuda" else float("nan")
@@ -292,6 +300,7 @@ def main() -> int:
             results["variants"][name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         finally:
             step = model = None
+            gc.collect()            # TRL / accelerate leave reference cycles: free them before the next variant
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         print(name, json.dumps(results["variants"][name]), flush=True)

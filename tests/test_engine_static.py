@@ -192,3 +192,31 @@ def test_float32_master_weights_decode_through_a_compute_dtype_copy_that_follows
     assert all(p.dtype == torch.float32 for p in engine.model.parameters())          # the trained weights stay
     assert all(torch.equal(p, q) for p, q in zip(engine.model.parameters(), reference["B"].parameters()))
     assert all(p.dtype == torch.bfloat16 for p in engine._static.model.parameters())
+
+
+def test_a_replaced_model_or_reallocated_parameters_are_decoded_not_the_old_ones(reference):  # noqa: F811
+    """Everything the decoder builds from a model (its compute-dtype copy, compiled forward,
+    caches) is rebuilt when the engine's model object or its parameter objects change."""
+    import copy
+
+    from transformers import AutoTokenizer
+
+    from training.engines.hf import HFEngine
+
+    tok = AutoTokenizer.from_pretrained(reference["A"].name_or_path)
+    prompts, params = prompts_of(tok), SamplingParams(temperature=0, max_tokens=10)
+    plain = HFEngine(copy.deepcopy(reference["A"]), tok, device="cpu", decode="static", max_batch=8)
+    amp = HFEngine(copy.deepcopy(reference["A"]), tok, device="cpu", compute_dtype=torch.bfloat16,
+                   decode="static", max_batch=8)
+    a_plain, a_amp = ([g.token_ids for g in e.generate(prompts, params)] for e in (plain, amp))
+    b_plain = [g.token_ids for g in HFEngine(copy.deepcopy(reference["B"]), tok, device="cpu", decode="static",
+                                             max_batch=8).generate(prompts, params)]
+    assert a_plain != b_plain
+    plain.model = copy.deepcopy(reference["B"])                          # a new model object
+    assert [g.token_ids for g in plain.generate(prompts, params)] == b_plain
+    amp.model.load_state_dict(reference["B"].state_dict(), assign=True)   # new parameter objects
+    b_amp = [g.token_ids for g in amp.generate(prompts, params)]
+    assert b_amp != a_amp
+    fresh = HFEngine(copy.deepcopy(reference["B"]), tok, device="cpu", compute_dtype=torch.bfloat16,
+                     decode="static", max_batch=8)
+    assert b_amp == [g.token_ids for g in fresh.generate(prompts, params)]

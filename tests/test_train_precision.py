@@ -132,3 +132,22 @@ def test_float16_scales_the_loss_skips_an_overflowing_step_and_checkpoints_the_s
     assert verify_checkpoint(saved).load_state()["grad_scaler"]["scale"] == 1024.0
     resumed = LocalLearner(cfg, verify_checkpoint(saved), verify_checkpoint(saved).load_state(), total_steps=1)
     assert resumed.scaler.get_scale() == 1024.0
+
+
+def test_float16_step_with_more_mini_batches_than_samples_trains_the_non_empty_ones(train_world, tmp_path):
+    """np.array_split leaves empty mini-batches when a step has fewer samples than
+    algorithm.mini_batches (after filtering): they are skipped; with a GradScaler an empty
+    one would reach unscale_/step without gradients and raise."""
+    from training.train import load_policy, make_optimizer
+
+    policy, tasks = train_world
+    cfg = load_config(None, overrides(tmp_path, policy, tasks, **{"model.dtype": "float16"}))
+    model, _ = load_policy(str(policy), cfg.model.dtype, "cpu")
+    vocab = model.get_input_embeddings().weight.shape[0]
+    precision = Precision.of("float16")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with precision.autocast("cpu"):
+        metrics = ppo_update(model, None, make_optimizer(model, cfg), _samples(vocab, n=2), PPOClipLoss(kl_coef=0.0),
+                             pad_id=0, device=torch.device("cpu"), temperature=1.0, micro_batch_size=3,
+                             mini_batches=5, scaler=precision.scaler("cpu"))
+    assert math.isfinite(metrics["train/grad_norm"]) and _moved_fraction(before, model) > 0.95

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
+from orchestrator.toolcall import ARG_MAX_CHARS
 from training.distributed.config import DistributedConfig
 
 
@@ -72,7 +73,7 @@ class RolloutConfig:
     max_tokens: int = 8768              # per orchestrator turn (paper: max response 8,768)
     context_tokens: int = 24000         # paper: ~24k prompt cap
     constrained: bool = False           # constrained decoding: every turn is a valid call
-    max_string_chars: int = 64          # constrained function calls (tau2): longest string argument
+    max_string_chars: int = ARG_MAX_CHARS   # constrained function calls (tau2): longest string argument
     concurrency: int = 64               # episodes in flight (threads); tool calls overlap
 
 

@@ -88,6 +88,15 @@ def make_scheduler(optimizer, kind: str, warmup: int, total: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def rollout_loop_config(cfg: TrainConfig, temperature: float | None = None) -> LoopConfig:
+    """The episode settings `rollout.*` gives (training rollouts and the quickstart's evaluation)."""
+    return LoopConfig(max_turns=cfg.rollout.max_turns,
+                      temperature=cfg.rollout.temperature if temperature is None else temperature,
+                      max_tokens=cfg.rollout.max_tokens, constrained=cfg.rollout.constrained,
+                      max_string_chars=cfg.rollout.max_string_chars,
+                      budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
+
+
 def make_engine_for(cfg: TrainConfig, model, tokenizer):
     from training.engines import make_engine
 
@@ -251,10 +260,7 @@ def open_session(cfg: TrainConfig, tasks: list[Task], total_steps: int, learner,
     logger.message(f"[bold]config[/] (saved to {run_dir / 'config.yaml'}):\n{dump_yaml(cfg)}")
     logger.message(f"{len(tasks)} tasks, {total_steps} steps {learner.description}; "
                    + (f"resuming from {checkpoint.path} (step {start_step})" if checkpoint else "starting fresh"))
-    loop_config = LoopConfig(max_turns=cfg.rollout.max_turns, temperature=cfg.rollout.temperature,
-                             max_tokens=cfg.rollout.max_tokens, constrained=cfg.rollout.constrained,
-                             max_string_chars=cfg.rollout.max_string_chars,
-                             budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
+    loop_config = rollout_loop_config(cfg)
     return Session(cfg, tasks, learner, sampler, runtime or build_runtime(cfg),
                    judge or make_judge(cfg.reward.judge, cfg.reward.judge_model), loop_config, logger,
                    start_step, total_steps)

@@ -472,6 +472,8 @@ def run_ppo_epochs(model, micro: list[list[list[TurnSample]]], tokens: Sequence[
     count, grad_norms = 0, []
     for _ in range(epochs):
         for k in rng.permutation(len(micro)):
+            if not micro[k]:        # fewer samples than mini-batches: nothing to step on
+                continue
             for b, m in enumerate(micro[k]):
                 batch = collate_samples(m, pad_id).to(device)
                 logp = response_logprobs(model, batch, temperature)                  # [B, L]

@@ -29,7 +29,9 @@ def rollout_engine_kwargs(cfg, dist: DistributedConfig, ipc: bool) -> dict[str, 
     """Constructor arguments of the rollout engines: `distributed.engine_args`, then defaults.
     The weights' dtype follows `model.dtype` (training/precision.py `Precision.rollout`): an
     engine left to its own default (the HF engine: bfloat16 on a GPU) would sample from a
-    rounded copy of a float32 policy, and its weights would never equal the trainer's."""
+    rounded copy of a float32 policy, and its weights would never equal the trainer's.  So
+    model.dtype float32 serves rollouts in float32 too (vLLM: twice the memory of bf16 and
+    not its FlashAttention kernels); on GPUs train with bfloat16, as training/configs/paper.yaml does."""
     from training.precision import Precision
 
     kwargs = dict(dist.engine_args)

@@ -271,10 +271,15 @@ class StaticDecoder:
     Where the engine's model holds wider weights than its compute dtype (the trainer's float32
     master weights with `compute_dtype=bfloat16`), decoding runs on a copy of the model in the
     compute dtype with autocast off (extra memory: the weights at that dtype), refreshed from
-    the model at each generation, so it always decodes the current weights.  Decoding the
-    float32 model under autocast instead would re-cast every weight at every step (~3x the
-    bytes read of a bandwidth-bound step) and leaves K (rotary in float32) and V (bfloat16)
-    in different dtypes for the cache.
+    the model at each generation (one cast-copy of the weights, ~12 ms for 8B on an H200), so
+    it always decodes the current weights; a model whose parameter objects changed (replaced,
+    loaded with assign=True) gets a new copy.  Decoding the float32 model under autocast
+    instead would re-cast every weight at every step (~3x the bytes read of a bandwidth-bound
+    step) and leaves K (rotary in float32) and V (bfloat16) in different dtypes for the cache.
+    Numerics: the copy is a plain bfloat16 model (bf16 residual stream), as a vLLM engine is;
+    the trainer's forward under autocast keeps float32 residuals, so its log-probs differ
+    slightly from the engine's (algorithm.old_logprobs "recompute", the default, uses the
+    trainer's).
     """
 
     def __init__(self, engine, *, graphs: bool | None = None, compile: bool | None = None, check_every: int = 16,
@@ -306,6 +311,7 @@ class StaticDecoder:
         self._pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.shared_pool = shared_pool
         self._pool = None
+        self._source = None          # the engine model everything above was built from
         _register_attention()
 
     @property
@@ -318,6 +324,29 @@ class StaticDecoder:
         return dtype is not None and any(p.is_floating_point() and p.dtype != dtype
                                          for p in self.engine.model.parameters())
 
+    def _reset(self) -> None:
+        """Forget everything built from the decoded model (compiled forward, fused groups,
+        caches and graphs)."""
+        self._replica, self._pairs, self._forward, self._groups, self._pool = None, [], None, None, None
+        self._shapes.clear()
+
+    def _sync_model(self) -> bool:
+        """Make the decoded model current: the engine's model, or its compute-dtype copy with
+        the current weights (rebuilt where the model or its parameter objects were replaced).
+        Returns whether a copy is decoded."""
+        model = self.engine.model
+        stale = self._source is not None and model is not self._source
+        if self._replica is not None and not stale:
+            params = list(model.parameters())
+            stale = len(params) != len(self._pairs) or any(src is not p for (_, src), p in zip(self._pairs, params))
+        if stale:
+            self._reset()
+        self._source = model
+        if self._replica is None and not self._needs_replica():
+            return False
+        self._refresh_replica()
+        return True
+
     def _refresh_replica(self) -> None:
         """Make (first call) or refresh the compute-dtype copy from the engine's model's
         current weights; buffers (rotary frequencies) are copied as they are."""
@@ -329,7 +358,9 @@ class StaticDecoder:
                                                  requires_grad=False)
             self._replica = copy.deepcopy(model, memo).eval()
             for module in self._replica.modules():       # training/logprobs.py's compiled forward of the original
-                module.__dict__.pop("_toolorchestra_compiled", None)
+                compiled = module.__dict__.pop("_toolorchestra_compiled", None)
+                if compiled is not None and module.__dict__.get("forward") is compiled:
+                    del module.__dict__["forward"]       # copied while compiled_layers was active
             self._pairs = [(memo[id(p)], p) for p in model.parameters()]
         for dst, src in self._pairs:
             dst.copy_(src)
@@ -463,9 +494,7 @@ class StaticDecoder:
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], params: SamplingParams, seeds) -> list[Generation]:
-        replica = self._replica is not None or self._needs_replica()
-        if replica:
-            self._refresh_replica()
+        replica = self._sync_model()
         off = torch.autocast(self.engine.device.type, enabled=False) if replica else contextlib.nullcontext()
         with off, self._decode_attention():
             return self._generate(prompts, params, seeds)

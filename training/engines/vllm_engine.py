@@ -104,7 +104,9 @@ class VLLMEngine:
         self.weight_sync = weight_sync
         self.max_model_len = max_model_len
         self.work_dir = work_dir
-        if self.on_cpu and dtype in ("bfloat16", "float16"):
+        if dtype is not None and not isinstance(dtype, str):       # a torch.dtype
+            dtype = str(dtype).removeprefix("torch.")
+        if self.on_cpu and dtype in ("bfloat16", "bf16", "float16", "half", "fp16"):
             log.warning("VLLMEngine: dtype=%s on the CPU backend gives garbage output; using float32", dtype)
             dtype = "float32"
         self._llm_kwargs = {"dtype": dtype or ("float32" if self.on_cpu else "auto"), "seed": seed,

@@ -27,8 +27,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.context import Budgets, Prompts
-from orchestrator.loop import LoopConfig, Task
+from orchestrator.context import Budgets
+from orchestrator.loop import Task
 from training.checkpoint import list_checkpoints
 from training.config import TrainConfig, load_config
 from training.quickstart.env import FAVOURED_ALIAS, PREFERENCE, build_index, build_world, quickstart_catalog
@@ -91,12 +91,11 @@ def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judg
     Few episodes run at once (`concurrency`): a tool call's latency is its wall time, and on
     2 cores every extra concurrent expert call would stretch the others'."""
     from orchestrator.quickstart import summarise
-    from training.train import _strip_tokens, load_policy, make_engine_for
+    from training.train import _strip_tokens, load_policy, make_engine_for, rollout_loop_config
 
     model, tokenizer = load_policy(str(model_dir), cfg.model.dtype, cfg.run.device)
     engine = make_engine_for(cfg, model, tokenizer)
-    loop = LoopConfig(max_turns=cfg.rollout.max_turns, temperature=temperature, max_tokens=cfg.rollout.max_tokens,
-                      constrained=cfg.rollout.constrained, budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
+    loop = rollout_loop_config(cfg, temperature)
     try:
         groups = collect_rollouts(tasks, engine, runtime, loop, rollouts_per_task=1, seed=cfg.run.seed,
                                   step=EVAL_STEP, price_model=cfg.model.price_model,
