@@ -455,9 +455,9 @@ def micro_logprobs(model, micro: list[list[TurnSample]], pad_id: int, temperatur
 
 
 def run_ppo_epochs(model, micro: list[list[list[TurnSample]]], tokens: Sequence[int], loss_fn: PPOClipLoss, *,
-               backward: Callable[[torch.Tensor], None], step: Callable[[], float], pad_id: int, device,
-               temperature: float, epochs: int = 1, ref_lp=None, old_lp=None, old_logprobs: str = "recompute",
-               seed: int = 0, filler: Sequence[Sequence[bool]] | None = None):
+                   backward: Callable[[torch.Tensor], None], step: Callable[[], float], pad_id: int, device,
+                   temperature: float, epochs: int = 1, ref_lp=None, old_lp=None, old_logprobs: str = "recompute",
+                   seed: int = 0, filler: Sequence[Sequence[bool]] | None = None):
     """The PPO epochs over prepared micro-batches, shared by `ppo_update` (one process) and
     `training.distributed.update.rank_update` (one DeepSpeed rank).
 
