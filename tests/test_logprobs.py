@@ -85,3 +85,22 @@ def test_check_logprob_path_accepts_plain_heads_and_refuses_scaled_logits(dtype)
     model.__class__ = Scaled
     with pytest.raises(ValueError, match="logits are not lm_head"):
         check_logprob_path(model, vocab, torch.device("cpu"))
+
+
+def test_decoder_layers_are_compiled_on_cuda_except_under_zero3_checkpointing_or_the_switch(monkeypatch):
+    """`compiled_layers` compiles only where it measured faster: not over ZeRO-3's partitioned
+    parameters (marked `ds_id`; recompiled per layer on 2 H200s), not with gradient
+    checkpointing, not on the CPU, not with TOOLORCHESTRA_COMPILE=0."""
+    from test_engines import tiny_model
+
+    from training.logprobs import _compile_enabled
+
+    model, _ = tiny_model(0)
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.delenv("TOOLORCHESTRA_COMPILE", raising=False)
+    assert _compile_enabled(model, cuda) and not _compile_enabled(model, cpu)
+    monkeypatch.setenv("TOOLORCHESTRA_COMPILE", "0")
+    assert not _compile_enabled(model, cuda)
+    monkeypatch.delenv("TOOLORCHESTRA_COMPILE")
+    next(model.parameters()).ds_id = 0                     # what DeepSpeed ZeRO-3 sets on its parameters
+    assert not _compile_enabled(model, cuda)
