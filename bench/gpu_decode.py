@@ -203,20 +203,32 @@ def micro(device, hidden: int = 1024, inter: int = 3072, vocab: int = 151936, ro
     return out
 
 
+def variant_engine(variant: str, model, tokenizer, device, max_batch: int):
+    """The HFEngine a --variants entry names: "loop" | "static" | "static-amp", then optionally
+    ":key=value,..." StaticDecoder options."""
+    from training.engines.hf import HFEngine
+    from training.engines.hf_static import StaticDecoder
+
+    kind, _, opts = variant.partition(":")
+    amp = kind == "static-amp"
+    engine = HFEngine(copy.deepcopy(model).float() if amp else model, tokenizer, device=str(device),
+                      max_batch=max_batch, seed=0, decode="eager" if kind == "loop" else "static",
+                      compute_dtype=torch.bfloat16 if amp else None)
+    if opts:
+        engine._static = StaticDecoder(engine, **{k: (int(v) if v.isdigit() else v)
+                                                  for k, v in (o.split("=") for o in opts.split(","))})
+    return engine
+
+
 def shapes(model, tokenizer, device, args) -> list[dict]:
     """Per variant, prompts of `args.widths` in turn at the first batch size: seconds of the
     first call at each width (compile / capture for a new shape) and of a second one, and the
     GPU memory reserved after it."""
     from orchestrator.engine import SamplingParams
-    from training.engines.hf import HFEngine
-    from training.engines.hf_static import StaticDecoder
 
     out = []
     for variant in args.variants:
-        opts = variant.partition(":")[2]
-        engine = HFEngine(model, tokenizer, device=str(device), max_batch=args.batches[0], seed=0, decode="static")
-        engine._static = StaticDecoder(engine, **{k: (int(v) if v.isdigit() else v)
-                                                  for k, v in (o.split("=") for o in opts.split(",") if o)})
+        engine = variant_engine(variant, model, tokenizer, device, args.batches[0])
         g = torch.Generator().manual_seed(1)
         for width in args.widths:
             prompts = [torch.randint(0, engine.vocab_size - 1, (width,), generator=g).tolist()
@@ -240,7 +252,6 @@ def shapes(model, tokenizer, device, args) -> list[dict]:
 
 
 def main() -> int:
-    from training.engines.hf import HFEngine
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true")
@@ -276,15 +287,7 @@ def main() -> int:
         return 0
     for variant in args.variants:
         kind, _, opts = variant.partition(":")
-        amp = kind == "static-amp"
-        engine = HFEngine(copy.deepcopy(model).float() if amp else model, tokenizer, device=str(device),
-                          max_batch=max(args.batches), seed=0, decode="eager" if kind == "loop" else "static",
-                          compute_dtype=torch.bfloat16 if amp else None)
-        if opts:
-            from training.engines.hf_static import StaticDecoder
-
-            engine._static = StaticDecoder(engine, **{k: (int(v) if v.isdigit() else v)
-                                                      for k, v in (o.split("=") for o in opts.split(","))})
+        engine = variant_engine(variant, model, tokenizer, device, max(args.batches))
         for batch in args.batches if kind != "loop" else args.batches[:1]:
             tokens = args.tokens if kind != "loop" else args.loop_tokens
             try:

@@ -41,8 +41,8 @@ def gap(engine, model, tok, precision, rows: int, tokens: int) -> dict:
     from training.trainer import response_logprobs
 
     prompts = [tok.apply_chat_template([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
-                                       add_generation_prompt=True, tokenize=True) for i in range(rows)]
-    prompts = [list(p["input_ids"]) if isinstance(p, dict) or hasattr(p, "keys") else list(p) for p in prompts]
+                                       add_generation_prompt=True, tokenize=True, return_dict=False)
+               for i in range(rows)]
     gens = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=tokens, seed=0))
     samples = [TurnSample(p, g.token_ids, [1] * len(g.token_ids), None, 0.0, str(i), 0)
                for i, (p, g) in enumerate(zip(prompts, gens)) if g.token_ids]

@@ -271,11 +271,12 @@ class StaticDecoder:
     Where the engine's model holds wider weights than its compute dtype (the trainer's float32
     master weights with `compute_dtype=bfloat16`), decoding runs on a copy of the model in the
     compute dtype with autocast off (extra memory: the weights at that dtype), refreshed from
-    the model at each generation (one cast-copy of the weights, ~12 ms for 8B on an H200), so
-    it always decodes the current weights; a model whose parameter objects changed (replaced,
-    loaded with assign=True) gets a new copy.  Decoding the float32 model under autocast
-    instead would re-cast every weight at every step (~3x the bytes read of a bandwidth-bound
-    step) and leaves K (rotary in float32) and V (bfloat16) in different dtypes for the cache.
+    the model at each generation (one cast-copy of the weights per call, inside the measured
+    `static-amp` rate of docs/benchmarks.md), so it always decodes the current weights; a model
+    whose parameter objects changed (replaced, loaded with assign=True) gets a new copy.
+    Decoding the float32 model under autocast instead would cast every weight at every step
+    (read 4 bytes, write and read 2, per weight, where a bf16 step reads 2) and leaves K
+    (rotary in float32) and V (bfloat16) in different dtypes for the cache.
     Numerics: the copy is a plain bfloat16 model (bf16 residual stream), as a vLLM engine is;
     the trainer's forward under autocast keeps float32 residuals, so its log-probs differ
     from the engine's: 0.044 per token on average for SmolLM2 (0.029 for the step-by-step
