@@ -3,7 +3,8 @@
 `run_python` writes the code (and any extra files) into a fresh scratch directory, starts
 it under the strongest isolation level that works here (see isolation.py), enforces the
 wall-clock timeout, caps captured output, kills everything the code started, and deletes
-the scratch directory. The price of a run is `Catalog.code_cost(result.duration_s)`.
+the scratch directory (cleanup.py; a folder that cannot be deleted is a warning in the
+result, never an exception). The price of a run is `Catalog.code_cost(result.duration_s)`.
 """
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import math
 import os
 import select
 import selectors
-import shutil
 import signal
 import stat
 import subprocess
@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
+from orchestrator.sandbox.cleanup import remove_tree
 from orchestrator.sandbox.isolation import (
     Limits,
     Plan,
@@ -117,17 +118,6 @@ def _check_reachable(folder: Path, user: str) -> None:
                              "(mode lacks o+x); pick a scratch_root under a world-searchable folder")
 
 
-def _remove_tree(path: Path) -> None:
-    """rmtree that also clears permission bits the code may have removed (chmod 000 dirs)."""
-    def retry(func, target, _exc):
-        parent = os.path.dirname(target)
-        os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
-        if os.path.isdir(target) and not os.path.islink(target):
-            os.chmod(target, stat.S_IRWXU)
-        func(target)
-    shutil.rmtree(path, onerror=retry)
-
-
 def _environment(plan: Plan, scratch: Path, python: str) -> dict[str, str]:
     """An allow-list: nothing from the caller's environment except locale-neutral basics."""
     home = plan.workdir or str(scratch)
@@ -207,8 +197,12 @@ def _signal_group(pgid: int) -> None:
 def _execute(plan: Plan, scratch: Path, env: dict[str, str], timeout: float, max_output_bytes: int) -> SandboxResult:
     user = popen_user_kwargs(plan)
     start = time.monotonic()
-    proc = subprocess.Popen(plan.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=scratch, env=env, start_new_session=True, **user)
+    try:
+        proc = subprocess.Popen(plan.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=scratch, env=env, start_new_session=True,
+                                pass_fds=plan.pass_fds, **user)
+    finally:
+        plan.close_fds()
     out, err = _CappedBuffer(max_output_bytes), _CappedBuffer(max_output_bytes)
     streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
     with selectors.DefaultSelector() as sel:
@@ -236,14 +230,15 @@ def _execute(plan: Plan, scratch: Path, env: dict[str, str], timeout: float, max
 
 
 def run_python(code: str, *, timeout: float = 60.0, memory_mb: int = 2048, cpu_seconds: int | None = None,
-               max_processes: int = 32, max_file_mb: int = 64, files: dict[str, str] | None = None,
-               max_output_bytes: int = 1_000_000, isolation: str = "auto", python: str | None = None,
-               scratch_root: str | None = None) -> SandboxResult:
+               max_processes: int = 32, max_file_mb: int = 64, max_open_files: int = 128,
+               files: dict[str, str] | None = None, max_output_bytes: int = 1_000_000, isolation: str = "auto",
+               python: str | None = None, scratch_root: str | None = None) -> SandboxResult:
     """Run `code` as main.py in a fresh private scratch dir under the sandbox.
 
-    timeout: wall seconds before everything is killed. memory_mb: address-space cap (MiB).
-    cpu_seconds: CPU seconds per process (default: the timeout rounded up, plus one).
-    max_processes: processes+threads the sandbox user may have. max_file_mb: largest file (MiB).
+    timeout: wall seconds before everything is killed. memory_mb: address-space cap per process
+    (MiB), and the whole run's memory where a cgroup is used. cpu_seconds: CPU seconds per
+    process (default: the timeout rounded up, plus one). max_processes: processes+threads of
+    the run. max_file_mb: largest file (MiB). max_open_files: descriptors per process.
     files: extra text files {relative path: content} placed next to main.py.
     max_output_bytes: bytes kept per stream (head and tail halves); the rest is dropped.
     isolation: "auto" (strongest that works), "bwrap", "unshare" or "rlimits".
@@ -252,17 +247,28 @@ def run_python(code: str, *, timeout: float = 60.0, memory_mb: int = 2048, cpu_s
     """
     cpu = cpu_seconds if cpu_seconds is not None else math.ceil(timeout) + 1
     _check_args(code, timeout, {"memory_mb": memory_mb, "cpu_seconds": cpu, "max_processes": max_processes,
-                                "max_file_mb": max_file_mb, "max_output_bytes": max_output_bytes}, files)
+                                "max_file_mb": max_file_mb, "max_open_files": max_open_files,
+                                "max_output_bytes": max_output_bytes}, files)
     interp = interpreter(python or sys.executable)
     level = choose_level(isolation, interp.path)
-    limits = Limits(cpu_seconds=cpu, memory_mb=memory_mb, max_processes=max_processes, max_file_mb=max_file_mb)
+    limits = Limits(cpu_seconds=cpu, memory_mb=memory_mb, max_processes=max_processes, max_file_mb=max_file_mb,
+                    max_open_files=max_open_files)
     scratch = Path(tempfile.mkdtemp(prefix="sandbox-", dir=scratch_root))
+    plan = None
+    problems: list[str] = []
     try:
         plan = plan_for(level, interp, str(scratch), limits)
         plan.argv += ["-s", MAIN_FILE]
         if plan.popen_user:
             _check_reachable(scratch.parent, plan.runs_as)
         _write_scratch(scratch, code, files, plan.chown_to)
-        return _execute(plan, scratch, _environment(plan, scratch, interp.path), float(timeout), max_output_bytes)
+        result = _execute(plan, scratch, _environment(plan, scratch, interp.path), float(timeout), max_output_bytes)
     finally:
-        _remove_tree(scratch)
+        # Never raises: what cannot be cleaned up becomes a warning of the result.
+        why = remove_tree(scratch)
+        if why:
+            problems.append(why)
+        if plan is not None:
+            problems += plan.release()
+    result.warnings += problems
+    return result
