@@ -386,3 +386,188 @@ def test_non_root_caller_gets_namespaces(host_listener):
         # Inside a fresh pid namespace only a handful of processes exist.
         assert runs_as == "nobody" and exit_code == 0 and int(lines[-1]) < 5, (level, lines)
         assert lines[0] in ("ConnectionRefusedError", "OSError"), (level, lines)
+
+
+# ---------------------------------------------------------------------------- hostile code (issue 15)
+def _bwrap_run():
+    """run(code, **kw) at the bwrap level, skipping when bubblewrap cannot run here."""
+    why = probe("bwrap", sys.executable)
+    if why is not None:
+        pytest.skip(f"isolation bwrap unavailable here: {why}")
+
+    def _run(code: str, **kw):
+        kw.setdefault("timeout", 10)
+        return run_python(code, isolation="bwrap", **kw)
+    return _run
+
+
+def test_bwrap_runs_the_environment_interpreter_with_its_packages():
+    # The venv's own prefix and site-packages, not the system python: experts write numpy code.
+    result = _bwrap_run()("import sys, numpy\nprint(sys.prefix)\nprint(int(numpy.arange(5).sum()))")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == [sys.prefix, "10"]
+
+
+def test_bwrap_denies_memfd_so_memory_cannot_hide_outside_the_limits():
+    code = ("import errno, os\n"
+            "try:\n"
+            "    fd = os.memfd_create('hold')\n"
+            "    for _ in range(64):\n"
+            "        os.write(fd, b'x' * 1024 * 1024)\n"
+            "    print('held 64 MiB')\n"
+            "except OSError as exc:\n"
+            "    print(errno.errorcode[exc.errno])\n")
+    result = _bwrap_run()(code)
+    assert result.stdout == "EPERM\n", result.stdout + result.stderr
+
+
+def test_open_files_are_capped_so_socket_buffers_stay_bounded():
+    # Each unread socketpair can hold ~200 KiB of kernel memory; the descriptor limit caps how many.
+    code = ("import errno, socket\n"
+            "pairs = []\n"
+            "try:\n"
+            "    while len(pairs) < 3000:\n"
+            "        pairs.append(socket.socketpair())\n"
+            "    print(len(pairs), 'none')\n"
+            "except OSError as exc:\n"
+            "    print(len(pairs), errno.errorcode[exc.errno])\n")
+    result = _bwrap_run()(code, max_open_files=64)
+    count, why = result.stdout.split()
+    assert why == "EMFILE" and int(count) < 32, result.stdout + result.stderr
+
+
+_NAMESPACE_ESCAPE = """
+import ctypes, errno, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
+if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+    print('unshare', errno.errorcode[ctypes.get_errno()])
+else:
+    print('unshare ok')
+tool = subprocess.run(['unshare', '--user', '--map-root-user', '--mount', 'sh', '-c',
+                       'mount -t tmpfs none /tmp && echo mounted'], capture_output=True, text=True)
+print('tool', tool.returncode != 0, 'mounted' in tool.stdout)
+"""
+
+
+def test_bwrap_denies_nested_namespaces_so_no_uncapped_tmpfs_can_be_mounted():
+    result = _bwrap_run()(_NAMESPACE_ESCAPE)
+    assert result.stdout.splitlines() == ["unshare EPERM", "tool True False"], result.stdout + result.stderr
+
+
+def _key_syscalls() -> tuple[int, int, int]:
+    import platform
+    numbers = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}.get(platform.machine())
+    if numbers is None:
+        pytest.skip(f"keyring syscall numbers not listed for {platform.machine()}")
+    return numbers
+
+
+_KEYRING_PROBE = """
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ADD_KEY, REQUEST_KEY, KEYCTL = {numbers}
+KEYCTL_SEARCH, KEYCTL_READ = 10, 11
+out = []
+for ring in (-3, -4):   # the session keyring the caller gave us, our uid's user keyring
+    key = libc.syscall(KEYCTL, KEYCTL_SEARCH, ring, b'user', {desc!r}, 0)
+    if key < 0:
+        out.append('search ' + errno.errorcode[ctypes.get_errno()])
+        continue
+    buf = ctypes.create_string_buffer(256)
+    n = libc.syscall(KEYCTL, KEYCTL_READ, key, buf, 256)
+    out.append('read ' + buf.raw[:max(n, 0)].decode(errors='replace'))
+data = b'left-by-run'
+added = libc.syscall(ADD_KEY, b'user', {desc!r} + b'-run', data, len(data), -4)
+out.append('add ' + ('ok' if added >= 0 else errno.errorcode[ctypes.get_errno()]))
+print(' | '.join(out))
+"""
+
+
+def test_bwrap_code_reaches_no_kernel_keyring():
+    add_key, _, keyctl = _key_syscalls()
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    desc = f"sbx-secret-{uuid.uuid4().hex}".encode()
+    secret = b"caller-secret"
+    key = libc.syscall(add_key, b"user", desc, secret, len(secret), -3)   # our session keyring
+    if key < 0:
+        pytest.skip(f"this process cannot use its session keyring (errno {ctypes.get_errno()})")
+    try:
+        run = _bwrap_run()
+        code = _KEYRING_PROBE.format(numbers=_key_syscalls(), desc=desc)
+        first, second = run(code), run(code)
+    finally:
+        libc.syscall(keyctl, 3, key)    # KEYCTL_REVOKE
+    for result in (first, second):
+        assert result.stdout.strip() == "search EPERM | search EPERM | add EPERM", result.stdout + result.stderr
+        assert "caller-secret" not in result.stdout
+
+
+@pytest.mark.parametrize("level", _level_params())
+def test_deep_read_only_tree_is_cleaned_up_with_a_result(run, level, scratch_root):
+    code = ("import os\n"
+            "os.chdir('.')\n"
+            "for _ in range(3000):\n"
+            "    os.mkdir('d')\n"
+            "    os.chdir('d')\n"
+            "open('ro.txt', 'w').write('x')\n"
+            "os.chmod('ro.txt', 0o444)\n"
+            "os.chdir('..')\n"
+            "os.chmod('d', 0o500)\n"
+            "print('deep')\n")
+    result = run(code, timeout=30, scratch_root=str(scratch_root))
+    assert result.stdout == "deep\n", result.stderr
+    assert not any("not be removed" in w for w in result.warnings), result.warnings
+    assert list(scratch_root.iterdir()) == []
+
+
+def test_cleanup_failure_is_a_warning_not_an_exception(monkeypatch):
+    from orchestrator.sandbox.cleanup import remove_tree
+
+    def fails(path):
+        remove_tree(path)   # (really removed, so the test leaves nothing behind)
+        return f"scratch dir {path} stuck"
+    monkeypatch.setattr("orchestrator.sandbox.runner.remove_tree", fails)
+    result = run_python("print('ran')", timeout=10)
+    assert result.stdout == "ran\n" and any(w.endswith("stuck") for w in result.warnings)
+
+
+def test_missing_seccomp_is_reported_in_warnings(monkeypatch):
+    from orchestrator.sandbox import isolation
+    from orchestrator.sandbox.seccomp_filter import SeccompUnavailable
+
+    _bwrap_run()
+
+    def unavailable():
+        raise SeccompUnavailable("no seccomp filter: pyseccomp missing")
+    monkeypatch.setattr(isolation, "bpf_fd", unavailable)
+    result = run_python("print(1)", isolation="bwrap", timeout=10)
+    assert result.stdout == "1\n" and any("memfd" in w and "pyseccomp" in w for w in result.warnings)
+
+
+def test_concurrent_runs_beside_a_fork_bomb_all_succeed():
+    """64 runs at once, one of them a fork bomb: each run's process budget is its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    run = _bwrap_run()
+    bomb = ("import os, time\n"
+            "while True:\n"
+            "    try:\n"
+            "        os.fork()\n"
+            "    except OSError:\n"
+            "        time.sleep(30)\n")
+    codes = [bomb] + [f"import os\nprint({i} * 2, os.getuid())" for i in range(1, 64)]
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        results = list(pool.map(lambda code: run(code, timeout=20 if code != bomb else 4), codes))
+    assert results[0].timed_out
+    uids = set()
+    for i, result in enumerate(results[1:], start=1):
+        assert (result.exit_code, result.timed_out) == (0, False), (i, result.stderr)
+        doubled, uid = result.stdout.split()
+        assert int(doubled) == 2 * i
+        uids.add(uid)
+    if os.geteuid() == 0:
+        assert len(uids) == 63   # one uid per concurrent run
