@@ -1,4 +1,5 @@
-"""A sandbox for model-written Python: rlimits, namespaces (bubblewrap or unshare), a wall-clock
+"""A sandbox for model-written Python: rlimits, namespaces (bubblewrap or unshare), a seccomp
+filter, a host uid of its own per run, a cgroup v2 per run where delegated, a wall-clock
 timeout, a private scratch dir, an allow-listed environment, and a kill of everything it started.
 
     from orchestrator.sandbox import run_python

@@ -1,6 +1,6 @@
 """CLI: run one Python file in the sandbox and print one JSON object.
 
-    python -m orchestrator.sandbox FILE.py [--timeout SECONDS] [--memory-mb MIB] [--isolation LEVEL]
+    python -m orchestrator.sandbox FILE.py [--timeout SECONDS] [--memory-mb MIB] [--max-open-files N] [--isolation LEVEL]
     python -m orchestrator.sandbox --levels      # list the isolation levels that work here
 
 Exit status 0 when the file ran (whatever its own exit code, which is in the JSON);
@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-seconds", type=_positive_int, default=None, help="CPU seconds per process")
     p.add_argument("--max-processes", type=_positive_int, default=32, help="processes + threads")
     p.add_argument("--max-file-mb", type=_positive_int, default=64, help="largest file written, MiB")
+    p.add_argument("--max-open-files", type=_positive_int, default=128, help="file descriptors per process")
     p.add_argument("--isolation", choices=("auto", *LEVELS), default="auto")
     p.add_argument("--levels", action="store_true", help="print the working isolation levels and exit")
     return p
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_python(code, timeout=args.timeout, memory_mb=args.memory_mb, cpu_seconds=args.cpu_seconds,
                             max_processes=args.max_processes, max_file_mb=args.max_file_mb,
-                            isolation=args.isolation)
+                            max_open_files=args.max_open_files, isolation=args.isolation)
     except SandboxUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
