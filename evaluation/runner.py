@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Protocol
 from tqdm import tqdm
 
 from evaluation.loaders import jsonl_rows
+from orchestrator.fail_closed import FailClosed, Watch, record_calls
 
 RESULTS_NAME = "results.jsonl"
 
@@ -192,11 +193,14 @@ def run_tasks(tasks: list, solve: Callable[[Any], dict], results: ResultsFile,
     """Run `solve` on every task not yet in `results`, `concurrency` at a time.
 
     At most `concurrency` tasks are submitted ahead of the writer, so memory and open
-    sockets stay bounded however long the task list is.
+    sockets stay bounded however long the task list is. When every call of the last
+    `concurrency` tasks failed for one configuration reason (orchestrator/fail_closed.py),
+    the run stops with RunError naming it; finished records stay on disk.
     """
     if concurrency < 1:
         raise ValueError(f"--concurrency must be >= 1, got {concurrency}")
     todo = [t for t in tasks if t.id not in results.done]
+    watch = Watch(window=max(1, min(concurrency, len(todo))))
     stats = RunStats(submitted=len(todo), skipped_done=len(tasks) - len(todo))
     start = time.perf_counter()
     bar = tqdm(total=len(todo), desc=desc, unit="task", disable=not progress, dynamic_ncols=True)
@@ -216,6 +220,10 @@ def run_tasks(tasks: list, solve: Callable[[Any], dict], results: ResultsFile,
             for fut in finished:
                 record = fut.result()
                 results.append(record)
+                try:
+                    watch.add(record_calls(record))
+                except FailClosed as exc:
+                    raise RunError(str(exc)) from None
                 if record["status"] == "error":
                     stats.errors += 1
                 else:

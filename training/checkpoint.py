@@ -130,6 +130,36 @@ def save_checkpoint(root: str | Path, step: int, model, tokenizer, state: dict[s
     return final
 
 
+_TEMP_RE = re.compile(r"^\.step-\d+\.tmp-(\d+)$")
+
+
+def remove_stale_temps(root: str | Path) -> list[Path]:
+    """Delete `.step-*.tmp-<pid>` folders a killed save left under `root`; return them.
+
+    Called once at start-up, before this run saves anything. A folder whose pid is a live
+    process on this host is kept (another trainer may be writing it into the same folder)."""
+    removed = []
+    for path in sorted(Path(root).glob(".step-*.tmp-*")) if Path(root).is_dir() else []:
+        match = _TEMP_RE.match(path.name)
+        if match is None or not path.is_dir():
+            continue
+        if _pid_alive(int(match.group(1))):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # exists, owned by someone else
+        return True
+    return True
+
+
 def _prune(root: Path, keep: int) -> None:
     for path in list_checkpoints(root)[:-keep] if keep > 0 else []:
         shutil.rmtree(path, ignore_errors=True)

@@ -39,6 +39,7 @@ import torch  # noqa: E402
 
 from orchestrator.catalog import load_catalog  # noqa: E402
 from orchestrator.context import Budgets, Prompts  # noqa: E402
+from orchestrator.fail_closed import FailClosed, check_step  # noqa: E402
 from orchestrator.loop import LoopConfig, Task  # noqa: E402
 from orchestrator.records import Rollout  # noqa: E402
 from orchestrator.runtime import ToolRuntime  # noqa: E402
@@ -48,6 +49,7 @@ from training.engines.common import eos_token_ids  # noqa: E402
 from training.logging import MetricsLogger  # noqa: E402
 from training.losses import PPOClipLoss  # noqa: E402
 from training.precision import Precision  # noqa: E402
+from training.preflight import check_device  # noqa: E402
 from training.samples import build_turn_samples  # noqa: E402
 from training.trainer import (MemoizedLLM, Preempted, TaskSampler, check_logprob_path, collect_rollouts,  # noqa: E402
                               load_tasks, make_judge, mask_forced_tokens, ppo_update, rollout_metrics,
@@ -307,6 +309,7 @@ def train_loop(s: Session) -> dict[str, Any]:
                 s.save(step, position)
                 s.logger.close()
                 os._exit(ckpt.PREEMPTED_EXIT_CODE)   # abandon the running episodes' threads
+            check_step(groups, step + 1)   # fail closed: every call failed for one configuration reason
             rollout_time = time.monotonic() - started
             metrics = train_step(s, step, batch, groups)   # 2-6
             metrics.update({"time/rollout": rollout_time, "time/step": time.monotonic() - started})
@@ -327,9 +330,13 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
     config's tools and judge (tests and custom environments).  The policy learns in this
     process (`distributed.backend: none`) or on Ray actors (`ray`, docs/cluster.md);
     `make_learner(cfg, checkpoint, state, total_steps)` overrides that choice."""
+    if cfg.distributed.backend != "ray":   # (Ray places the policy on its workers' devices)
+        check_device(cfg.run.device)
     run_dir = Path(cfg.run.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
+    for stale in ckpt.remove_stale_temps(run_dir / "checkpoints"):
+        print(f"removed {stale}: the temporary folder of a save that was killed", file=sys.stderr)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     # the schedule counts training steps, also those whose batch was filtered empty
@@ -379,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         run(cfg)
-    except (ConfigError, ckpt.CheckpointError, FileNotFoundError, ValueError) as exc:
+    except (ConfigError, ckpt.CheckpointError, FileNotFoundError, ValueError, FailClosed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

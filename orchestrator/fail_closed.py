@@ -1,0 +1,100 @@
+"""Stop a run whose every call fails for the same configuration reason.
+
+A model registry with an invalid backend makes every expert call record
+`GatewayConfigError: ...` in its turn; the episode goes on, the step learns from nothing
+(`train/samples 0.0`), and a training run used to reach its end and exit 0. A configuration
+error does not heal by retrying, so when every call of a unit of work (a training step; a
+window of evaluation tasks) failed with a configuration error of one reason, the run stops
+with that reason and a non-zero exit.
+
+A "call" is what the orchestrator asked a tool or the policy to do: one entry per expert
+call (None when it succeeded, else its error text "Type: message"), plus one for a policy
+failure that ended an episode. Transient failures (timeouts, 5xx) are not configuration
+errors and never stop a run here.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable
+
+from orchestrator.records import Rollout
+
+# Error types whose cause is the run's configuration (a wrong file, name, backend or key),
+# not the weather: retrying the same call cannot succeed.
+CONFIG_ERRORS = ("GatewayConfigError", "UnknownModelError", "ConfigError", "CatalogError",
+                 "SandboxUnavailable", "PromptError")
+
+
+class FailClosed(RuntimeError):
+    """Every call of a unit of work failed for one configuration reason (the message)."""
+
+
+def config_reason(error: str | None) -> str | None:
+    """The configuration error inside `error` ("...GatewayConfigError: models.yaml: ..."), else None."""
+    if not error:
+        return None
+    found = [(error.find(f"{name}: "), name) for name in CONFIG_ERRORS if f"{name}: " in error]
+    if not found:
+        return None
+    start = min(found)[0]
+    reason = error[start:].strip()
+    if reason.endswith(" turns)") and " (after " in reason:   # evaluation's "(after N turns)" suffix
+        reason = reason[:reason.rfind(" (after ")]
+    return reason
+
+
+def shared_config_reason(calls: Iterable[str | None]) -> str | None:
+    """The reason when there was at least one call and every call failed with a configuration
+    error of that one reason; else None (a success, a transient error, or two reasons)."""
+    reasons = Counter()
+    for error in calls:
+        reason = config_reason(error)
+        if reason is None:
+            return None
+        reasons[reason] += 1
+    return next(iter(reasons)) if len(reasons) == 1 else None
+
+
+def rollout_calls(rollouts: Iterable[Rollout]) -> list[str | None]:
+    """One entry per expert call of the rollouts, plus one per episode the policy's failure ended."""
+    calls: list[str | None] = []
+    for rollout in rollouts:
+        calls += [turn.expert.error for turn in rollout.turns if turn.expert is not None]
+        if rollout.stop_reason.startswith("error"):
+            calls.append(rollout.stop_reason)
+    return calls
+
+
+def check_step(groups: list[list[Rollout]], step: int) -> None:
+    """Training: raise FailClosed when every call of this step failed for one configuration reason."""
+    reason = shared_config_reason(rollout_calls(r for group in groups for r in group))
+    if reason is not None:
+        raise FailClosed(f"step {step}: every call failed with the same configuration error, stopping: {reason}")
+
+
+def record_calls(record: dict[str, Any]) -> list[str | None]:
+    """Evaluation: the calls of one results.jsonl record (an error record is one failed call)."""
+    if record.get("status") == "error":
+        return [record.get("error") or "error"]
+    return [turn.get("error") for turn in record.get("turns") or [] if turn.get("model") is not None]
+
+
+class Watch:
+    """Evaluation: the last `window` tasks' calls; `add` raises FailClosed when all of them failed
+    for one configuration reason (tasks that made no call do not count)."""
+
+    def __init__(self, window: int):
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self.window = window
+        self._recent: list[list[str | None]] = []
+
+    def add(self, calls: list[str | None]) -> None:
+        if not calls:
+            return
+        self._recent = (self._recent + [calls])[-self.window:]
+        if len(self._recent) == self.window:
+            reason = shared_config_reason(c for task in self._recent for c in task)
+            if reason is not None:
+                raise FailClosed(f"the last {self.window} tasks: every call failed with the same "
+                                 f"configuration error, stopping: {reason}")

@@ -1,0 +1,148 @@
+"""Runs that fail closed (issue 15): a configuration error shared by every call stops the
+run with that reason and a non-zero exit; an impossible device fails before start-up with
+one line; stale checkpoint temp folders are removed at start."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from orchestrator.fail_closed import FailClosed, Watch, config_reason, shared_config_reason
+
+REPO = Path(__file__).resolve().parents[1]
+BAD = "GatewayConfigError: models.yaml: models.gpt-5.backend: Input should be 'openai', 'azure'"
+
+
+def test_shared_config_reason_needs_every_call_failed_for_one_configuration_reason():
+    assert shared_config_reason([BAD, BAD, BAD]) == BAD
+    assert shared_config_reason([BAD, None, BAD]) is None                      # one call succeeded
+    assert shared_config_reason([BAD, "LLMCallError: gpt-5 timed out"]) is None  # transient, not config
+    assert shared_config_reason([BAD, "UnknownModelError: 'x' not in models.yaml"]) is None  # two reasons
+    assert shared_config_reason([]) is None                                    # no call at all
+    # the reason is found inside wrappers: a policy failure, an evaluation error record
+    wrapped = f"RuntimeError: error: policy: {BAD} (after 0 turns)"
+    assert config_reason(wrapped) == BAD and config_reason("error: policy: " + BAD) == BAD
+
+
+def test_evaluation_watch_stops_after_a_window_of_config_failures_only():
+    watch = Watch(window=3)
+    watch.add([BAD])
+    watch.add([])              # a task that made no call does not count
+    watch.add([BAD, BAD])
+    with pytest.raises(FailClosed, match="last 3 tasks.*GatewayConfigError"):
+        watch.add([BAD])
+    mixed = Watch(window=2)
+    for calls in ([BAD], [None], [BAD]):
+        mixed.add(calls)       # a success inside the window keeps the run going
+
+
+def test_evaluation_run_stops_with_the_reason(tmp_path):
+    from evaluation.runner import ResultsFile, RunError, run_tasks
+
+    @dataclass
+    class T:
+        id: str
+
+    def solve(task):
+        raise RuntimeError(f"error: policy: {BAD} (after 0 turns)")
+
+    with ResultsFile(tmp_path / "r.jsonl") as results:
+        with pytest.raises(RunError, match="every call failed with the same configuration error.*backend"):
+            run_tasks([T(f"t{i}") for i in range(50)], solve, results, concurrency=4, progress=False)
+    written = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert 4 <= len(written) < 50      # stopped after the first window, not at the end
+
+
+def _bad_registry(tmp_path: Path) -> Path:
+    path = tmp_path / "models.yaml"
+    names = ("gpt-5", "Qwen3-32B", "Qwen2.5-Coder-32B-Instruct")
+    path.write_text("models:\n" + "".join(f"  {n}: {{backend: telepathy, model: {n}}}\n" for n in names))
+    return path
+
+
+def test_training_with_an_invalid_backend_stops_at_step_1_with_exit_1(tmp_path, train_world, monkeypatch, capsys):
+    from _train_world import overrides
+    from training.logging import read_metrics
+    from training.train import main
+
+    policy, tasks = train_world
+    monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(_bad_registry(tmp_path)))
+    config = tmp_path / "c.yaml"
+    config.write_text("{}\n")
+    code = main(["--config", str(config), *overrides(tmp_path, policy, tasks, **{"trainer.total_steps": 3})])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-1].startswith("error: step 1: every call failed with the same configuration error")
+    assert "telepathy" in err[-1] or "backend" in err[-1]
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    assert not metrics.exists() or read_metrics(metrics) == []
+
+
+def test_cuda_on_a_machine_without_it_fails_before_start_up_with_one_line(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    config = tmp_path / "c.yaml"
+    config.write_text("{}\n")
+    done = subprocess.run([sys.executable, "training/train.py", "--config", str(config), "run.device=cuda",
+                           f"run.dir={tmp_path / 'run'}", f"model.path={tmp_path / 'absent'}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: run.device=cuda: this machine has no usable CUDA GPU")
+    assert not (tmp_path / "run").exists()   # before start-up: nothing written
+
+
+def test_check_device_names_the_key_and_the_count(monkeypatch):
+    import torch
+
+    from training.config import ConfigError
+    from training.preflight import check_device
+
+    check_device("cpu")
+    with pytest.raises(ConfigError, match="run.device: 'gpu0' is not a device"):
+        check_device("gpu0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    check_device("cuda:1")
+    with pytest.raises(ConfigError, match=r"run.device=cuda:2: this machine has 2 CUDA GPU\(s\), cuda:0..cuda:1"):
+        check_device("cuda:2")
+
+
+def test_stale_checkpoint_temp_folders_are_removed_live_ones_kept(tmp_path):
+    from training.checkpoint import remove_stale_temps
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    root = tmp_path / "checkpoints"
+    stale = root / f".step-00000003.tmp-{dead.pid}"
+    (stale / "model").mkdir(parents=True)
+    (stale / "model" / "weights.bin").write_bytes(b"x" * 10)
+    live = root / f".step-00000004.tmp-{os.getpid()}"
+    live.mkdir()
+    kept = root / "step-00000002"
+    kept.mkdir()
+    assert remove_stale_temps(root) == [stale]
+    assert not stale.exists() and live.exists() and kept.exists()
+    assert remove_stale_temps(tmp_path / "absent") == []
+
+
+def test_training_start_removes_a_killed_saves_temp_folder(tmp_path, train_world, capsys):
+    from _train_world import fake_runtime, overrides
+    from training.config import load_config
+    from training.train import run
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / "run" / "checkpoints" / f".step-00000001.tmp-{dead.pid}"
+    stale.mkdir(parents=True)
+    policy, tasks = train_world
+    run(load_config(None, overrides(tmp_path, policy, tasks, **{"trainer.total_steps": 1})), runtime=fake_runtime())
+    assert not stale.exists() and f"removed {stale}" in capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "checkpoints" / "step-00000001" / "manifest.json").read_text())["step"] == 1

@@ -1,0 +1,30 @@
+"""Checks that fail a training run before start-up, with one line, when the machine cannot
+do what the config asks (instead of a long traceback minutes later)."""
+from __future__ import annotations
+
+from training.config import ConfigError
+
+
+def check_device(device: str, key: str = "run.device") -> None:
+    """Raise ConfigError naming `key` when `device` is not usable on this machine."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{key}: {device!r} is not a device ({exc}); use cpu, cuda or cuda:N") from None
+    if dev.type == "cpu":
+        return
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+            raise ConfigError(f"{key}={device}: this machine has no usable CUDA GPU (torch {torch.__version__}, "
+                              f"{build}); use {key}=cpu or run on a GPU node")
+        if dev.index is not None and dev.index >= count:
+            raise ConfigError(f"{key}={device}: this machine has {count} CUDA GPU(s), cuda:0..cuda:{count - 1}")
+        return
+    backend = getattr(torch, dev.type, None) or getattr(torch.backends, dev.type, None)
+    available = getattr(backend, "is_available", None)
+    if available is None or not available():
+        raise ConfigError(f"{key}={device}: no {dev.type} device on this machine; use {key}=cpu")
