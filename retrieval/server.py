@@ -12,8 +12,9 @@ GET /health; GET /openapi.json and /docs as FastAPI serves them.
 
 Concurrent requests are micro-batched (one encoder call, one index search per batch) by
 worker threads (one per core on CPU, one on GPU); index access is serialised. Limits
-answer 422 naming the field; too large a body 413; a full queue or a request slower than
---request-timeout 503, so a client never waits forever.
+answer 422 naming the field, as does a body that is not JSON; too large a body 413 (declared
+or chunked); a body not received within --body-timeout 408 (the connection is closed); a
+full queue or a request slower than --request-timeout 503, so a client never waits forever.
 """
 # No `from __future__ import annotations`: FastAPI must see the real request model class.
 import argparse
@@ -28,9 +29,11 @@ from typing import Annotated
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from starlette.exceptions import HTTPException
 
 from retrieval.batcher import Overloaded
 from retrieval.searcher import Query, QueryError
@@ -46,6 +49,7 @@ class Limits:
     max_topk: int = 100
     max_body_bytes: int = 1 << 20   # 1 MiB of JSON
     request_timeout_s: float = 60.0
+    body_timeout_s: float = 10.0    # the whole body must arrive within this (slow or half-sent requests)
 
 
 def request_model(limits: Limits) -> type[BaseModel]:
@@ -79,7 +83,7 @@ def create_app(service: RetrievalService, limits: Limits = Limits(), default_min
         service.close()
 
     app = FastAPI(title="ToolOrchestra retrieval", version="1", lifespan=lifespan)
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError):
@@ -89,6 +93,15 @@ def create_app(service: RetrievalService, limits: Limits = Limits(), default_min
         field = "body" if first.get("type") == "json_invalid" else ".".join(str(p) for p in first["loc"][1:]) or "body"
         return JSONResponse(status_code=422, content={
             "error": f"{field}: {first['msg']}", "detail": _jsonable(errors)})
+
+    @app.exception_handler(HTTPException)
+    async def _unparsable(_request: Request, exc: HTTPException):
+        # FastAPI answers 400 to a body its JSON decoder cannot even read (e.g. not UTF-8);
+        # the contract (docs/retrieval.md) is 422 for every body that is not valid JSON.
+        if exc.status_code == 400:
+            return JSONResponse(status_code=422, content={"error": f"body: not valid JSON ({exc.detail})", "detail": [
+                {"loc": ["body"], "msg": str(exc.detail), "type": "json_invalid"}]})
+        return await http_exception_handler(_request, exc)
 
     @app.get("/health")
     def health() -> dict:
@@ -131,39 +144,51 @@ def _jsonable(errors: list[dict]) -> list[dict]:
 
 
 class BodyLimit:
-    """ASGI middleware: answer 413 to bodies over `max_bytes` (declared or streamed)."""
+    """ASGI middleware: the whole request body is read here first, within `timeout_s` and
+    `max_bytes`, then handed to the app. Over `max_bytes` (declared or streamed in chunks)
+    answers 413; not all there within `timeout_s` (a slow or half-sent request) answers 408,
+    after which uvicorn closes the connection, so no client can hold one open by stalling."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, timeout_s: float):
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            return await self._reject(send)
-        seen = 0
-
-        async def limited_receive():
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
+            return await self._reject(send, 413, f"request body over {self.max_bytes} bytes")
+        chunks, seen = [], 0
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
+            except asyncio.TimeoutError:
+                return await self._reject(send, 408, f"request body not received within {self.timeout_s:g} s",
+                                          {"connection": "close"})
+            if message["type"] == "http.disconnect":
+                return None
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
             if seen > self.max_bytes:
-                raise _TooLarge()
-            return message
+                return await self._reject(send, 413, f"request body over {self.max_bytes} bytes")
+            if not message.get("more_body", False):
+                break
+        replayed = False
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge:
-            await self._reject(send)
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()   # after the body: the disconnect, when it comes
 
-    async def _reject(self, send):
-        response = JSONResponse(status_code=413, content={"error": f"request body over {self.max_bytes} bytes"})
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _reject(send, status: int, error: str, headers: dict | None = None):
+        response = JSONResponse(status_code=status, content={"error": error}, headers=headers)
         await response({"type": "http"}, None, send)
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=None,
                    help="batch worker threads (default: 1 on cuda, else one per CPU core)")
     p.add_argument("--request-timeout", type=float, default=60.0, help="seconds before a request answers 503")
+    p.add_argument("--body-timeout", type=float, default=10.0,
+                   help="seconds to receive a request's whole body before answering 408 and closing")
     p.add_argument("--endpoints-file", default=None,
                    help="register this server as 'retrieval' in the endpoints JSON (removed at shutdown)")
     p.add_argument("--advertise-host", default=None, help="host name written to --endpoints-file")
@@ -198,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     port = args.port or _free_port(args.host)
     register, unregister = _registration(args, port)
-    app = create_app(service, Limits(request_timeout_s=args.request_timeout), default_min_score=args.min_score,
+    app = create_app(service, Limits(request_timeout_s=args.request_timeout, body_timeout_s=args.body_timeout), default_min_score=args.min_score,
                      default_min_length=args.min_length, on_startup=register, on_shutdown=unregister)
     import uvicorn
     uvicorn.run(app, host=args.host, port=port, log_level="warning", timeout_keep_alive=30)

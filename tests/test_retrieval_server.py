@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -150,6 +151,20 @@ def test_oversized_body_is_413(client):
     assert r.status_code == 413
 
 
+@pytest.mark.parametrize("raw", [b"{not json", b'{"queries": ["\xff"]}', b'{"queries": ["a"]', b"", b"null"])
+def test_unparsable_json_is_422_on_body_as_documented(client, raw):
+    r = client.post("/retrieve", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"].startswith("body: "), r.text
+
+
+def test_oversized_chunked_body_is_413(client):
+    def chunks():   # no content-length: the server learns the size only while reading
+        for _ in range(40):
+            yield b"a" * 65536
+    r = client.post("/retrieve", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "over 1048576 bytes" in r.json()["error"]
+
+
 # ---- concurrency ----------------------------------------------------------------------
 @contextmanager
 def live(app):
@@ -211,6 +226,39 @@ def test_one_failing_request_does_not_fail_its_batch_mates(searcher):
     finally:
         searcher.search = real
     assert codes[0] == 500 and codes[1:] == [200] * len(QUESTIONS)
+
+
+def _half_sent(port: int) -> socket.socket:
+    """A request whose headers promise 100 body bytes, of which 10 are sent: then silence."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 100\r\n\r\n" + b'{"queries"')
+    return sock
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_half_sent_requests_get_408_and_their_connections_close(searcher):
+    """50 stalled clients: each is answered 408 within the body deadline and disconnected,
+    and a normal client is served meanwhile."""
+    service = RetrievalService(searcher, None)
+    with live(create_app(service, Limits(body_timeout_s=1.0))) as url:
+        port = int(url.rsplit(":", 1)[1])
+        started = time.monotonic()
+        stalled = [_half_sent(port) for _ in range(50)]
+        ok = httpx.post(f"{url}/retrieve", json={"queries": ["city on the Seine"], "topk": 1}, timeout=30)
+        assert ok.status_code == 200
+        answers = [_read_until_closed(sock) for sock in stalled]   # returns once the server closes
+        elapsed = time.monotonic() - started
+        for sock in stalled:
+            sock.close()
+    assert all(a.startswith(b"HTTP/1.1 408 ") and b"not received within 1 s" in a for a in answers), answers[0]
+    assert elapsed < 1.0 + 5.0, elapsed
 
 
 def test_slow_search_times_out_with_503(searcher):
