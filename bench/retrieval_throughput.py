@@ -1,6 +1,6 @@
 """Retrieval speed and quality, side by side in one run; prints markdown tables for docs/benchmarks.md.
 
-    python bench/retrieval_throughput.py [--work /tmp/retrieval-bench] [--sections server,search,real,bm25,nq]
+    python bench/retrieval_throughput.py [--work /tmp/retrieval-bench] [--sections server,slow,search,real,bm25,nq]
 
 Sections:
   threads one-query encoder latency with 1 vs 2 torch threads (why servers default to --threads 1).
@@ -9,6 +9,9 @@ Sections:
           1, 16 and 64 concurrent clients (1 query, top-5), on (a) the shared 1,000-passage corpus
           (the encoder dominates) and (b) 1M placeholder passages with clustered random vectors
           (the flat scan dominates, as on a Wikipedia-scale CPU index).
+  slow    our server with --stalled half-sent requests held open (headers promise a body that never
+          comes) while --clients-slow clients send normal requests: throughput, p99, how many
+          stalled requests were answered 408 and when the last of their connections closed.
   search  FAISS alone on synthetic clustered N x 384 vectors (queries pre-encoded): flat, hnsw and
           ivfpq at default settings: build time, size, single-query p50/p99, batched q/s, recall@10.
   real    recall@10 of hnsw and ivfpq against flat on the real corpus' MiniLM embeddings.
@@ -171,6 +174,52 @@ def bench_server(work: Path, levels: list[int], per_client: int, threads: int, s
     return rows
 
 
+# ---- slow clients: half-sent requests beside normal load -----------------------------------
+def _half_sent(port: int):
+    import socket
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 100\r\n\r\n" + b'{"queries"')
+    return sock
+
+
+def bench_slow(work: Path, stalled: int, clients: int, requests: int, body_timeout: float, threads: int) -> list[dict]:
+    queries = [first_sentence_query(d) for d in random.Random(0).sample(corpus_docs(), 500)]
+    port = 8733
+    url = f"http://127.0.0.1:{port}"
+    proc = start([PY, "-m", "retrieval.server", "--index", str(dense_index(work)), "--threads", str(threads),
+                  "--port", str(port), "--body-timeout", str(body_timeout)], port)
+    rows = []
+    try:
+        asyncio.run(load(url, queries, 4, 16))           # warm-up
+        rows.append({"case": "no stalled clients", "clients": clients, "requests": requests,
+                     **asyncio.run(load(url, queries, clients, requests))})
+        print(rows[-1], flush=True)
+        opened = time.monotonic()
+        socks = [_half_sent(port) for _ in range(stalled)]
+        stats = asyncio.run(load(url, queries, clients, requests))
+        answered, last_closed = 0, 0.0
+        for sock in socks:                               # each returns once the server closed it
+            sock.settimeout(body_timeout + 60)
+            data = b""
+            try:
+                while chunk := sock.recv(65536):
+                    data += chunk
+            except OSError:
+                pass
+            last_closed = max(last_closed, time.monotonic() - opened)
+            answered += data.startswith(b"HTTP/1.1 408 ")
+            sock.close()
+        rows.append({"case": f"{stalled} half-sent requests held open", "clients": clients, "requests": requests,
+                     **stats, "stalled_answered_408": answered, "last_stalled_closed_s": last_closed,
+                     "body_timeout_s": body_timeout})
+        print(rows[-1], flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return rows
+
+
 # ---- FAISS alone: flat / hnsw / ivfpq on synthetic vectors ---------------------------------
 def clustered(n: int, dim: int, seed: int = 0) -> np.ndarray:
     """Unit vectors around n/100 random centres: clustered like text embeddings, unlike iid noise."""
@@ -307,9 +356,12 @@ def table(rows: list[dict], cols: list[str]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", type=Path, default=Path("/tmp/retrieval-bench"))
-    p.add_argument("--sections", default="threads,server,search,real,bm25,nq")
+    p.add_argument("--sections", default="threads,server,slow,search,real,bm25,nq")
     p.add_argument("--clients", default="1,16,64")
     p.add_argument("--requests-per-client", type=int, default=5)
+    p.add_argument("--stalled", type=int, default=500, help="slow section: half-sent requests held open")
+    p.add_argument("--clients-slow", type=int, default=16, help="slow section: normal clients beside them")
+    p.add_argument("--body-timeout", type=float, default=10.0, help="slow section: the server's --body-timeout")
     p.add_argument("--synthetic-n", type=int, default=100_000, help="vectors for the search section")
     p.add_argument("--server-synthetic-n", type=int, default=1_000_000,
                    help="passages of the index-bound server scenario (0: skip it)")
@@ -333,6 +385,11 @@ def main() -> None:
                                          args.requests_per_client, args.threads, args.server_synthetic_n)
         out.append(table(results["server"], ["index", "system", "clients", "requests", "qps", "p50_ms", "p99_ms",
                                              "errors"]))
+    if "slow" in sections:
+        results["slow"] = bench_slow(args.work, args.stalled, args.clients_slow, max(40, args.clients_slow * 5),
+                                     args.body_timeout, args.threads)
+        out.append(table(results["slow"], ["case", "clients", "requests", "qps", "p50_ms", "p99_ms", "errors",
+                                           "stalled_answered_408", "last_stalled_closed_s"]))
     if "search" in sections:
         results["search"] = bench_search(args.work, args.synthetic_n)
         out.append(table(results["search"], ["kind", "n", "build_s", "index_mib", "single_p50_ms", "single_p99_ms",
