@@ -40,7 +40,7 @@ def _sandboxed(level: str, python: str) -> tuple[float, str]:
     elapsed = time.monotonic() - start
     if result.stdout != "1\n":
         raise RuntimeError(f"{level}: unexpected output {result.stdout!r} / {result.stderr!r}")
-    return elapsed, result.runs_as
+    return elapsed, "a uid of its own" if result.runs_as.startswith("uid ") else result.runs_as
 
 
 def measure(repeats: int, python: str) -> list[tuple[str, str, float, float]]:
@@ -77,7 +77,8 @@ def table(rows: list[tuple[str, str, float, float]], repeats: int, command: str)
         lines.append(f"| {label} | {user} | {median:.3f} | {p90:.3f} | {median - base:+.3f} |")
     note = ("The code price is billed on `SandboxResult.duration_s`, which includes this overhead. "
             "\"root\" at the unshare/rlimits levels: started as root with an interpreter user nobody "
-            "cannot reach (the venv's Python lives under /root here); see docs/sandbox.md.")
+            "cannot reach (the venv's Python lives under /root here); see docs/sandbox.md. The bwrap level "
+            "includes the seccomp filter and a leased uid per run.")
     lines += ["", note, ""]
     return "\n".join(lines)
 

@@ -82,3 +82,16 @@ def test_a_run_without_a_cgroup_says_so(monkeypatch):
     result = run_python("print(1)", timeout=10)
     assert result.stdout == "1\n"
     assert any("no delegated cgroup v2 (test)" in w and "RLIMIT_AS" in w for w in result.warnings)
+
+
+def test_cli_levels_reports_seccomp_and_cgroup_status():
+    import json
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "orchestrator.sandbox", "--levels"], cwd=repo,
+                          capture_output=True, text=True, timeout=120, check=False)
+    status = json.loads(done.stdout)
+    assert set(status) == {"levels", "seccomp", "cgroup"}
+    parent, why = cgroup.detect()
+    assert status["cgroup"] == (str(parent) if parent else f"unavailable: {why}")

@@ -1,7 +1,7 @@
 """CLI: run one Python file in the sandbox and print one JSON object.
 
     python -m orchestrator.sandbox FILE.py [--timeout SECONDS] [--memory-mb MIB] [--max-open-files N] [--isolation LEVEL]
-    python -m orchestrator.sandbox --levels      # list the isolation levels that work here
+    python -m orchestrator.sandbox --levels      # the isolation levels, seccomp and cgroup status here
 
 Exit status 0 when the file ran (whatever its own exit code, which is in the JSON);
 2 for bad arguments; 3 when the requested isolation level is unavailable.
@@ -14,7 +14,9 @@ import math
 import sys
 from pathlib import Path
 
+from orchestrator.sandbox import cgroup
 from orchestrator.sandbox.isolation import LEVELS, SandboxUnavailable, available_levels
+from orchestrator.sandbox.seccomp_filter import SeccompUnavailable, filter_bpf
 from orchestrator.sandbox.runner import run_python
 
 
@@ -38,6 +40,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def protections(python: str) -> dict:
+    """What this machine gives the sandbox: working levels, seccomp, the per-run cgroup."""
+    try:
+        seccomp = f"{len(filter_bpf())}-byte filter (bwrap level)"
+    except SeccompUnavailable as exc:
+        seccomp = f"unavailable: {exc}"
+    parent, why = cgroup.detect()
+    return {"levels": available_levels(python), "seccomp": seccomp,
+            "cgroup": str(parent) if parent else f"unavailable: {why}"}
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m orchestrator.sandbox",
                                 description="Run a Python file in the sandbox; print one JSON result.")
@@ -49,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-file-mb", type=_positive_int, default=64, help="largest file written, MiB")
     p.add_argument("--max-open-files", type=_positive_int, default=128, help="file descriptors per process")
     p.add_argument("--isolation", choices=("auto", *LEVELS), default="auto")
-    p.add_argument("--levels", action="store_true", help="print the working isolation levels and exit")
+    p.add_argument("--levels", action="store_true", help="print the working isolation levels, seccomp and cgroup status, and exit")
     return p
 
 
@@ -57,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.levels:
-        print(json.dumps({"levels": available_levels(sys.executable)}))
+        print(json.dumps(protections(sys.executable)))
         return 0
     if args.file is None:
         parser.error("FILE is required (the Python file to run)")
