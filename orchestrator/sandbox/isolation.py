@@ -235,6 +235,7 @@ def _run_identity(warnings: list[str]) -> tuple[UidLease | None, str]:
 def _bwrap_plan(interp: Interpreter, scratch: str, limits: Limits) -> Plan:
     warnings: list[str] = []
     args = [_need("bwrap"), "--die-with-parent", "--new-session"]
+    setpriv, rlimits = _need("setpriv"), limits.prlimit_argv()   # before the uid lease: no leak on a missing tool
     lease, runs_as = _run_identity(warnings)
     if lease is not None:
         # Root keeps its real uid inside a user namespace (uid 0 is exempt from RLIMIT_NPROC),
@@ -242,7 +243,7 @@ def _bwrap_plan(interp: Interpreter, scratch: str, limits: Limits) -> Plan:
         # nested namespaces (no --disable-userns without a user namespace) are denied by seccomp.
         args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                  "--unshare-cgroup-try", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        tail = [_need("setpriv"), f"--reuid={lease.uid}", f"--regid={lease.uid}", "--clear-groups",
+        tail = [setpriv, f"--reuid={lease.uid}", f"--regid={lease.uid}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
         chown_to = (lease.uid, lease.uid)
     else:
@@ -264,7 +265,7 @@ def _bwrap_plan(interp: Interpreter, scratch: str, limits: Limits) -> Plan:
              "--bind", scratch, SCRATCH_INSIDE_BWRAP, "--chdir", SCRATCH_INSIDE_BWRAP, "--"]
     cgroup = _cgroup_for(limits, warnings)
     prefix = cgroup.enter_argv() if cgroup else []
-    return Plan(argv=prefix + limits.prlimit_argv() + args + tail + [interp.path], level="bwrap",
+    return Plan(argv=prefix + rlimits + args + tail + [interp.path], level="bwrap",
                 runs_as=runs_as, popen_user=None, chown_to=chown_to, workdir=SCRATCH_INSIDE_BWRAP,
                 warnings=warnings, pass_fds=pass_fds, lease=lease, cgroup=cgroup)
 
@@ -275,6 +276,8 @@ def _host_user_plan(level: str, interp: Interpreter, limits: Limits) -> Plan:
                            "io_uring, ptrace, bpf and nested namespaces are not denied"]
     popen_user, lease = None, None
     runs_as = pwd.getpwuid(os.getuid()).pw_name
+    prefix_argv = limits.prlimit_argv() + [_need("setpriv"), "--pdeathsig=KILL", "--"]
+    unshare = _need("unshare") if level == "unshare" else None
     if os.geteuid() == 0:
         if _nobody_can_run(interp.path):   # a leased uid has the same (world) permissions as nobody
             lease, runs_as = _run_identity(warnings)
@@ -286,10 +289,10 @@ def _host_user_plan(level: str, interp: Interpreter, limits: Limits) -> Plan:
     else:
         warnings.append("processes count against the caller's uid: concurrent runs share max_processes")
     # setpriv --pdeathsig: the sandbox dies with the thread that started it.
-    argv = limits.prlimit_argv() + [_need("setpriv"), "--pdeathsig=KILL", "--"]
-    if level == "unshare":
+    argv = prefix_argv
+    if unshare:
         # A shell as pid 1 of the namespace: Python as pid 1 would ignore its own fatal signals.
-        argv += [_need("unshare"), "--user", "--map-root-user", "--net", "--pid", "--fork",
+        argv += [unshare, "--user", "--map-root-user", "--net", "--pid", "--fork",
                  "--kill-child", "--mount", "--mount-proc", "--ipc", "--uts", "--",
                  "/bin/sh", "-c", '"$@"; exit $?', "sh"]
     else:
