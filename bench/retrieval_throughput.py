@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +184,33 @@ def _half_sent(port: int):
     return sock
 
 
+def _watch_closed(socks: list, opened: float, limit_s: float) -> tuple[list[bytes], list[float]]:
+    """What each socket received, and the seconds after `opened` at which the server closed it."""
+    import selectors
+    sel = selectors.DefaultSelector()
+    received = {sock: b"" for sock in socks}
+    closed_at = []
+    for sock in socks:
+        sock.setblocking(False)
+        sel.register(sock, selectors.EVENT_READ)
+    deadline = time.monotonic() + limit_s
+    while sel.get_map() and time.monotonic() < deadline:
+        for key, _ in sel.select(timeout=0.1):
+            try:
+                chunk = key.fileobj.recv(65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if chunk:
+                received[key.fileobj] += chunk
+            else:
+                closed_at.append(time.monotonic() - opened)
+                sel.unregister(key.fileobj)
+    sel.close()
+    return [received[sock] for sock in socks], closed_at
+
+
 def bench_slow(work: Path, stalled: int, clients: int, requests: int, body_timeout: float, threads: int) -> list[dict]:
     queries = [first_sentence_query(d) for d in random.Random(0).sample(corpus_docs(), 500)]
     port = 8733
@@ -197,19 +225,14 @@ def bench_slow(work: Path, stalled: int, clients: int, requests: int, body_timeo
         print(rows[-1], flush=True)
         opened = time.monotonic()
         socks = [_half_sent(port) for _ in range(stalled)]
-        stats = asyncio.run(load(url, queries, clients, requests))
-        answered, last_closed = 0, 0.0
-        for sock in socks:                               # each returns once the server closed it
-            sock.settimeout(body_timeout + 60)
-            data = b""
-            try:
-                while chunk := sock.recv(65536):
-                    data += chunk
-            except OSError:
-                pass
-            last_closed = max(last_closed, time.monotonic() - opened)
-            answered += data.startswith(b"HTTP/1.1 408 ")
+        with ThreadPoolExecutor(1) as pool:   # watches the stalled sockets while the load runs
+            watched = pool.submit(_watch_closed, socks, opened, body_timeout + 120)
+            stats = asyncio.run(load(url, queries, clients, requests))
+            answers, closed_at = watched.result()
+        for sock in socks:
             sock.close()
+        answered = sum(a.startswith(b"HTTP/1.1 408 ") for a in answers)
+        last_closed = max(closed_at) if len(closed_at) == len(socks) else float("inf")
         rows.append({"case": f"{stalled} half-sent requests held open", "clients": clients, "requests": requests,
                      **stats, "stalled_answered_408": answered, "last_stalled_closed_s": last_closed,
                      "body_timeout_s": body_timeout})
