@@ -552,7 +552,11 @@ def test_concurrent_runs_beside_a_fork_bomb_all_succeed():
     """64 runs at once, one of them a fork bomb: each run's process budget is its own."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from orchestrator.sandbox import cgroup
+
     run = _bwrap_run()
+    if os.geteuid() != 0 and cgroup.detect()[0] is None:
+        pytest.skip("a non-root caller without a delegated cgroup shares one process budget (docs/sandbox.md)")
     bomb = ("import os, time\n"
             "while True:\n"
             "    try:\n"
