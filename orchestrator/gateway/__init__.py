@@ -8,8 +8,8 @@ Public entry for users: the top-level module `LLM_CALL`.  Layout:
   call.py       get_llm_response: ties them together, adds cost and latency
 """
 from orchestrator.gateway.call import get_llm_response
-from orchestrator.gateway.errors import GatewayConfigError, LLMCallError, UnknownModelError
+from orchestrator.gateway.errors import GatewayConfigError, LLMCallError, ProviderRejected, UnknownModelError
 from orchestrator.gateway.registry import ModelEntry, load_registry
 
-__all__ = ["get_llm_response", "LLMCallError", "GatewayConfigError", "UnknownModelError",
+__all__ = ["get_llm_response", "LLMCallError", "ProviderRejected", "GatewayConfigError", "UnknownModelError",
            "ModelEntry", "load_registry"]

@@ -18,7 +18,7 @@ from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, r
 from orchestrator.gateway.endpoints import pool_for
 from orchestrator.gateway.errors import GatewayConfigError
 from orchestrator.gateway.registry import ModelEntry
-from orchestrator.gateway.retry import AttemptError
+from orchestrator.gateway.retry import AttemptError, http_client
 from orchestrator.records import ToolCall, Usage
 
 log = logging.getLogger("toolorchestra.gateway")
@@ -36,10 +36,11 @@ def _client(entry: ModelEntry, base_url: str, key: str | None) -> openai.OpenAI:
         if client is None:
             if entry.backend == "azure":
                 client = openai.AzureOpenAI(azure_endpoint=base_url, api_version=entry.api_version,
-                                            api_key=key, max_retries=0)
+                                            api_key=key, max_retries=0, http_client=http_client())
             else:
                 # vLLM accepts any key unless started with --api-key; the SDK insists on one.
-                client = openai.OpenAI(base_url=base_url, api_key=key or "EMPTY", max_retries=0)
+                client = openai.OpenAI(base_url=base_url, api_key=key or "EMPTY", max_retries=0,
+                                       http_client=http_client())
             _clients[cache_key] = client
         return client
 
@@ -89,8 +90,10 @@ class OpenAICompatBackend:
                 raise AttemptError(f"{self.name}: `choices` (constrained decoding) needs backend vllm or "
                                    f"transformers, not {self.entry.backend}", endpoint=None, retryable=False)
             extra_body["structured_outputs"] = {"choice": list(request.choices)}
-        body = dict(model=self.served, messages=request.messages, temperature=request.temperature,
-                    max_completion_tokens=request.max_tokens, timeout=request.timeout, **request.extra)
+        body = dict(model=self.served, messages=request.messages, timeout=request.timeout, **request.extra)
+        body[self.entry.rules.max_tokens_param] = request.max_tokens
+        if request.temperature is not None:      # None: the model takes only its default (rules)
+            body["temperature"] = request.temperature
         if request.tools:
             body["tools"] = request.tools
             if self.entry.backend == "vllm":
