@@ -113,7 +113,7 @@ def get_llm_response(model: str, messages: list[dict[str, Any]], tools: list[dic
     request = BackendRequest(messages=messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
                              choices=choices, timeout=timeout or entry.timeout_s, extra=extra)
     try:
-        request = apply_rules(entry.rules, request)
+        request = apply_rules(entry.rules, request, count=getattr(backend, "count_tokens", None))
     except RuleRefusal as exc:
         raise ProviderRejected(f"{model}: request rejected (refused before sending, by configs/models.yaml "
                                f"rules): {exc}", model=model, endpoint=None, provider_message=str(exc),

@@ -18,7 +18,9 @@ to `min_completion_tokens`, then the oldest middle turns dropped, then the longe
 message cut in its middle) or, with `overflow: refuse` or when even that cannot fit,
 refused before it is sent (`RuleRefusal`).  Prompt tokens are estimated at
 `chars_per_token` characters per token (3.0: below the ~4 of English text for Qwen and
-Llama tokenizers, so the estimate errs on the long side).
+Llama tokenizers, so the estimate errs on the long side); when the estimate says a
+request would not fit, a vLLM server is asked for the exact count (POST /tokenize), so
+a request that really fits is sent unchanged.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import json
 import logging
 import math
 from dataclasses import replace
-from typing import Literal
+from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -100,13 +102,24 @@ def _cut_longest(messages: list[dict], excess_chars: int) -> bool:
 
 
 def fit_context(messages: list[dict], tools: list[dict] | None, max_tokens: int,
-                rules: ProviderRules) -> tuple[list[dict], int]:
-    """(messages, max_tokens) that fit `rules.context_window`; raises RuleRefusal when impossible."""
+                rules: ProviderRules, count: Callable[[list[dict], list[dict] | None], int | None] | None = None,
+                ) -> tuple[list[dict], int]:
+    """(messages, max_tokens) that fit `rules.context_window`; raises RuleRefusal when impossible.
+
+    `count(messages, tools)`, when given, is the server's exact prompt length (vLLM's
+    /tokenize), asked only when the estimate says the request would not fit; None from it
+    means "unknown" and the estimate stands.
+    """
     window = rules.context_window
     cpt = rules.chars_per_token
     prompt = estimate_tokens(messages, tools, cpt)
     if window is None or prompt + max_tokens <= window:
         return messages, max_tokens
+    exact = count(messages, tools) if count is not None else None
+    if exact is not None:
+        if exact + max_tokens <= window:
+            return messages, max_tokens
+        prompt = max(prompt, exact) if exact > window else exact
     floor = min(max_tokens, rules.min_completion_tokens)
     if prompt + floor <= window:
         return messages, window - prompt
@@ -126,8 +139,9 @@ def fit_context(messages: list[dict], tools: list[dict] | None, max_tokens: int,
     return messages, min(max_tokens, window - prompt)
 
 
-def apply_rules(rules: ProviderRules, request):
-    """The BackendRequest to send under `rules` (a new object; `request` is not changed)."""
+def apply_rules(rules: ProviderRules, request, count=None):
+    """The BackendRequest to send under `rules` (a new object; `request` is not changed).
+    `count`: the server's exact prompt-token count, see fit_context."""
     extra = dict(request.extra)
     temperature = request.temperature
     if rules.sampling == "default_only":
@@ -145,5 +159,5 @@ def apply_rules(rules: ProviderRules, request):
     max_tokens = request.max_tokens
     if rules.max_output_tokens is not None:
         max_tokens = min(max_tokens, rules.max_output_tokens)
-    messages, max_tokens = fit_context(request.messages, request.tools, max_tokens, rules)
+    messages, max_tokens = fit_context(request.messages, request.tools, max_tokens, rules, count)
     return replace(request, messages=messages, temperature=temperature, max_tokens=max_tokens, extra=extra)
