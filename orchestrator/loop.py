@@ -107,7 +107,7 @@ def run_episode(task: Task, policy, runtime: ToolRuntime, config: LoopConfig,
     catalog = task_catalog(runtime.catalog, task)
     qa_tools = [t for t in catalog.tools if t.kind in ("search", "code", "answer")]
     allowed = {t.name: list(t.aliases) for t in qa_tools}
-    schemas = catalog.openai_tools(tools=qa_tools)
+    schemas = runtime.tool_schemas(catalog, qa_tools)
     choices = allowed_call_strings(allowed) if config.constrained else None
     counter = counter or TokenCounter(getattr(getattr(policy, "engine", None), "tokenizer", None))
     state = EpisodeState(task.question, task_id=task.id)

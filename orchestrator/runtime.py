@@ -89,6 +89,14 @@ class ToolRuntime:
         return ExpertSettings(max_tokens=self.expert_max_tokens, temperature=self.expert_temperature,
                               context_tokens=self.budgets.context_tokens, code_tokens=self.budgets.context_tokens)
 
+    def tool_schemas(self, catalog: Catalog, tools: list) -> list[dict]:
+        """The function schemas the orchestrator sees: upstream's text and order under an
+        upstream prompt style, else the catalog's own rendering."""
+        if self.prompts.style.startswith("upstream"):
+            from orchestrator.upstream_prompts import tool_schemas_upstream
+            return tool_schemas_upstream(catalog, tools)
+        return catalog.openai_tools(tools=tools)
+
     def served(self, model: str) -> str:
         return self.override_model or self.catalog.served_model(model, self.profile)
 

@@ -92,3 +92,33 @@ def extract_answer_upstream(text: str, answer_format: str) -> str:
             return ""
         return "}".join(text.split("\\boxed{")[-1].split("}")[:-1]).strip()
     return text.split("<answer>")[-1].split("</answer>")[0].strip()
+
+
+def tool_schemas_upstream(catalog, tools, schema_file=None) -> list[dict]:
+    """The function schemas as upstream's evaluation/tools.json writes them: upstream's tool
+    order and wording (orchestrator/prompts/upstream/schemas.json), "Choices: [...]" after the
+    first sentence, then the alias table from the catalog's prices and latencies.  Tools the
+    file does not describe are rendered the project's way, after the others."""
+    import json
+    from pathlib import Path
+
+    from orchestrator.context import UPSTREAM_PROMPTS_DIR
+
+    spec = json.loads(Path(schema_file or UPSTREAM_PROMPTS_DIR / "schemas.json").read_text())
+    known = {t.name: t for t in tools if t.name in spec["tools"]}
+    out = []
+    for name in spec["order"]:
+        if name not in known:
+            continue
+        tool, text = known[name], spec["tools"][name]
+        rows = ["Model | price per million input tokens | price per million output tokens | average latency"]
+        for alias, a in tool.aliases.items():
+            p = catalog.price(a.model)
+            rows.append(f"{alias} | ${p.input:g} | ${p.output:g} | {a.latency_s:g}s")
+        desc = f"{text['lead']} Choices: {list(tool.aliases)}. {text['text']}\n" + "\n".join(rows)
+        out.append({"type": "function", "function": {
+            "name": name, "description": text["description"],
+            "parameters": {"properties": {"model": {"description": desc, "type": "string"}},
+                           "required": ["model"], "title": "parameters", "type": "object"}}})
+    rest = [t for t in tools if t.name not in known]
+    return out + (catalog.openai_tools(tools=rest) if rest else [])
