@@ -81,12 +81,16 @@ class AnthropicBackend:
                                "transformers, not anthropic", endpoint=None, retryable=False)
         key = read_key(self.entry.key_env(), self.name, required=True)
         system, messages = convert_messages(request.messages)
-        body: dict[str, Any] = dict(model=self.served, messages=messages, max_tokens=request.max_tokens,
-                                    timeout=request.timeout, **request.extra)
+        extra = dict(request.extra)
+        # This SDK (anthropic 2.x) no longer types sampling parameters; models that still take
+        # them read them from the body.  Temperature 1.0 is the API default, so it is left out.
+        sampling = {k: extra.pop(k) for k in ("top_p", "top_k") if k in extra}
         if request.temperature is not None and request.temperature != 1.0:
-            # This SDK (anthropic 2.x) no longer types sampling parameters; models that still take
-            # them read it from the body.  1.0 is the API default, so it is left out.
-            body["extra_body"] = {**body.get("extra_body", {}), "temperature": request.temperature}
+            sampling["temperature"] = request.temperature
+        body: dict[str, Any] = dict(model=self.served, messages=messages, max_tokens=request.max_tokens,
+                                    timeout=request.timeout, **extra)
+        if sampling:
+            body["extra_body"] = {**body.get("extra_body", {}), **sampling}
         if system:
             body["system"] = system
         if request.tools:
