@@ -21,10 +21,10 @@ def emu():
 def registry(tmp_path, monkeypatch, emu):
     monkeypatch.setenv("EMULATOR_KEY", "k")
 
-    def make(drop_rules=(), **rules):
+    def make(drop_rules=(), rules=None):
         data = emulator_registry(emu.root, drop_rules=set(drop_rules))
-        for name, extra in rules.items():
-            data["models"][name.replace("_", "-")]["rules"].update(extra)
+        for name, extra in (rules or {}).items():
+            data["models"][name]["rules"].update(extra)
         path = tmp_path / "models.yaml"
         path.write_text(yaml.safe_dump(data))
         monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(path))
@@ -65,7 +65,7 @@ def test_vllm_window_request_is_shortened_refused_or_rejected(registry, emu):
     assert "Tokyo" in r.text
     assert count_tokens(sent["messages"]) + sent["max_completion_tokens"] <= VLLM_WINDOWS[sent["model"]]
     before = emu.requests
-    registry(Qwen2_5_Math_7B_Instruct={"overflow": "refuse"})
+    registry(rules={"Qwen2.5-Math-7B-Instruct": {"overflow": "refuse"}})
     with pytest.raises(ProviderRejected, match="refused before sending.*context window is 4096"):
         get_llm_response("Qwen2.5-Math-7B-Instruct", long, max_tokens=2000)
     assert emu.requests == before + 1      # only the /tokenize question, no chat request
