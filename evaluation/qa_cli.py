@@ -123,7 +123,9 @@ def check_keys(args: argparse.Namespace, catalog) -> None:
     from orchestrator.gateway.registry import load_registry
 
     registry = load_registry()
-    needed = {args.judge_model: "--judge-model"} if args.judge_model not in ("exact", "contains") else {}
+    needed = {args.model: "--model"}
+    if args.judge_model not in ("exact", "contains"):
+        needed.setdefault(args.judge_model, "--judge-model")
     if args.mode == "all":
         for tool in catalog.tools:
             if tool.kind in ("search", "code", "answer"):

@@ -150,3 +150,19 @@ def test_tau2_paper_profile_runs_with_zero_rejected_requests(tmp_path, monkeypat
     assert users and all("temperature" not in b for b in users)
     recs = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
     assert [r["status"] for r in recs] == ["ok"]
+
+
+def test_missing_key_fails_before_the_run_starts_naming_the_variable(tmp_path, monkeypatch, capsys):
+    from evaluation.qa_cli import main
+
+    models = tmp_path / "models.yaml"
+    models.write_text(yaml.safe_dump(emulator_registry("http://127.0.0.1:9")))
+    monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(models))
+    monkeypatch.delenv("EMULATOR_KEY", raising=False)
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps(ROWS[0]) + "\n")
+    code = main("hle", ["--profile", "paper", "--model", "Qwen3-8B", "--data", str(data),
+                        "--output", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--judge-model gpt-5 needs the environment variable EMULATOR_KEY" in err
+    assert not (tmp_path / "o" / "results.jsonl").exists()
