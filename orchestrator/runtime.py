@@ -81,6 +81,10 @@ class ToolRuntime:
     llm: Callable[..., Any] = _default_llm
     run_code: Callable[[str, float], Any] = _default_sandbox
 
+    def __post_init__(self) -> None:
+        if self.search_fee not in SEARCH_FEES:
+            raise ValueError(f"search_fee: {self.search_fee!r} is not one of {SEARCH_FEES}")
+
     def settings(self, model: str) -> ExpertSettings:
         """How expert `model` is called: its `experts` entry, else "default", else the scalar fields."""
         found = self.experts.get(model) or self.experts.get("default")
