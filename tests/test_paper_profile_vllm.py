@@ -49,7 +49,8 @@ def test_real_tokenize_and_real_context_error(registry):
     backend = make_backend("Qwen2.5-Math-7B-Instruct", load_registry().entry("Qwen2.5-Math-7B-Instruct"))
     messages = [{"role": "user", "content": QUESTION}]
     tok = AutoTokenizer.from_pretrained(smollm2_path())
-    expected = len(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    expected = len(tok(text, add_special_tokens=False)["input_ids"])
     assert backend.count_tokens(messages) == expected
     huge = [{"role": "user", "content": "fact " * 9000}]          # beyond SmolLM2's 8,192 positions
     with pytest.raises(ProviderRejected, match="maximum context length") as info:
