@@ -233,7 +233,7 @@ def emulator_registry(root: str, key_env: str = "EMULATOR_KEY", drop_rules: set[
 
     Rules are kept as shipped (that is what is under test), except for the models in
     `drop_rules` (to show what the provider does without them)."""
-    from orchestrator.gateway.registry import load_registry, DEFAULT_MODELS
+    from orchestrator.gateway.registry import DEFAULT_MODELS, load_registry
 
     out = {}
     for name, entry in load_registry(DEFAULT_MODELS).models.items():

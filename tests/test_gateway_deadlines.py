@@ -9,11 +9,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from test_gateway_fakes import FakeServer, elapsed, write_registry
 
+import orchestrator.gateway.backends.openai_compat  # noqa: F401  (imported before timing: SDK import is slow)
 from LLM_CALL import LLMCallError, get_llm_response
 from orchestrator.gateway.retry import parse_retry_after
-import orchestrator.gateway.backends.openai_compat  # noqa: F401  (imported before timing: SDK import is slow)
-from test_gateway_fakes import FakeServer, elapsed, write_registry
 
 MSG = [{"role": "user", "content": "hi"}]
 SLACK = 1.2
@@ -83,8 +83,9 @@ def test_retry_after_beyond_the_call_deadline_gives_up_at_once(registry):
 
 
 def test_backoff_is_jittered():
-    from orchestrator.gateway.retry import RetryPolicy
     from tenacity import RetryCallState
+
+    from orchestrator.gateway.retry import RetryPolicy
 
     wait = RetryPolicy(initial_s=1.0, max_wait_s=60)._wait()
     state = RetryCallState(None, None, (), {})

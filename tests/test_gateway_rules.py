@@ -5,7 +5,13 @@ import pytest
 
 from orchestrator.gateway.backends.base import BackendRequest
 from orchestrator.gateway.registry import load_registry
-from orchestrator.gateway.rules import CUT_MARK, ProviderRules, RuleRefusal, apply_rules, estimate_tokens
+from orchestrator.gateway.rules import (
+    CUT_MARK,
+    ProviderRules,
+    RuleRefusal,
+    apply_rules,
+    estimate_tokens,
+)
 
 
 def req(content="hi", **kw):

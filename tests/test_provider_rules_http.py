@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from provider_emulator import (
+    VLLM_WINDOWS,
+    ProviderEmulator,
+    count_tokens,
+    emulator_registry,
+)
 
 from LLM_CALL import ProviderRejected, get_llm_response
-from provider_emulator import VLLM_WINDOWS, ProviderEmulator, count_tokens, emulator_registry
 
 MSG = [{"role": "user", "content": "What is the capital of Japan? <answer>"}]
 

@@ -12,10 +12,22 @@ from pathlib import Path
 import pytest
 
 from orchestrator.catalog import load_catalog
-from orchestrator.context import UPSTREAM_PROMPTS_DIR, Budgets, CodeBlock, Document, EpisodeState, Prompts, TokenCounter, build_messages
+from orchestrator.context import (
+    UPSTREAM_PROMPTS_DIR,
+    Budgets,
+    CodeBlock,
+    Document,
+    EpisodeState,
+    Prompts,
+    TokenCounter,
+    build_messages,
+)
 from orchestrator.records import LLMResponse
 from orchestrator.runtime import ExpertSettings, ToolRuntime
-from orchestrator.upstream_prompts import expert_context_upstream, extract_answer_upstream
+from orchestrator.upstream_prompts import (
+    expert_context_upstream,
+    extract_answer_upstream,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 UPSTREAM_TOOLS = REPO.parent / "shared" / "benchmarks" / "upstream" / "tools.json"
@@ -78,10 +90,10 @@ def render(style, state):
 
 
 @pytest.mark.parametrize("style, reference", [("upstream-hle", upstream_hle_user), ("upstream-frames", upstream_frames_user)])
-@pytest.mark.parametrize("shape", [dict(n_docs=0, n_code=0), dict(), dict(n_docs=0), dict(n_code=0),
-                                   dict(n_docs=40, doc_len=5000),              # documents overflow: tail kept
-                                   dict(n_code=30, code_out_len=3000),         # code overflows its 12k
-                                   dict(n_docs=5, n_code=40, code_out_len=8000)])  # code alone beyond the room
+@pytest.mark.parametrize("shape", [{"n_docs": 0, "n_code": 0}, {}, {"n_docs": 0}, {"n_code": 0},
+                                   {"n_docs": 40, "doc_len": 5000},                # documents overflow: tail kept
+                                   {"n_code": 30, "code_out_len": 3000},           # code overflows its 12k
+                                   {"n_docs": 5, "n_code": 40, "code_out_len": 8000}])  # code alone beyond the room
 def test_orchestrator_prompt_equals_upstream_construction(style, reference, shape):
     state = state_with(**shape)
     messages = render(style, state)

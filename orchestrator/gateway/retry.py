@@ -21,13 +21,19 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import httpcore2
-from tenacity import (RetryCallState, Retrying, retry_if_exception, stop_after_attempt,
-                      wait_exponential_jitter)
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
 log = logging.getLogger("toolorchestra.gateway")
 T = TypeVar("T")

@@ -27,8 +27,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -58,7 +59,7 @@ class ProviderRules(BaseModel):
     chars_per_token: float = Field(3.0, gt=0, description="characters per token when estimating prompt length")
 
     @model_validator(mode="after")
-    def _check(self) -> "ProviderRules":
+    def _check(self) -> ProviderRules:
         if self.temperature_range and self.temperature_range[0] > self.temperature_range[1]:
             raise ValueError("temperature_range: expected [low, high] with low <= high")
         if self.context_window and self.min_completion_tokens >= self.context_window:
