@@ -9,9 +9,9 @@ through endpoints.json ($TOOLORCHESTRA_ENDPOINTS); keys through the environment
 variables the registry names.  Swap a backend by editing the registry, not code.
 See docs/gateway.md.
 """
-from orchestrator.gateway import (GatewayConfigError, LLMCallError, UnknownModelError,
+from orchestrator.gateway import (GatewayConfigError, LLMCallError, ProviderRejected, UnknownModelError,
                                   get_llm_response, load_registry)
 from orchestrator.records import LLMResponse, ToolCall, Usage
 
-__all__ = ["get_llm_response", "LLMCallError", "GatewayConfigError", "UnknownModelError",
+__all__ = ["get_llm_response", "LLMCallError", "ProviderRejected", "GatewayConfigError", "UnknownModelError",
            "load_registry", "LLMResponse", "ToolCall", "Usage"]

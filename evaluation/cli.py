@@ -76,9 +76,11 @@ def use_endpoint(args: argparse.Namespace, out_dir: Path, price_model: str) -> N
     from orchestrator.gateway.registry import load_registry, registry_path
 
     base = load_registry()
-    data = {"models": {name: e.model_dump(exclude_none=True) for name, e in base.models.items()}}
+    data = {"models": {name: e.model_dump(mode="json", exclude_none=True) for name, e in base.models.items()}}
     data["models"][args.model] = {"backend": "vllm", "model": args.endpoint_model or args.model,
                                   "base_url": args.endpoint, "price_model": price_model}
+    if args.model in base.models:   # keep what the model accepts (e.g. its context window)
+        data["models"][args.model]["rules"] = base.models[args.model].rules.model_dump(mode="json")
     path = out_dir / "models.yaml"
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(f"# {registry_path()} with {args.model} served from {args.endpoint} (--endpoint)\n"

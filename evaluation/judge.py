@@ -5,6 +5,12 @@ Rules, in order:
 2. a case-insensitive exact match with the reference (after stripping) is right;
 3. otherwise an LLM judge (any LLM_CALL model) reads the prompt file and answers True/False.
 
+Two judge styles: "lenient" (evaluation/prompts/judge.txt; the last True/False word of the
+reply decides) and "upstream" (the paper profile: upstream's prompt from eval_hle.py line
+276-279, evaluation/prompts/judge_upstream.txt, and only `<correct>True|False</correct>`
+decides).  A reply neither style can read is a judge error (`correct` None, rule
+"llm_unparsed"), recorded as such and never counted as a wrong answer.
+
 Two judge names need no model, for runs where no capable judge is at hand (the embedded
 default's 135M model cannot judge): "exact" stops after rules 1-2 (anything else is wrong),
 "contains" then accepts a prediction holding the reference as a whole word or phrase
@@ -25,6 +31,9 @@ from typing import Any, Callable
 from orchestrator.records import LLMResponse, Usage
 
 DEFAULT_JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge.txt"
+UPSTREAM_JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge_upstream.txt"
+JUDGE_STYLES = ("lenient", "upstream")
+_CORRECT_RE = re.compile(r"<correct>\s*(true|false)\s*</correct>", re.IGNORECASE)
 MAX_ANSWER_WORDS = 500
 _PLACEHOLDERS = {"question", "reference", "prediction"}
 _VERDICT_RE = re.compile(r"\b(true|false)\b", re.IGNORECASE)
@@ -40,7 +49,7 @@ class Verdict:
     """`correct` and why: rule in {"empty", "too_long", "exact", "llm", "llm_unparsed"}, or with a
     rule judge {"not_exact", "contains", "not_contained"}."""
 
-    correct: bool
+    correct: bool | None              # None: the judge's reply could not be read (a judge error)
     rule: str
     raw: str | None = None            # the judge's reply, verbatim
     judge_model: str | None = None
@@ -86,6 +95,17 @@ def parse_judge_reply(text: str) -> bool | None:
     return words[-1].lower() == "true" if words else None
 
 
+def parse_upstream_reply(text: str) -> bool | None:
+    """True/False from `<correct>...</correct>` (the last one), or a reply that is exactly
+    True/False (upstream took the whole reply when it had no tag); None otherwise (upstream
+    counted any such reply as False; we record it as a judge error)."""
+    found = _CORRECT_RE.findall(text or "")
+    if found:
+        return found[-1].lower() == "true"
+    bare = (text or "").strip().lower()
+    return {"true": True, "false": False}.get(bare)
+
+
 def _default_call() -> Callable[..., LLMResponse]:
     try:
         from LLM_CALL import get_llm_response
@@ -98,11 +118,15 @@ class Judge:
     """Applies the rules, then asks `model` through LLM_CALL (or `call`, same signature)."""
 
     def __init__(self, model: str, prompt_path: str | Path | None = None,
-                 call: Callable[..., LLMResponse] | None = None, max_tokens: int = 256):
+                 call: Callable[..., LLMResponse] | None = None, max_tokens: int = 2048, style: str = "lenient"):
+        if style not in JUDGE_STYLES:
+            raise JudgeError(f"judge style {style!r}: expected one of {JUDGE_STYLES}")
         self.model = model
-        self.template = load_judge_prompt(prompt_path)   # checked even for rule judges: fail early
+        self.style = style
+        default = UPSTREAM_JUDGE_PROMPT if style == "upstream" else DEFAULT_JUDGE_PROMPT
+        self.template = load_judge_prompt(prompt_path or default)   # checked even for rule judges: fail early
         self._call = call
-        self.max_tokens = max_tokens
+        self.max_tokens = max_tokens   # reasoning judges (gpt-5) spend most of it thinking
 
     def __call__(self, question: str, prediction: str | None, reference: str) -> Verdict:
         verdict = rule_verdict(prediction, reference)
@@ -117,10 +141,10 @@ class Judge:
         call = self._call or _default_call()
         try:
             reply = call(self.model, [{"role": "user", "content": prompt}],
-                         temperature=0.0, max_tokens=self.max_tokens)
+                         temperature=1.0 if self.style == "upstream" else 0.0, max_tokens=self.max_tokens)
         except Exception as exc:  # LLMCallError after bounded retries, or a bad config
             raise JudgeError(f"judge {self.model!r} failed: {type(exc).__name__}: {exc}") from exc
-        decided = parse_judge_reply(reply.text)
-        return Verdict(correct=bool(decided), rule="llm" if decided is not None else "llm_unparsed",
+        decided = (parse_upstream_reply if self.style == "upstream" else parse_judge_reply)(reply.text)
+        return Verdict(correct=decided, rule="llm" if decided is not None else "llm_unparsed",
                        raw=reply.text, judge_model=self.model, usage=reply.usage,
                        cost=reply.cost, latency=reply.latency)

@@ -124,7 +124,11 @@ def solve(setup: QASetup, task: BenchmarkTask) -> dict[str, Any]:
         record = rollout_record(rollout)
     episode_s = time.perf_counter() - started
     verdict = setup.judge(task.question, record["prediction"], task.answer)
-    return {"id": task.id, "status": "ok", "question": task.question, "reference": task.answer,
-            **record, "correct": verdict.correct, "verdict": verdict.to_dict(),
-            "mode": setup.mode, "model": setup.price_model, "meta": task.meta,
-            "wall_s": round(episode_s, 3)}
+    out = {"id": task.id, "status": "ok", "question": task.question, "reference": task.answer,
+           **record, "correct": verdict.correct, "verdict": verdict.to_dict(),
+           "mode": setup.mode, "model": setup.price_model, "meta": task.meta,
+           "wall_s": round(episode_s, 3)}
+    if verdict.correct is None:   # the judge's reply was unreadable: a judge error, not a wrong answer
+        out.update(status="error", error=f"JudgeError: judge {verdict.judge_model!r} gave no readable verdict: "
+                                         f"{(verdict.raw or '')[:200]!r}")
+    return out

@@ -8,13 +8,16 @@ constrained decoding so every turn is a valid tool call. No key, no GPU, no serv
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from evaluation.cli import (CLIError, add_common_args, check_common, default_output, prepare_output,
                             resolve_price_model, use_endpoint)
-from evaluation.judge import Judge, JudgeError
+from evaluation.error_streak import ErrorStreak
+from evaluation.eval_profile import EvalProfileError, EvalSettings, load_eval_profile
+from evaluation.judge import JUDGE_STYLES, Judge, JudgeError
 from evaluation.loaders import LoaderError, load_benchmark
 from evaluation.qa import MODES, QASetup, solve
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, run_tasks
@@ -42,17 +45,25 @@ def build_parser(benchmark: str) -> argparse.ArgumentParser:
     parser.add_argument("--mode", choices=MODES, default="all",
                         help="all: full tool set; basic: every alias is the orchestrator itself; none: answer directly")
     add_common_args(parser)
-    parser.set_defaults(max_turns=None, max_tokens=None)   # resolved below: the embedded default is smaller
+    # resolved below from the profile (configs/eval_profiles.yaml); the embedded default is smaller
+    parser.set_defaults(max_turns=None, max_tokens=None, temperature=None)
     t = parser.add_argument_group("retrieval, experts and judge")
     t.add_argument("--retriever", help="retrieval service base URL(s), comma-separated (POST /retrieve)")
     t.add_argument("--index", type=Path, help="index folder (retrieval/build_index.py) searched in-process")
-    t.add_argument("--topk", type=int, default=3, help="documents per search")
-    t.add_argument("--expert-max-tokens", type=int, help="completion tokens per expert call (default 2048)")
+    t.add_argument("--topk", type=int, help="documents per search (default: the profile's, e.g. paper: "
+                                            "50 for HLE, 150 for FRAMES; else 3)")
+    t.add_argument("--expert-max-tokens", type=int, help="completion tokens per expert call, every expert "
+                                                         "(default: per expert, from the profile)")
     t.add_argument("--constrained", action="store_true",
                    help="constrain the orchestrator to valid tool calls (vllm / transformers backends)")
     t.add_argument("--judge-model", help="LLM judge, a configs/models.yaml name, or 'exact' / 'contains' for "
                                          "rules only (default: --model; the embedded default: contains)")
-    t.add_argument("--judge-prompt", type=Path, help="judge prompt file (default: evaluation/prompts/judge.txt)")
+    t.add_argument("--judge-prompt", type=Path, help="judge prompt file (default: the judge style's)")
+    t.add_argument("--judge-style", choices=JUDGE_STYLES, help="lenient (evaluation/prompts/judge.txt) or upstream "
+                                                               "(<correct>True/False</correct>; default: the profile's)")
+    r = parser.add_argument_group("stopping")
+    r.add_argument("--stop-after-errors", type=int, default=3,
+                   help="stop when this many tasks in a row fail with the same error (0: never; default %(default)s)")
     return parser
 
 
@@ -79,43 +90,86 @@ def embedded_world(out_dir: Path, n_tasks: int) -> tuple[Path, Path]:
     return tasks, index
 
 
-def resolve(args: argparse.Namespace, benchmark: str) -> bool:
-    """Fill the defaults that differ for the embedded default; return whether it is used."""
+def resolve(args: argparse.Namespace, benchmark: str) -> tuple[bool, EvalSettings]:
+    """Fill the defaults: from the profile's settings, smaller for the embedded default.
+    Returns whether the embedded default is used, and the profile's settings."""
     embedded = benchmark == "frames" and args.data is None
     small = embedded and args.model == "smollm2-135m"
-    args.max_turns = args.max_turns or (EMBEDDED["max_turns"] if small else 50)
-    args.max_tokens = args.max_tokens or (EMBEDDED["max_tokens"] if small else 1024)
-    args.expert_max_tokens = args.expert_max_tokens or (EMBEDDED["expert_max_tokens"] if small else 2048)
     if embedded:
         args.profile = args.profile or EMBEDDED["profile"]
         args.constrained = args.constrained or small
+    if args.stop_after_errors < 0:
+        raise CLIError(f"--stop-after-errors must be >= 0, got {args.stop_after_errors}")
+    settings = load_eval_profile(args.profile, benchmark)
+    orch = settings.orchestrator
+    args.max_turns = args.max_turns or (EMBEDDED["max_turns"] if small else orch.max_turns)
+    args.max_tokens = args.max_tokens or (EMBEDDED["max_tokens"] if small else orch.max_tokens)
+    args.temperature = orch.temperature if args.temperature is None else args.temperature
+    args.topk = args.topk or settings.topk.get(benchmark, 3)
+    if small and not args.expert_max_tokens:
+        args.expert_max_tokens = EMBEDDED["expert_max_tokens"]
+    if args.expert_max_tokens:   # one budget for every expert, over the profile's
+        settings.experts = {k: v.model_copy(update={"max_tokens": args.expert_max_tokens})
+                            for k, v in (settings.experts or {"default": settings.expert("default")}).items()}
+    args.judge_style = args.judge_style or settings.judge.prompt
     if small and embedded and not args.judge_model:
         args.judge_model = "contains"   # a 135M model cannot judge; see evaluation/judge.py
-    return embedded
+    args.judge_model = args.judge_model or settings.judge.model or args.model
+    return embedded, settings
 
 
-def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever) -> QASetup:
-    from orchestrator.context import Prompts
+def check_keys(args: argparse.Namespace, catalog) -> None:
+    """Every model the run will call has its API key in the environment, or fail now naming it."""
+    from orchestrator.gateway.registry import load_registry
+
+    registry = load_registry()
+    needed = {args.model: "--model"}
+    if args.judge_model not in ("exact", "contains"):
+        needed.setdefault(args.judge_model, "--judge-model")
+    if args.mode == "all":
+        for tool in catalog.tools:
+            if tool.kind in ("search", "code", "answer"):
+                for spec in tool.aliases.values():
+                    needed.setdefault(catalog.served_model(spec.model, args.profile), f"expert {spec.model}")
+    for model, role in needed.items():
+        if model not in registry.models:
+            continue   # unknown names fail with the gateway's own message on first use
+        entry = registry.models[model]
+        env = entry.key_env()
+        required = entry.backend in ("openai", "azure", "anthropic")
+        if env and required and not os.environ.get(env):
+            raise CLIError(f"{role} {model} needs the environment variable {env} (its API key; "
+                           f"configs/models.yaml api_key_env); set it, or choose another model/profile")
+
+
+def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever, settings: EvalSettings,
+                benchmark: str) -> QASetup:
+    from orchestrator.context import UPSTREAM_PROMPTS_DIR, Prompts
     from orchestrator.loop import LoopConfig
     from orchestrator.policy import ChatPolicy
     from orchestrator.runtime import ToolRuntime
 
-    prompts = Prompts.load(args.prompts)
+    if settings.prompts == "upstream":
+        prompts = Prompts.load(args.prompts or UPSTREAM_PROMPTS_DIR / benchmark, style=f"upstream-{benchmark}")
+    else:
+        prompts = Prompts.load(args.prompts)
     runtime = None
     if args.mode != "none":
         runtime = ToolRuntime(catalog=catalog, profile=args.profile, retriever=retriever, prompts=prompts,
-                              topk=args.topk, expert_max_tokens=args.expert_max_tokens,
+                              topk=args.topk, experts=settings.experts, send_eid=settings.send_eid,
+                              search_fee=settings.search_fee,
                               override_model=args.model if args.mode == "basic" else None)
     return QASetup(mode=args.mode, model=args.model, price_model=price_model, catalog=catalog, runtime=runtime,
                    policy=ChatPolicy(args.model, price_model=price_model),
                    loop=LoopConfig(max_turns=args.max_turns, temperature=args.temperature,
                                    max_tokens=args.max_tokens, constrained=args.constrained),
-                   judge=Judge(args.judge_model or args.model, args.judge_prompt), prompts=prompts)
+                   judge=Judge(args.judge_model, args.judge_prompt, style=args.judge_style,
+                               max_tokens=settings.judge.max_tokens), prompts=prompts)
 
 
 def run(benchmark: str, args: argparse.Namespace) -> int:
     check_common(args)
-    embedded = resolve(args, benchmark)
+    embedded, settings = resolve(args, benchmark)
     catalog = load_catalog(args.tools)
     if args.profile:
         if args.profile not in catalog.profiles:
@@ -125,6 +179,7 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     price_model = resolve_price_model(args, catalog)
     if args.endpoint:
         use_endpoint(args, out_dir, price_model)
+    check_keys(args, catalog)
     data = args.data
     if embedded:
         data, args.index = embedded_world(out_dir, args.limit or EMBEDDED["tasks"])
@@ -141,29 +196,35 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
         "tools": str(args.tools or "tools.json"), "prompts": str(args.prompts or "orchestrator/prompts"),
         "retriever": args.retriever or (str(args.index) if args.index else None), "max_turns": args.max_turns,
         "max_tokens": args.max_tokens, "temperature": args.temperature, "constrained": args.constrained,
-        "judge_model": args.judge_model or args.model, "tasks_loaded": len(loaded.tasks),
+        "judge_model": args.judge_model, "judge_style": args.judge_style, "topk": args.topk,
+        "prompt_style": settings.prompts, "send_eid": settings.send_eid, "search_fee": settings.search_fee,
+        "experts": {k: v.model_dump() for k, v in settings.experts.items()}, "tasks_loaded": len(loaded.tasks),
         "skipped": loaded.skipped, "malformed": [str(m) for m in loaded.malformed]}
     prepare_output(out_dir, config, args.resume)
-    setup = build_setup(args, catalog, price_model, retriever)
+    setup = build_setup(args, catalog, price_model, retriever, settings, benchmark)
     with ResultsFile(out_dir / RESULTS_NAME, resume=args.resume, retry_errors=args.retry_errors) as results:
         for msg in results.repair.messages(results.path):
             print(msg, file=sys.stderr)
         stats = run_tasks(loaded.tasks, lambda task: solve(setup, task), results,
-                          concurrency=args.concurrency, progress=not args.no_progress, desc=benchmark)
+                          concurrency=args.concurrency, progress=not args.no_progress, desc=benchmark,
+                          stop_when=ErrorStreak(args.stop_after_errors).observe)
     print(f"{stats.ok + stats.errors} tasks run in {stats.wall_s:.1f} s ({stats.skipped_done} already done): "
           f"{stats.correct} correct, {stats.ok - stats.correct} wrong, {stats.errors} errors -> {results.path}")
+    if stats.stopped:
+        print(stats.stopped, file=sys.stderr)
     if not args.no_report:
         from evaluation.report import report
 
         report([out_dir])
-    return 0
+    return 3 if stats.stopped else 0
 
 
 def main(benchmark: str, argv: list[str] | None = None) -> int:
     args = build_parser(benchmark).parse_args(argv)
     try:
         return run(benchmark, args)
-    except (CLIError, LoaderError, CatalogError, JudgeError, RunError, PromptError, GatewayConfigError) as exc:
+    except (CLIError, LoaderError, CatalogError, JudgeError, RunError, PromptError, GatewayConfigError,
+            EvalProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

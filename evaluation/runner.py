@@ -167,6 +167,7 @@ class RunStats:
     errors: int = 0
     correct: int = 0
     wall_s: float = 0.0
+    stopped: str | None = None      # why the run stopped early (`stop_when`), else None
 
 
 def error_record(task: HasId, exc: BaseException, wall_s: float) -> dict:
@@ -189,13 +190,16 @@ def _timed_solve(solve: Callable[[Any], dict], task: HasId) -> dict:
 
 
 def run_tasks(tasks: list, solve: Callable[[Any], dict], results: ResultsFile,
-              concurrency: int = 16, progress: bool = True, desc: str = "tasks") -> RunStats:
+              concurrency: int = 16, progress: bool = True, desc: str = "tasks",
+              stop_when: Callable[[dict], str | None] | None = None) -> RunStats:
     """Run `solve` on every task not yet in `results`, `concurrency` at a time.
 
     At most `concurrency` tasks are submitted ahead of the writer, so memory and open
     sockets stay bounded however long the task list is. When every call of the last
     `concurrency` tasks failed for one configuration reason (orchestrator/fail_closed.py),
-    the run stops with RunError naming it; finished records stay on disk.
+    the run stops with RunError naming it; finished records stay on disk.  `stop_when(record)`
+    (e.g. evaluation.error_streak.ErrorStreak.observe) sees each written record; when it
+    returns a reason, no further task starts and `stats.stopped` says why.
     """
     if concurrency < 1:
         raise ValueError(f"--concurrency must be >= 1, got {concurrency}")
@@ -231,6 +235,10 @@ def run_tasks(tasks: list, solve: Callable[[Any], dict], results: ResultsFile,
                     stats.correct += bool(record.get("correct"))
                 bar.update(1)
                 bar.set_postfix(acc=f"{stats.correct / max(stats.ok, 1):.3f}", err=stats.errors)
+                if stop_when is not None and stats.stopped is None:
+                    stats.stopped = stop_when(record)
+            if stats.stopped is not None:
+                break
     finally:
         # On Ctrl-C: drop what has not started; finished records are already on disk.
         pool.shutdown(wait=False, cancel_futures=True)

@@ -12,9 +12,23 @@ from pathlib import Path
 
 from evaluation.cli import (CLIError, add_common_args, check_common, default_output, prepare_output,
                             resolve_price_model, use_endpoint)
+from evaluation.error_streak import ErrorStreak
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, read_records, run_tasks
 from orchestrator.catalog import CatalogError, load_catalog
 from orchestrator.gateway.errors import GatewayConfigError
+
+
+def check_user_key(model: str) -> None:
+    """The user simulator's API key is in the environment, or fail before the run starts naming it."""
+    import os
+
+    from orchestrator.gateway.registry import load_registry
+
+    entry = load_registry().models.get(model)
+    env = entry.key_env() if entry else None
+    if entry and env and entry.backend in ("openai", "azure", "anthropic") and not os.environ.get(env):
+        raise CLIError(f"--user-model {model} needs the environment variable {env} (its API key); set it, "
+                       f"or pass another --user-model")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     # In tau2 the cap counts every message (agent, user, environment): tau2's max_steps.
     parser._option_string_actions["--max-turns"].help = "tau2 max_steps per simulation (default: %(default)s)"
     u = parser.add_argument_group("tau2")
-    u.add_argument("--user-model", help="user simulator, a configs/models.yaml name (default: --model)")
+    u.add_argument("--user-model", help="user simulator, a configs/models.yaml name (default: gpt-5 under "
+                                        "--profile paper, as upstream; else --model)")
+    u.add_argument("--stop-after-errors", type=int, default=3,
+                   help="stop when this many tasks in a row fail with the same error (0: never; default %(default)s)")
     u.add_argument("--user-temperature", type=float, default=0.0)
     u.add_argument("--expert-max-tokens", type=int, default=1024, help="completion tokens per expert reply")
     u.add_argument("--max-errors", type=int, default=10, help="tau2: tool errors before a simulation stops")
@@ -100,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     print(f"tau2: {len(jobs)} tasks ({', '.join(domains)})")
-    user_model = args.user_model or args.model
+    user_model = args.user_model or ("gpt-5" if args.profile == "paper" else args.model)
+    check_user_key(user_model)
     config = {"benchmark": "tau2", "domains": domains, "model": args.model, "price_model": price_model,
               "mode": args.mode, "profile": args.profile, "endpoint": args.endpoint, "user_model": user_model,
               "max_steps": args.max_turns, "max_errors": args.max_errors, "seed": args.seed,
@@ -115,17 +133,20 @@ def run(args: argparse.Namespace) -> int:
         for msg in results.repair.messages(results.path):
             print(msg, file=sys.stderr)
         stats = run_tasks(jobs, lambda job: simulate(setup, job), results, concurrency=args.concurrency,
-                          progress=not args.no_progress, desc="tau2")
+                          progress=not args.no_progress, desc="tau2",
+                          stop_when=ErrorStreak(args.stop_after_errors).observe)
     print(f"{stats.ok + stats.errors} simulations in {stats.wall_s:.1f} s ({stats.skipped_done} already done): "
           f"{stats.correct} successful, {stats.errors} errors -> {results.path}")
     records, _ = read_records(out_dir / RESULTS_NAME)
     for path in write_tau2_results(out_dir, records, setup):
         print(f"tau2 results file: {path}  (check: python evaluation/run_tau2.py --rescore {path})")
+    if stats.stopped:
+        print(stats.stopped, file=sys.stderr)
     if not args.no_report:
         from evaluation.report import report
 
         report([out_dir])
-    return 0
+    return 3 if stats.stopped else 0
 
 
 def main(argv: list[str] | None = None) -> int:

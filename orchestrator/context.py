@@ -25,7 +25,9 @@ PROMPT_FIELDS = {
     "expert_code": {"question", "context"},
     "expert_answer_boxed": {"question", "context"},
     "expert_answer_tags": {"question", "context"},
+    "expert_answer_tags_brief": {"question", "context"},   # tags, shorter instruction (upstream's Llama prompt)
     "expert_direct": {"question"},
+    "expert_answer_system": set(),                    # system message of boxed-style answer experts ("" = none)
     "domain_system": {"policy", "instruction"},      # function-calling (tau2) episodes
     "domain_solo_user": {"request"},
 }
@@ -35,14 +37,27 @@ class PromptError(ValueError):
     """A prompt file that is missing or uses the wrong placeholders."""
 
 
+PROMPT_STYLES = ("ours", "upstream-hle", "upstream-frames")
+UPSTREAM_PROMPTS_DIR = PROMPTS_DIR / "upstream"   # upstream/<benchmark>/: the paper profile's set
+
+
 @dataclass
 class Prompts:
-    """The prompt templates (str.format style), loaded from a folder users edit."""
+    """The prompt templates (str.format style), loaded from a folder users edit.
+
+    `style` says how the orchestrator's and experts' contexts are assembled around them:
+    "ours" (build_messages below) or "upstream-hle" / "upstream-frames"
+    (orchestrator/upstream_prompts.py: the way upstream's eval_hle.py / eval_frames.py
+    build them; the paper profile's choice).
+    """
 
     templates: dict[str, str]
+    style: str = "ours"
 
     @classmethod
-    def load(cls, folder: str | Path | None = None) -> "Prompts":
+    def load(cls, folder: str | Path | None = None, style: str = "ours") -> "Prompts":
+        if style not in PROMPT_STYLES:
+            raise PromptError(f"prompt style {style!r}: expected one of {PROMPT_STYLES}")
         folder = Path(folder) if folder else PROMPTS_DIR
         templates = {}
         for name, required in PROMPT_FIELDS.items():
@@ -58,8 +73,8 @@ class Prompts:
                 raise PromptError(f"{path}: unknown placeholder(s) {sorted(used - required)}; allowed: {sorted(required)}")
             if "question" in required and "question" not in used:
                 raise PromptError(f"{path}: must contain the {{question}} placeholder")
-            templates[name] = text.rstrip("\n") if name == "system" else text
-        return cls(templates)
+            templates[name] = text.rstrip("\n") if name in ("system", "expert_answer_system") else text
+        return cls(templates, style)
 
     def render(self, name: str, **fields: str) -> str:
         return self.templates[name].format(**fields)
@@ -85,6 +100,7 @@ class EpisodeState:
     question: str
     documents: list[Document] = field(default_factory=list)
     code_blocks: list[CodeBlock] = field(default_factory=list)
+    task_id: str | None = None      # sent to the retriever as `eid` when the run asks for it
 
     def add_documents(self, docs: list[Document]) -> int:
         """Append documents not seen before (by id); return how many were new."""
@@ -154,6 +170,9 @@ def fit_tail(documents: str, code: str, room: int, counter: TokenCounter) -> tup
 def build_messages(state: EpisodeState, prompts: Prompts, budgets: Budgets,
                    counter: TokenCounter) -> list[dict[str, str]]:
     """The orchestrator's two-message chat for this turn, within `budgets.context_tokens`."""
+    if prompts.style.startswith("upstream"):
+        from orchestrator.upstream_prompts import build_messages_upstream
+        return build_messages_upstream(state, prompts, budgets, counter)
     documents, code = evidence_sections(state, budgets, counter)
     system = prompts.render("system")
     fixed = counter.count(system) + counter.count(prompts.render("user", question=state.question, documents="", code=""))

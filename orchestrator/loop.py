@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 
 from orchestrator.catalog import Catalog, Price, parse_catalog
 from orchestrator.context import Budgets, EpisodeState, TokenCounter, build_messages
+from orchestrator.gateway.errors import ProviderRejected
 from orchestrator.records import Rollout, Turn
 from orchestrator.runtime import ToolRuntime
 from orchestrator.toolcall import (
@@ -106,10 +107,10 @@ def run_episode(task: Task, policy, runtime: ToolRuntime, config: LoopConfig,
     catalog = task_catalog(runtime.catalog, task)
     qa_tools = [t for t in catalog.tools if t.kind in ("search", "code", "answer")]
     allowed = {t.name: list(t.aliases) for t in qa_tools}
-    schemas = catalog.openai_tools(tools=qa_tools)
+    schemas = runtime.tool_schemas(catalog, qa_tools)
     choices = allowed_call_strings(allowed) if config.constrained else None
     counter = counter or TokenCounter(getattr(getattr(policy, "engine", None), "tokenizer", None))
-    state = EpisodeState(task.question)
+    state = EpisodeState(task.question, task_id=task.id)
     rollout = Rollout(task_id=task.id)
     for index in range(config.max_turns):
         messages = build_messages(state, runtime.prompts, config.budgets, counter)
@@ -127,7 +128,11 @@ def run_episode(task: Task, policy, runtime: ToolRuntime, config: LoopConfig,
             turn.invalid_reason = str(exc)
             continue
         turn.valid = True
-        turn.expert, answer = runtime.call(calls[0].name, alias, state, catalog)
+        try:
+            turn.expert, answer = runtime.call(calls[0].name, alias, state, catalog)
+        except ProviderRejected as exc:   # not the orchestrator's to fix: the episode ends with it
+            rollout.stop_reason = f"error: {exc}"
+            return rollout
         if catalog.tool(calls[0].name).kind == "answer" and turn.expert.error is None:
             rollout.final_answer, rollout.finished, rollout.stop_reason = answer, True, "answer"
             return rollout

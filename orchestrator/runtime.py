@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.catalog import Catalog
 from orchestrator.context import Budgets, CodeBlock, Document, EpisodeState, Prompts, TokenCounter, expert_context
 from orchestrator.extract import answer_style, extract_answer, extract_code, extract_query
+from orchestrator.gateway.errors import ProviderRejected
 from orchestrator.records import ExpertCall, LLMResponse, ToolCall
 from orchestrator.toolcall import format_tool_call, parse_tool_calls
 
@@ -25,6 +28,27 @@ from orchestrator.toolcall import format_tool_call, parse_tool_calls
 class Retriever(Protocol):
     def retrieve(self, queries: list[str], topk: int) -> list[list[dict[str, Any]]]:
         """Search-R1 contract: per query a list of {"document": {"id", "contents"}, "score", ...}."""
+
+
+class ExpertSettings(BaseModel):
+    """How one expert is called (configs/eval_profiles.yaml `experts:`).  Units: tokens, characters."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_tokens: int = Field(2048, ge=1, description="completion tokens per call")
+    temperature: float = Field(0.0, ge=0)
+    context_tokens: int = Field(24000, ge=1, description="documents + code results in the expert's prompt")
+    code_tokens: int = Field(24000, ge=1, description="of which code blocks and outputs at most")
+    doc_chars: int | None = Field(None, ge=1, description="each document cut to this many characters")
+    answer_format: Literal["tags", "tags_brief", "boxed", "auto"] = "auto"
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+
+
+# Search fee per local search (tools.search_fee): "web" charges what a web search with its
+# page extractions costs (upstream's training charge: one search + WEB_PAGES_PER_SEARCH pages);
+# "tokens" the query's tokens at the orchestrator's input price; "none" nothing (web fallbacks
+# the retriever reports are charged in every mode).
+SEARCH_FEES = ("web", "tokens", "none")
+WEB_PAGES_PER_SEARCH = 30
 
 
 def _default_llm(*args, **kwargs):
@@ -51,8 +75,31 @@ class ToolRuntime:
     code_timeout: float = 60.0
     expert_max_tokens: int = 512
     expert_temperature: float = 0.0
+    experts: dict[str, ExpertSettings] = field(default_factory=dict)   # by model (or "default")
+    send_eid: bool = False          # pass the task id as the retriever's `eid` (per-question pools)
+    search_fee: str = "none"        # one of SEARCH_FEES
     llm: Callable[..., Any] = _default_llm
     run_code: Callable[[str, float], Any] = _default_sandbox
+
+    def __post_init__(self) -> None:
+        if self.search_fee not in SEARCH_FEES:
+            raise ValueError(f"search_fee: {self.search_fee!r} is not one of {SEARCH_FEES}")
+
+    def settings(self, model: str) -> ExpertSettings:
+        """How expert `model` is called: its `experts` entry, else "default", else the scalar fields."""
+        found = self.experts.get(model) or self.experts.get("default")
+        if found is not None:
+            return found
+        return ExpertSettings(max_tokens=self.expert_max_tokens, temperature=self.expert_temperature,
+                              context_tokens=self.budgets.context_tokens, code_tokens=self.budgets.context_tokens)
+
+    def tool_schemas(self, catalog: Catalog, tools: list) -> list[dict]:
+        """The function schemas the orchestrator sees: upstream's text and order under an
+        upstream prompt style, else the catalog's own rendering."""
+        if self.prompts.style.startswith("upstream"):
+            from orchestrator.upstream_prompts import tool_schemas_upstream
+            return tool_schemas_upstream(catalog, tools)
+        return catalog.openai_tools(tools=tools)
 
     def served(self, model: str) -> str:
         return self.override_model or self.catalog.served_model(model, self.profile)
@@ -61,7 +108,9 @@ class ToolRuntime:
         """Run one validated call; return what happened and the final answer (answer tool only).
 
         Failures (the expert's server, the sandbox, the retriever) are recorded in
-        `ExpertCall.error`; they never end the episode by themselves.
+        `ExpertCall.error`; they never end the episode by themselves.  Except one: a
+        request the provider rejects (ProviderRejected: an unsupported parameter, a wrong
+        key) is raised, since no choice of the orchestrator can fix it.
         """
         catalog = catalog or self.catalog
         tool = catalog.tool(tool_name)
@@ -78,6 +127,8 @@ class ToolRuntime:
                 answer = self._answer(call, state, catalog)
             else:
                 raise ValueError(f"tool kind {tool.kind!r} is not a QA tool")
+        except ProviderRejected:
+            raise
         except Exception as exc:  # recorded, not fatal: the orchestrator may try another tool
             call.error = f"{type(exc).__name__}: {exc}"
         call.latency = time.monotonic() - started
@@ -99,6 +150,8 @@ class ToolRuntime:
                 raise ValueError(f"the expert proposed no tool call: {response.text[:200]!r}")
             proposal = calls[0]
             call.output = format_tool_call(proposal.name, proposal.arguments)
+        except ProviderRejected:
+            raise
         except Exception as exc:  # recorded, not fatal
             call.error = f"{type(exc).__name__}: {exc}"
         call.latency = time.monotonic() - started
@@ -106,37 +159,58 @@ class ToolRuntime:
 
     # ---- the three tools ---------------------------------------------------------------
     def _ask(self, call: ExpertCall, messages: list[dict], catalog: Catalog, **kwargs) -> LLMResponse:
-        response = self.llm(self.served(call.model), messages, temperature=self.expert_temperature,
-                            max_tokens=self.expert_max_tokens, price_model=call.model, catalog=catalog, **kwargs)
+        settings = self.settings(call.model)
+        if settings.extra_body:
+            kwargs["extra_body"] = settings.extra_body
+        response = self.llm(self.served(call.model), messages, temperature=settings.temperature,
+                            max_tokens=settings.max_tokens, price_model=call.model, catalog=catalog, **kwargs)
         call.usage = call.usage + response.usage
         call.cost += catalog.llm_cost(call.model, response.usage)
         return response
 
-    def _ask_expert(self, call: ExpertCall, prompt: str, catalog: Catalog) -> str:
-        return self._ask(call, [{"role": "user", "content": prompt}], catalog).text
+    def _ask_expert(self, call: ExpertCall, prompt: str, catalog: Catalog, system: str = "") -> str:
+        messages = [{"role": "system", "content": system}] if system else []
+        return self._ask(call, messages + [{"role": "user", "content": prompt}], catalog).text
 
-    def _context(self, state: EpisodeState) -> str:
-        return expert_context(state, self.budgets, TokenCounter())
+    def _context(self, state: EpisodeState, model: str) -> str:
+        if self.prompts.style.startswith("upstream"):
+            from orchestrator.upstream_prompts import expert_context_upstream
+            return expert_context_upstream(state, self.settings(model), TokenCounter())
+        if not self.experts:
+            return expert_context(state, self.budgets, TokenCounter())
+        return expert_context(state, self.budgets, TokenCounter(), room=self.settings(model).context_tokens)
+
+    def _search_fee(self, query: str, catalog: Catalog) -> float:
+        if self.search_fee == "web":
+            return catalog.search_cost(web_searches=1, pages=WEB_PAGES_PER_SEARCH)
+        if self.search_fee == "tokens" and catalog.orchestrator_price_model:
+            price = catalog.price(catalog.orchestrator_price_model)
+            return price.input * TokenCounter().count(query) / 1_000_000
+        return 0.0
 
     def _search(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> None:
         if self.retriever is None:
             raise RuntimeError("no retriever configured: start the retrieval service or pass --index")
         reply = self._ask_expert(call, self.prompts.render(
-            "expert_search", question=state.question, context=self._context(state)), catalog)
+            "expert_search", question=state.question, context=self._context(state, call.model)), catalog)
         query = extract_query(reply, fallback=state.question)
-        result = self.retriever.retrieve([query], self.topk)
+        if self.send_eid and state.task_id is not None:
+            result = self.retriever.retrieve([query], self.topk, eid=state.task_id)
+        else:
+            result = self.retriever.retrieve([query], self.topk)
         docs = [Document(id=str(h["document"]["id"]), contents=h["document"]["contents"],
                          source=h["document"].get("source", "local")) for h in result[0]]
         # web fallback fees, as the retriever reports them (RetrievalClient's `Retrieved`)
         call.cost += catalog.search_cost(web_searches=getattr(result, "web_searches", 0),
                                          pages=getattr(result, "pages", 0))
+        call.cost += self._search_fee(query, catalog)
         new = state.add_documents(docs)
         listing = "".join(f"\n[{d.id}{' web' if d.source == 'web' else ''}] {d.contents[:200]}" for d in docs)
         call.output = f"query: {query!r}; {len(docs)} documents ({new} new){listing}"
 
     def _code(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> None:
         reply = self._ask_expert(call, self.prompts.render(
-            "expert_code", question=state.question, context=self._context(state)), catalog)
+            "expert_code", question=state.question, context=self._context(state, call.model)), catalog)
         code = extract_code(reply)
         if code is None:
             call.output = "the expert wrote no ```python block"
@@ -150,9 +224,16 @@ class ToolRuntime:
         call.output = output.strip()[:2000]
 
     def _answer(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> str:
-        name = "expert_answer_tags" if answer_style(self.served(call.model)) == "tags" else "expert_answer_boxed"
+        fmt = self.settings(call.model).answer_format
+        if fmt == "auto":
+            fmt = answer_style(self.served(call.model))
+        name = f"expert_answer_{fmt}"
+        system = self.prompts.render("expert_answer_system").strip() if fmt == "boxed" else ""
         reply = self._ask_expert(call, self.prompts.render(
-            name, question=state.question, context=self._context(state)), catalog)
+            name, question=state.question, context=self._context(state, call.model)), catalog, system=system)
         call.output = reply[:2000]
+        if self.prompts.style.startswith("upstream"):
+            from orchestrator.upstream_prompts import extract_answer_upstream
+            return extract_answer_upstream(reply, "boxed" if fmt == "boxed" else "tags")
         return extract_answer(reply)
 

@@ -46,7 +46,7 @@ log = logging.getLogger("retrieval.server")
 class Limits:
     max_queries: int = 64           # queries per request
     max_query_chars: int = 4096     # characters per query (the orchestrator cuts at ~390)
-    max_topk: int = 100
+    max_topk: int = 200              # upstream FRAMES evaluation asks for 150
     max_body_bytes: int = 1 << 20   # 1 MiB of JSON
     request_timeout_s: float = 60.0
     body_timeout_s: float = 10.0    # the whole body must arrive within this (slow or half-sent requests)

@@ -4,6 +4,9 @@ Each server follows a script of actions, one per request (the last repeats):
   "ok"     a normal reply            "stall"  hold the request for `stall_s` seconds
   "500"    HTTP 500                  "429"    HTTP 429 (rate limited)
   "400"    HTTP 400                  "401"    HTTP 401 echoing the key it was sent
+  "trickle_body"     headers at once, then the body one byte every `trickle_s` seconds
+  "trickle_headers"  the status line and headers themselves one byte every `trickle_s` seconds
+A 429 carries `Retry-After: <retry_after>` when `retry_after` is given.
 `on_hit(server, n)` runs before the n-th request is answered (1-based), e.g. to rewrite
 an endpoints file.  Also helpers to write a registry file.  (No tests in this module.)
 """
@@ -22,9 +25,12 @@ import yaml
 class FakeServer:
     def __init__(self, script=("ok",), *, kind: str = "openai", text: str = "hello",
                  usage: tuple[int, int] = (1000, 500), tool_calls: list[dict] | None = None,
-                 stall_s: float = 10.0, on_hit: Callable[["FakeServer", int], None] | None = None):
+                 stall_s: float = 10.0, on_hit: Callable[["FakeServer", int], None] | None = None,
+                 trickle_s: float = 1.0, retry_after: str | None = None):
         self.script, self.kind, self.text, self.usage = list(script), kind, text, usage
         self.tool_calls, self.stall_s, self.on_hit = tool_calls, stall_s, on_hit
+        self.trickle_s, self.retry_after = trickle_s, retry_after
+        self.times: list[float] = []              # time.monotonic() of each request's arrival
         self.requests: list[dict] = []           # {"path", "headers" (lower-case names), "body"}
         self._lock = threading.Lock()
         self._release = threading.Event()
@@ -80,9 +86,11 @@ class FakeServer:
             def log_message(self, *args):   # keep test output quiet
                 pass
 
-            def _send(self, status: int, obj: dict) -> None:
+            def _send(self, status: int, obj: dict, headers: dict | None = None) -> None:
                 data = json.dumps(obj).encode()
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -92,6 +100,7 @@ class FakeServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 with server._lock:
                     server.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+                    server.times.append(time.monotonic())
                     n = len(server.requests)
                     action = server.script[min(n - 1, len(server.script) - 1)]
                 if server.on_hit:
@@ -99,13 +108,33 @@ class FakeServer:
                 if action == "stall":
                     server._release.wait(server.stall_s)
                     return
+                if action in ("trickle_body", "trickle_headers"):
+                    return self._trickle(action, body)
                 if action == "ok":
                     reply = server._anthropic_body(body) if server.kind == "anthropic" else server._openai_body(body)
                     return self._send(200, reply)
                 key = self.headers.get("Authorization") or self.headers.get("api-key") or self.headers.get("x-api-key") or ""
                 message = {"401": f"Incorrect API key provided: {key}", "400": "bad request",
                            "429": "rate limited", "500": f"internal error (request carried {key})"}[action]
-                self._send(int(action), {"error": {"message": message, "type": "error"}})
+                headers = {"Retry-After": server.retry_after} if action == "429" and server.retry_after else {}
+                self._send(int(action), {"error": {"message": message, "type": "error"}}, headers)
+
+            def _trickle(self, action: str, body: dict) -> None:
+                data = json.dumps(server._openai_body(body)).encode()
+                head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {len(data)}\r\n\r\n").encode()
+                slow = head + data if action == "trickle_headers" else data
+                if action == "trickle_body":
+                    self.wfile.write(head)
+                    self.wfile.flush()
+                try:
+                    for i in range(len(slow)):
+                        if server._release.wait(server.trickle_s):
+                            return
+                        self.wfile.write(slow[i:i + 1])
+                        self.wfile.flush()
+                except OSError:       # the client gave up and closed the connection
+                    return
 
         return Handler
 

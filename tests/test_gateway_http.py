@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 import pytest
 
-from LLM_CALL import LLMCallError, get_llm_response
+from LLM_CALL import LLMCallError, ProviderRejected, get_llm_response
 from orchestrator.gateway.endpoints import register_endpoint
 from test_gateway_fakes import FakeServer, dead_url, elapsed, write_registry
 
@@ -66,8 +66,8 @@ def test_bad_request_is_not_retried(registry):
     with FakeServer(["400"]) as srv:
         registry({"m": {"backend": "vllm", "base_url": srv.url, "price_model": "Qwen3-32B"}})
         err, _ = elapsed(lambda: get_llm_response("m", MSG, max_retries=3))
-    assert isinstance(err, LLMCallError) and srv.hits == 1
-    assert "not retryable" in str(err) and "HTTP 400" in str(err)
+    assert isinstance(err, ProviderRejected) and srv.hits == 1 and err.status == 400
+    assert f"request rejected (HTTP 400 from {srv.url}, not retried)" in str(err) and err.provider_message == "bad request"
 
 
 def test_rate_limit_is_retried(registry):

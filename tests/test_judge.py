@@ -51,10 +51,43 @@ def test_llm_path_stores_verdict_raw_reply_and_cost():
     assert len(seen) == 1
 
 
-def test_unparseable_reply_is_wrong_and_marked():
+def test_unparseable_reply_is_a_judge_error_not_a_wrong_answer():
     judge = Judge("m", call=lambda *a, **k: LLMResponse(model="m", text="I am not sure."))
     v = judge("q", "a", "b")
-    assert (v.correct, v.rule, v.raw) == (False, "llm_unparsed", "I am not sure.")
+    assert (v.correct, v.rule, v.raw) == (None, "llm_unparsed", "I am not sure.")
+
+
+def _upstream_judge(reply: str, seen: list):
+    def call(model, messages, **kw):
+        seen.append((messages[0]["content"], kw))
+        return LLMResponse(model=model, text=reply)
+    return Judge("gpt-5", call=call, style="upstream", max_tokens=40000)
+
+
+def test_upstream_judge_prompt_is_upstreams_construction():
+    seen = []
+    _upstream_judge("<correct>True</correct>", seen)("What is 2+2?", " four ", "4")
+    # eval_hle.py 276-279: question, student answer (the stripped prediction), reference, instruction
+    assert seen[0][0] == ("Question: What is 2+2?\n\nStudent answer: four\n\nReference answer: 4\n\n"
+                          "Assume that the reference answer is correct. Output <correct>True</correct> if the "
+                          "student answer matches the reference answer. Output <correct>False</correct> if the "
+                          "student answer does not match the reference answer.")
+    assert seen[0][1]["temperature"] == 1.0 and seen[0][1]["max_tokens"] == 40000
+
+
+@pytest.mark.parametrize("reply, expected", [
+    ("<correct>True</correct>", True),
+    ("The student says four, which is 4.\n<correct>true</correct>", True),
+    ("<correct> False </correct>", False),
+    ("Reasoning... <correct>True</correct> wait, no: <correct>False</correct>", False),   # the last tag decides
+    ("True", True),            # no tag: upstream compared the whole reply with 'true'
+    ("It is True", None),      # ... anything else is unreadable (upstream: False)
+    ("The answer is correct.\nTrue", None),   # no last-line fallback
+    ("", None),
+])
+def test_upstream_judge_extraction(reply, expected):
+    v = _upstream_judge(reply, [])("q", "a", "b")
+    assert v.correct is expected and v.rule == ("llm" if expected is not None else "llm_unparsed")
 
 
 def test_judge_failure_raises_judge_error():

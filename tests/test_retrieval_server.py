@@ -123,7 +123,7 @@ def test_min_length_drops_short_documents_but_still_fills_topk(client):
     ({"queries": ["q"] * 65}, "queries"),
     ({"queries": ["q" * 4097]}, "queries.0"),
     ({"queries": ["q"], "topk": 0}, "topk"),
-    ({"queries": ["q"], "topk": 101}, "topk"),
+    ({"queries": ["q"], "topk": 201}, "topk"),
     ({"queries": ["q"], "topk": "many"}, "topk"),
     ({"queries": "just a string"}, "queries"),
     ({"queries": [1, 2]}, "queries.0"),

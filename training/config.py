@@ -84,8 +84,9 @@ class ToolsConfig:
     prompts: str | None = None          # prompt folder overriding orchestrator/prompts
     index: str | None = None            # local retrieval index folder (RetrievalClient.in_process)
     retrieval_url: str | None = None    # or a running /retrieve service
-    topk: int = 3
+    topk: int = 3                       # documents per search (upstream training: 30)
     expert_max_tokens: int = 512
+    search_fee: Literal["web", "tokens", "none"] = "none"   # per local search: web-search fee equivalent | query tokens | 0
     code_timeout: float = 60.0
     memoize_experts: bool = False       # cache expert replies by (served model, prompt): greedy experts only
 

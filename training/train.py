@@ -126,7 +126,8 @@ def build_runtime(cfg: TrainConfig) -> ToolRuntime:
     budgets = Budgets(context_tokens=cfg.rollout.context_tokens)
     runtime = ToolRuntime(catalog=load_catalog(cfg.tools.catalog), profile=cfg.tools.profile, retriever=retriever,
                           prompts=Prompts.load(cfg.tools.prompts), budgets=budgets, topk=cfg.tools.topk,
-                          code_timeout=cfg.tools.code_timeout, expert_max_tokens=cfg.tools.expert_max_tokens)
+                          code_timeout=cfg.tools.code_timeout, expert_max_tokens=cfg.tools.expert_max_tokens,
+                          search_fee=cfg.tools.search_fee)
     if cfg.tools.memoize_experts:
         runtime.llm = MemoizedLLM(runtime.llm)
     return runtime

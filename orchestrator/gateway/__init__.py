@@ -3,13 +3,14 @@
 Public entry for users: the top-level module `LLM_CALL`.  Layout:
   registry.py   configs/models.yaml -> validated ModelEntry per model name
   endpoints.py  pools of OpenAI-compatible replicas from an endpoints JSON file
-  retry.py      bounded retries with exponential backoff (tenacity)
+  rules.py      what each provider accepts (registry `rules:`), applied before sending
+  retry.py      deadlines per attempt and per call, bounded retries honouring Retry-After (tenacity)
   backends/     openai_compat (vLLM / OpenAI / Azure), anthropic, transformers (in-process)
   call.py       get_llm_response: ties them together, adds cost and latency
 """
 from orchestrator.gateway.call import get_llm_response
-from orchestrator.gateway.errors import GatewayConfigError, LLMCallError, UnknownModelError
+from orchestrator.gateway.errors import GatewayConfigError, LLMCallError, ProviderRejected, UnknownModelError
 from orchestrator.gateway.registry import ModelEntry, load_registry
 
-__all__ = ["get_llm_response", "LLMCallError", "GatewayConfigError", "UnknownModelError",
+__all__ = ["get_llm_response", "LLMCallError", "ProviderRejected", "GatewayConfigError", "UnknownModelError",
            "ModelEntry", "load_registry"]

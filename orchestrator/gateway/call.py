@@ -12,9 +12,10 @@ from typing import Any
 
 from orchestrator.catalog import DEFAULT_CATALOG, Catalog, load_catalog
 from orchestrator.gateway.backends import BackendRequest, make_backend
-from orchestrator.gateway.errors import GatewayConfigError, LLMCallError
+from orchestrator.gateway.errors import GatewayConfigError, LLMCallError, ProviderRejected
 from orchestrator.gateway.registry import load_registry
 from orchestrator.gateway.retry import AttemptError, RetryPolicy
+from orchestrator.gateway.rules import RuleRefusal, apply_rules
 from orchestrator.records import LLMResponse
 from orchestrator.toolcall import parse_tool_calls
 
@@ -62,25 +63,40 @@ def _split_tool_calls(text: str, result_calls, choices) -> tuple[str, list]:
     return (text if errors or choices is not None else content), calls
 
 
+def _rejected(model: str, exc: AttemptError, attempts: int) -> ProviderRejected:
+    provider = exc.provider_message or str(exc)
+    return ProviderRejected(f"{model}: request rejected (HTTP {exc.status} from {exc.endpoint}, not retried): "
+                            f"{provider}",
+                            model=model, endpoint=exc.endpoint, status=exc.status, provider_message=provider,
+                            attempts=attempts)
+
+
 def get_llm_response(model: str, messages: list[dict[str, Any]], tools: list[dict] | None = None,
                      temperature: float = 1.0, max_tokens: int = 1024, *, price_model: str | None = None,
                      catalog: Catalog | None = None, timeout: float | None = None,
                      max_retries: int | None = None, choices: list[str] | None = None,
-                     **extra: Any) -> LLMResponse:
+                     deadline: float | None = None, **extra: Any) -> LLMResponse:
     """Ask registered model `model` for one chat completion.
 
     messages: OpenAI-style chat messages.  tools: OpenAI function schemas (rendered into
     the prompt by local backends).  max_tokens: completion tokens.  timeout: seconds per
     attempt (default: the entry's timeout_s).  max_retries: retries after the first try
-    (default: the entry's).  choices: constrained decoding, the reply text is exactly one
+    (default: the entry's).  deadline: seconds for the whole call, retries and waits included
+    (default: the entry's deadline_s).  choices: constrained decoding, the reply text is exactly one
     of these strings (vllm and transformers backends).  price_model: the tools.json price
     entry to charge (default: the entry's price_model, else `model`).  extra: passed to the
     backend (e.g. top_p, seed, stop; OpenAI-compatible: extra_body).
 
+    The entry's provider rules (configs/models.yaml `rules:`, orchestrator/gateway/rules.py)
+    are applied first: e.g. gpt-5 gets no temperature, a request too long for a vLLM
+    model's window is shortened or refused before it is sent.
+
     Returns LLMResponse: usage as the backend reports it, cost in dollars from the price
-    table, latency in wall-clock seconds including retries.  Raises LLMCallError (naming
-    model and endpoint, never a key) when the call fails for good, GatewayConfigError for
-    a registry / price-table problem, ValueError for bad arguments.
+    table, latency in wall-clock seconds including retries.  Raises ProviderRejected (an
+    LLMCallError) when the provider refuses the request itself (HTTP 4xx: retrying cannot
+    help) or the rules refuse it; LLMCallError (naming model and endpoint, never a key)
+    when the call fails for good otherwise; GatewayConfigError for a registry / price-table
+    problem; ValueError for bad arguments.
     """
     _check_arguments(messages, max_tokens, timeout, choices)
     entry = load_registry().entry(model)
@@ -96,8 +112,15 @@ def get_llm_response(model: str, messages: list[dict[str, Any]], tools: list[dic
         raise LLMCallError(f"{model}: {exc}", model=model, endpoint=exc.endpoint) from None
     request = BackendRequest(messages=messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
                              choices=choices, timeout=timeout or entry.timeout_s, extra=extra)
+    try:
+        request = apply_rules(entry.rules, request, count=getattr(backend, "count_tokens", None))
+    except RuleRefusal as exc:
+        raise ProviderRejected(f"{model}: request rejected (refused before sending, by configs/models.yaml "
+                               f"rules): {exc}", model=model, endpoint=None, provider_message=str(exc),
+                               attempts=0) from None
     policy = RetryPolicy(max_retries=entry.max_retries if max_retries is None else max_retries,
-                         initial_s=entry.backoff_initial_s, max_wait_s=entry.backoff_max_s)
+                         initial_s=entry.backoff_initial_s, max_wait_s=entry.backoff_max_s,
+                         attempt_s=request.timeout, deadline_s=deadline or entry.deadline_s)
     attempts = 0
 
     def attempt(_: int):
@@ -109,6 +132,8 @@ def get_llm_response(model: str, messages: list[dict[str, Any]], tools: list[dic
     try:
         result = policy.run(attempt, model=model)
     except AttemptError as exc:
+        if not exc.retryable and exc.status is not None and 400 <= exc.status < 500:
+            raise _rejected(model, exc, attempts) from None
         gave_up = "gave up after" if exc.retryable else "failed (not retryable) after"
         raise LLMCallError(f"{model}: {gave_up} {attempts} attempt(s); last endpoint "
                            f"{exc.endpoint or 'none'}: {exc}", model=model, endpoint=exc.endpoint,

@@ -39,6 +39,44 @@ def _rebuild_call_error(message, model, endpoint, attempts, retryable) -> "LLMCa
     return LLMCallError(message, model=model, endpoint=endpoint, attempts=attempts, retryable=retryable)
 
 
+class ProviderRejected(LLMCallError):
+    """The provider refused the request itself (HTTP 400/401/403/404/422: unsupported parameter,
+    context too long, wrong key, unknown model), or the gateway refused to send a request the
+    model's declared rules say would be refused.  Retrying cannot help and an orchestrator
+    cannot act on it: callers end the task with this error instead of feeding it back.
+
+    `status` is the HTTP status (None: refused before sending); `provider_message` the
+    provider's own words.  The message has the form
+    "<model>: request rejected (<why>): <provider message>".
+    """
+
+    def __init__(self, message: str, *, model: str, endpoint: str | None, status: int | None = None,
+                 provider_message: str = "", attempts: int = 1):
+        super().__init__(message, model=model, endpoint=endpoint, attempts=attempts, retryable=False)
+        self.status = status
+        self.provider_message = provider_message
+
+    def __reduce__(self):
+        return (_rebuild_rejected, (str(self), self.model, self.endpoint, self.status, self.provider_message,
+                                    self.attempts))
+
+
+def _rebuild_rejected(message, model, endpoint, status, provider_message, attempts) -> "ProviderRejected":
+    return ProviderRejected(message, model=model, endpoint=endpoint, status=status,
+                            provider_message=provider_message, attempts=attempts)
+
+
+def find_rejection(exc: BaseException | None) -> "ProviderRejected | None":
+    """The ProviderRejected behind `exc` (itself, or along its cause/context chain)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ProviderRejected):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 _MASKED_KEY = re.compile(r"\S*\*{3,}\S*")
 
 

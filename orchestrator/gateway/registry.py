@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from orchestrator.gateway.errors import GatewayConfigError, UnknownModelError
+from orchestrator.gateway.rules import ProviderRules
 
 DEFAULT_MODELS = Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
 EMBEDDED_PREFIX = "embedded:"
@@ -42,12 +43,16 @@ class ModelEntry(BaseModel):
     endpoints_file: str | None = Field(None, min_length=1, description="vllm: JSON pool of replicas (default $TOOLORCHESTRA_ENDPOINTS or endpoints.json)")
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="name of the env var holding the key")
     api_version: str | None = Field(None, description="azure: API version, e.g. 2024-10-21")
-    timeout_s: float = Field(120.0, gt=0, description="per-attempt timeout")
+    timeout_s: float = Field(120.0, gt=0, description="deadline of one attempt: connect, headers and body together")
+    deadline_s: float | None = Field(None, gt=0, description="deadline of a whole call, retries and waits included "
+                                                            "(default: none beyond the attempts' own)")
     max_retries: int = Field(3, ge=0, le=20, description="retries after the first attempt")
     backoff_initial_s: float = Field(1.0, ge=0, description="first wait between attempts (doubles, with jitter)")
     backoff_max_s: float = Field(20.0, ge=0, description="longest wait between attempts")
     price_model: str | None = Field(None, min_length=1, description="tools.json price entry to charge when the caller gives none")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="OpenAI-compatible: merged into every request body")
+    rules: ProviderRules = Field(default_factory=ProviderRules, description="what the provider accepts "
+                                                                           "(orchestrator/gateway/rules.py)")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     device: str = "cpu"
 

@@ -1,18 +1,39 @@
-"""Bounded retries with exponential backoff (tenacity) around one backend attempt.
+"""Retries and deadlines: the one place that decides how long a gateway call may take.
+
+Two budgets bound every call (units: seconds):
+- per attempt (`timeout_s`): connecting, sending, waiting for headers and reading the whole
+  body together.  The HTTP clients of the openai/anthropic SDKs only bound each socket
+  read, so a server trickling one byte per second could hold a call for ever; here every
+  socket operation of an attempt is given only what is left of the attempt's deadline
+  (`DeadlineBackend`, installed by `http_client()`), and a read past it raises a timeout.
+- per call (`deadline_s`): all attempts and the waits between them.  A wait that would end
+  past the call's deadline is not started; the call gives up with the last error.
 
 Which errors are worth retrying: timeouts, refused/broken connections, HTTP 408/409/429
-and 5xx.  Everything else (bad request, wrong key, unknown model, a local model that
-ran out of time) fails at once.  The bound on a call's wall clock is therefore about
-(max_retries + 1) x timeout_s + the sum of the waits (each <= max_wait_s).
+and 5xx.  Everything else (bad request, wrong key, unknown model) fails at once.  Waits
+grow exponentially with jitter (tenacity's `wait_exponential_jitter`) and are never
+shorter than the server's `Retry-After` (or `retry-after-ms`) header.
 """
 from __future__ import annotations
 
+import email.utils
 import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Any, TypeVar
 
-from tenacity import (RetryCallState, Retrying, retry_if_exception, stop_after_attempt,
-                      wait_exponential_jitter)
+import httpcore2
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
 log = logging.getLogger("toolorchestra.gateway")
 T = TypeVar("T")
@@ -22,30 +43,167 @@ RETRY_STATUS = {408, 409, 429}
 class AttemptError(Exception):
     """One failed attempt, already described without secrets.
 
-    `endpoint` is where it went; `retryable` whether another attempt may succeed.
+    `endpoint` is where it went; `retryable` whether another attempt may succeed;
+    `status` the HTTP status when the server answered; `retry_after` the seconds the
+    server asked us to wait (Retry-After), when it said; `provider_message` the
+    provider's own error text (for a rejected request).
     """
 
-    def __init__(self, message: str, *, endpoint: str | None, retryable: bool):
+    def __init__(self, message: str, *, endpoint: str | None, retryable: bool, status: int | None = None,
+                 retry_after: float | None = None, provider_message: str | None = None):
         super().__init__(message)
         self.endpoint = endpoint
         self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+        self.provider_message = provider_message
 
 
 def is_retryable_status(status: int | None) -> bool:
     return status is not None and (status in RETRY_STATUS or status >= 500)
 
 
+def parse_retry_after(headers: Any) -> float | None:
+    """Seconds from `retry-after-ms` or `Retry-After` (seconds or an HTTP date); None if absent."""
+    if headers is None:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000)
+        value = headers.get("retry-after")
+    except (AttributeError, ValueError):
+        return None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+# ---- per-attempt deadline over every socket operation -----------------------------------
+_local = threading.local()
+
+
+def remaining() -> float | None:
+    """Seconds left of the current thread's attempt deadline (None: no deadline set)."""
+    deadline = getattr(_local, "deadline", None)
+    return None if deadline is None else deadline - time.monotonic()
+
+
+@contextmanager
+def attempt_deadline(seconds: float | None) -> Iterator[None]:
+    """Within this block, every socket operation of this thread ends by `seconds` from now."""
+    previous = getattr(_local, "deadline", None)
+    _local.deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        yield
+    finally:
+        _local.deadline = previous
+
+
+def _clamp(timeout: float | None, exc: type[Exception]) -> float | None:
+    left = remaining()
+    if left is None:
+        return timeout
+    if left <= 0:
+        raise exc("the attempt's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore2.NetworkStream):
+    def __init__(self, inner: httpcore2.NetworkStream):
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _clamp(timeout, httpcore2.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _clamp(timeout, httpcore2.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname,
+                                                     _clamp(timeout, httpcore2.ConnectTimeout)))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class DeadlineBackend(httpcore2.NetworkBackend):
+    """httpcore's socket backend with every timeout cut to the thread's attempt deadline."""
+
+    def __init__(self, inner: httpcore2.NetworkBackend | None = None):
+        self._inner = inner or httpcore2.SyncBackend()
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        return _DeadlineStream(self._inner.connect_tcp(host, port, _clamp(timeout, httpcore2.ConnectTimeout),
+                                                       local_address, socket_options))
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        return _DeadlineStream(self._inner.connect_unix_socket(path, _clamp(timeout, httpcore2.ConnectTimeout),
+                                                               socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def http_client():
+    """An HTTP client for the openai/anthropic SDKs whose sockets obey `attempt_deadline`.
+
+    Both SDKs (openai 3.x, anthropic 2.x) run on httpx2; its transport's connection pool
+    takes a network backend, which is where the deadline is enforced.  Proxies from the
+    environment are not used by this client.
+    """
+    import httpx2
+
+    transport = httpx2.HTTPTransport(trust_env=False)
+    pool = getattr(transport, "_pool", None)
+    if not isinstance(pool, httpcore2.ConnectionPool) or not hasattr(pool, "_network_backend"):
+        raise RuntimeError("httpx2's transport no longer exposes its connection pool; "
+                           "orchestrator/gateway/retry.py needs updating for this httpx2 version")
+    pool._network_backend = DeadlineBackend(pool._network_backend)
+    return httpx2.Client(transport=transport, trust_env=False)
+
+
+# ---- retries -------------------------------------------------------------------------------
 @dataclass
 class RetryPolicy:
     max_retries: int = 3          # attempts = max_retries + 1
     initial_s: float = 1.0        # first wait; doubles each retry, plus up to initial_s jitter
-    max_wait_s: float = 20.0
+    max_wait_s: float = 20.0      # longest backoff (a longer Retry-After is still honoured)
+    attempt_s: float | None = None   # deadline of one attempt
+    deadline_s: float | None = None  # deadline of the whole call (attempts + waits)
+
+    def _wait(self) -> Callable[[RetryCallState], float]:
+        backoff = wait_exponential_jitter(initial=self.initial_s, max=self.max_wait_s, jitter=self.initial_s)
+
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            after = getattr(exc, "retry_after", None)
+            return max(backoff(state), after) if after is not None else backoff(state)
+        return wait
 
     def run(self, attempt: Callable[[int], T], *, model: str) -> T:
         """Call `attempt(i)` (i = 0, 1, ...) until it succeeds or the policy gives up.
 
-        `attempt` raises AttemptError; the last one is re-raised when giving up.
+        `attempt` raises AttemptError; the last one is re-raised when giving up.  Each
+        attempt runs under `attempt_deadline(min(attempt_s, what is left of deadline_s))`.
         """
+        started = time.monotonic()
+        call_end = math.inf if self.deadline_s is None else started + self.deadline_s
+
+        def out_of_time(state: RetryCallState) -> bool:
+            return time.monotonic() + state.upcoming_sleep >= call_end
+
         def _log(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             log.warning("%s: attempt %d/%d via %s failed: %s; retrying in %.1f s", model,
@@ -53,13 +211,16 @@ class RetryPolicy:
                         exc, state.next_action.sleep if state.next_action else 0.0)
 
         retrying = Retrying(
-            stop=stop_after_attempt(self.max_retries + 1),
-            wait=wait_exponential_jitter(multiplier=self.initial_s, max=self.max_wait_s, jitter=self.initial_s),
+            stop=stop_after_attempt(self.max_retries + 1) | out_of_time,
+            wait=self._wait(),
             retry=retry_if_exception(lambda e: isinstance(e, AttemptError) and e.retryable),
             before_sleep=_log,
             reraise=True,
         )
         for state in retrying:
             with state:
-                return attempt(state.retry_state.attempt_number - 1)
+                left = call_end - time.monotonic()
+                budget = min(self.attempt_s if self.attempt_s is not None else math.inf, left)
+                with attempt_deadline(None if math.isinf(budget) else max(budget, 0.0)):
+                    return attempt(state.retry_state.attempt_number - 1)
         raise AssertionError("unreachable: tenacity either returns or re-raises")

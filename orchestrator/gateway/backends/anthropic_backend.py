@@ -16,7 +16,7 @@ import anthropic
 from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, read_key,
                                                  sdk_attempt_error)
 from orchestrator.gateway.registry import ModelEntry
-from orchestrator.gateway.retry import AttemptError
+from orchestrator.gateway.retry import AttemptError, http_client
 from orchestrator.records import ToolCall, Usage
 
 ANTHROPIC_DEFAULT_URL = "https://api.anthropic.com"
@@ -28,7 +28,8 @@ def _client(base_url: str, key: str | None) -> anthropic.Anthropic:
     cache_key = (base_url, hash(key))
     with _clients_lock:
         if cache_key not in _clients:
-            _clients[cache_key] = anthropic.Anthropic(base_url=base_url, api_key=key, max_retries=0)
+            _clients[cache_key] = anthropic.Anthropic(base_url=base_url, api_key=key, max_retries=0,
+                                                      http_client=http_client())
         return _clients[cache_key]
 
 
@@ -80,12 +81,16 @@ class AnthropicBackend:
                                "transformers, not anthropic", endpoint=None, retryable=False)
         key = read_key(self.entry.key_env(), self.name, required=True)
         system, messages = convert_messages(request.messages)
+        extra = dict(request.extra)
+        # This SDK (anthropic 2.x) no longer types sampling parameters; models that still take
+        # them read them from the body.  Temperature 1.0 is the API default, so it is left out.
+        sampling = {k: extra.pop(k) for k in ("top_p", "top_k") if k in extra}
+        if request.temperature is not None and request.temperature != 1.0:
+            sampling["temperature"] = request.temperature
         body: dict[str, Any] = dict(model=self.served, messages=messages, max_tokens=request.max_tokens,
-                                    timeout=request.timeout, **request.extra)
-        if request.temperature != 1.0:
-            # This SDK (anthropic 2.x) no longer types sampling parameters; models that still take
-            # them read it from the body.  1.0 is the API default, so it is left out.
-            body["extra_body"] = {**body.get("extra_body", {}), "temperature": request.temperature}
+                                    timeout=request.timeout, **extra)
+        if sampling:
+            body["extra_body"] = {**body.get("extra_body", {}), **sampling}
         if system:
             body["system"] = system
         if request.tools:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator.gateway.errors import scrub
-from orchestrator.gateway.retry import AttemptError, is_retryable_status
+from orchestrator.gateway.retry import AttemptError, is_retryable_status, parse_retry_after
 from orchestrator.records import ToolCall, Usage
 
 
@@ -17,7 +17,7 @@ class BackendRequest:
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
-    temperature: float = 1.0
+    temperature: float | None = 1.0   # None: not sent (the provider's default)
     max_tokens: int = 1024
     choices: list[str] | None = None
     timeout: float = 120.0
@@ -61,7 +61,7 @@ def sdk_attempt_error(exc: Exception, sdk, *, endpoint: str, timeout: float,
     """Translate an openai/anthropic SDK exception into AttemptError (None: not an SDK error)."""
     keys = [s for s in secrets if s]
     if isinstance(exc, sdk.APITimeoutError):
-        return AttemptError(f"timed out after {timeout:g} s", endpoint=endpoint, retryable=True)
+        return AttemptError(f"timed out after {timeout:g} s (attempt deadline)", endpoint=endpoint, retryable=True)
     if isinstance(exc, sdk.APIConnectionError):
         cause = exc.__cause__ or exc
         return AttemptError(scrub(f"connection failed: {type(cause).__name__}: {cause}", keys),
@@ -69,5 +69,22 @@ def sdk_attempt_error(exc: Exception, sdk, *, endpoint: str, timeout: float,
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
         detail = scrub(re.sub(r"^Error code: \d+ - ", "", str(getattr(exc, "message", exc))), keys)[:500]
-        return AttemptError(f"HTTP {status}: {detail}", endpoint=endpoint, retryable=is_retryable_status(status))
+        provider = scrub(provider_message(getattr(exc, "body", None)) or detail, keys)[:500]
+        return AttemptError(f"HTTP {status}: {detail}", endpoint=endpoint, retryable=is_retryable_status(status),
+                            status=status, provider_message=provider,
+                            retry_after=parse_retry_after(getattr(getattr(exc, "response", None), "headers", None)))
     return None
+
+
+def provider_message(body: Any) -> str | None:
+    """The provider's own error text from an error body: OpenAI {"error": {"message"}},
+    Anthropic {"type": "error", "error": {"message"}}, vLLM {"message": ...} (or the SDK's
+    already-unwrapped inner object)."""
+    if not isinstance(body, dict):
+        return body if isinstance(body, str) and body else None
+    inner = body.get("error", body)
+    if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+        return inner["message"]
+    if isinstance(inner, str):
+        return inner
+    return body.get("message") if isinstance(body.get("message"), str) else None

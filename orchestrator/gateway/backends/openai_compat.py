@@ -18,7 +18,7 @@ from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, r
 from orchestrator.gateway.endpoints import pool_for
 from orchestrator.gateway.errors import GatewayConfigError
 from orchestrator.gateway.registry import ModelEntry
-from orchestrator.gateway.retry import AttemptError
+from orchestrator.gateway.retry import AttemptError, attempt_deadline, http_client
 from orchestrator.records import ToolCall, Usage
 
 log = logging.getLogger("toolorchestra.gateway")
@@ -36,12 +36,24 @@ def _client(entry: ModelEntry, base_url: str, key: str | None) -> openai.OpenAI:
         if client is None:
             if entry.backend == "azure":
                 client = openai.AzureOpenAI(azure_endpoint=base_url, api_version=entry.api_version,
-                                            api_key=key, max_retries=0)
+                                            api_key=key, max_retries=0, http_client=http_client())
             else:
                 # vLLM accepts any key unless started with --api-key; the SDK insists on one.
-                client = openai.OpenAI(base_url=base_url, api_key=key or "EMPTY", max_retries=0)
+                client = openai.OpenAI(base_url=base_url, api_key=key or "EMPTY", max_retries=0,
+                                       http_client=http_client())
             _clients[cache_key] = client
         return client
+
+
+_tokenize_http = None
+
+
+def _tokenize_client():
+    global _tokenize_http
+    with _clients_lock:
+        if _tokenize_http is None:
+            _tokenize_http = http_client()
+        return _tokenize_http
 
 
 def _convert_tool_calls(raw) -> list[ToolCall] | None:
@@ -89,8 +101,10 @@ class OpenAICompatBackend:
                 raise AttemptError(f"{self.name}: `choices` (constrained decoding) needs backend vllm or "
                                    f"transformers, not {self.entry.backend}", endpoint=None, retryable=False)
             extra_body["structured_outputs"] = {"choice": list(request.choices)}
-        body = dict(model=self.served, messages=request.messages, temperature=request.temperature,
-                    max_completion_tokens=request.max_tokens, timeout=request.timeout, **request.extra)
+        body = dict(model=self.served, messages=request.messages, timeout=request.timeout, **request.extra)
+        body[self.entry.rules.max_tokens_param] = request.max_tokens
+        if request.temperature is not None:      # None: the model takes only its default (rules)
+            body["temperature"] = request.temperature
         if request.tools:
             body["tools"] = request.tools
             if self.entry.backend == "vllm":
@@ -101,6 +115,27 @@ class OpenAICompatBackend:
         if extra_body:
             body["extra_body"] = extra_body
         return body
+
+    def count_tokens(self, messages: list[dict], tools: list[dict] | None = None) -> int | None:
+        """vLLM only: the prompt's exact token count from the server's POST /tokenize (None when
+        this is not a vLLM server or it cannot say within 10 s)."""
+        if self.entry.backend != "vllm":
+            return None
+        try:
+            endpoint = self._endpoint()
+        except AttemptError:
+            return None
+        body: dict = {"model": self.served, "messages": messages, "add_generation_prompt": True}
+        if tools:
+            body["tools"] = tools
+        try:
+            with attempt_deadline(10.0):
+                resp = _tokenize_client().post(endpoint.removesuffix("/v1") + "/tokenize", json=body, timeout=10.0)
+            count = resp.json().get("count") if resp.status_code == 200 else None
+        except Exception as exc:  # noqa: BLE001 - an unknown count falls back to the estimate
+            log.info("%s: /tokenize at %s failed (%s); using the estimate", self.name, endpoint, exc)
+            return None
+        return count if isinstance(count, int) else None
 
     def attempt(self, request: BackendRequest) -> BackendResult:
         endpoint = self._endpoint()

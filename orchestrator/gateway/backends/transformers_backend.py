@@ -116,7 +116,7 @@ class TransformersBackend:
                                       eos_token_id=eos, pad_token_id=pad_id(tokenizer, eos))
         if not greedy:
             # vLLM semantics: no top-k unless asked for.
-            kwargs.update(temperature=request.temperature, top_p=request.extra.get("top_p", 1.0),
+            kwargs.update(temperature=1.0 if request.temperature is None else request.temperature, top_p=request.extra.get("top_p", 1.0),
                           top_k=request.extra.get("top_k", 0))
         if "repetition_penalty" in request.extra:
             kwargs["repetition_penalty"] = request.extra["repetition_penalty"]

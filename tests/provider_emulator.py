@@ -1,0 +1,251 @@
+"""A local HTTP server that enforces the providers' documented request rules (no tests in this module).
+
+It speaks OpenAI chat completions (`POST /v1/chat/completions`, for OpenAI and vLLM model
+ids), Anthropic messages (`POST /v1/messages`), vLLM's `POST /tokenize` and the retrieval
+service's `POST /retrieve`, and answers like evaluation.mock_backend (a scripted
+orchestrator, experts that know the answers, a judge).  Before answering it checks each
+request the way the real service does and, on a violation, returns that service's real
+error body (texts as reported in public issue threads; see docs/evaluation.md):
+
+- OpenAI reasoning models (gpt-5, gpt-5-mini, o3-mini): `temperature`/`top_p` other than 1 ->
+  400 unsupported_value; `max_tokens` -> 400 unsupported_parameter ("Use
+  'max_completion_tokens' instead."); a completion budget above the model's output limit ->
+  400 invalid_value.
+- vLLM: prompt + completion tokens above the served model's max_model_len -> 400
+  "This model's maximum context length is N tokens. However, you requested ...".  Tokens
+  are counted at 4 characters per token (about what Qwen/Llama tokenizers give for English).
+- Anthropic: missing `max_tokens` -> 400 "max_tokens: Field required"; temperature outside
+  [0, 1] -> 400; `temperature` and `top_p` together for Claude Opus 4.1 -> 400.
+
+Every rejection is kept in `rejected` (model, status, message) so a test can assert none
+happened.  `reject_models` rejects every request for those models with the
+OpenAI temperature error whatever they carry (a provider that changed its rules).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from evaluation.mock_backend import MockBackend
+
+OPENAI_REASONING = {"gpt-5": 128000, "gpt-5-mini": 128000, "o3-mini": 100000}
+VLLM_WINDOWS = {"Qwen/Qwen3-8B": 40960, "Qwen/Qwen3-32B": 40960, "Qwen/Qwen2.5-Coder-32B-Instruct": 32768,
+                "meta-llama/Llama-3.3-70B-Instruct": 131072, "Qwen/Qwen2.5-Math-72B-Instruct": 4096,
+                "Qwen/Qwen2.5-Math-7B-Instruct": 4096, "Qwen/Qwen3-235B-A22B": 40960}
+ANTHROPIC_EXCLUSIVE_SAMPLING = {"claude-opus-4-1"}
+CHARS_PER_TOKEN = 4
+_STUDENT_RE = re.compile(r"Student answer: (.*?)\n\nReference answer: (.*?)\n\n", re.DOTALL)
+
+
+def count_tokens(messages: list[dict], tools: list | None = None) -> int:
+    chars = sum(len(str(m.get("content") or "")) for m in messages) + (len(json.dumps(tools)) if tools else 0)
+    return math.ceil(chars / CHARS_PER_TOKEN) + 4 * len(messages)
+
+
+def openai_error(message: str, param: str | None, code: str | None) -> dict:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
+
+
+def check_openai_reasoning(model: str, body: dict) -> dict | None:
+    for name in ("temperature", "top_p"):
+        value = body.get(name)
+        if value is not None and value != 1:
+            return openai_error(f"Unsupported value: '{name}' does not support {value!r} with this model. "
+                                f"Only the default (1) value is supported.", name, "unsupported_value")
+    if "max_tokens" in body:
+        return openai_error("Unsupported parameter: 'max_tokens' is not supported with this model. "
+                            "Use 'max_completion_tokens' instead.", "max_tokens", "unsupported_parameter")
+    budget, limit = body.get("max_completion_tokens"), OPENAI_REASONING[model]
+    if budget is not None and budget > limit:
+        return openai_error(f"max_tokens is too large: {budget}. This model supports at most {limit} completion "
+                            f"tokens, whereas you provided {budget}.", "max_tokens", "invalid_value")
+    return None
+
+
+def check_vllm(model: str, body: dict) -> dict | None:
+    window = VLLM_WINDOWS[model]
+    prompt = count_tokens(body.get("messages", []), body.get("tools"))
+    completion = body.get("max_completion_tokens") or body.get("max_tokens") or max(window - prompt, 0)
+    if prompt + completion > window:
+        return {"object": "error", "type": "BadRequestError", "param": None, "code": 400,
+                "message": f"This model's maximum context length is {window} tokens. However, you requested "
+                           f"{prompt + completion} tokens ({prompt} in the messages, {completion} in the "
+                           f"completion). Please reduce the length of the messages or completion."}
+    return None
+
+
+def check_anthropic(body: dict) -> dict | None:
+    def err(message: str) -> dict:
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    if "max_tokens" not in body:
+        return err("max_tokens: Field required")
+    t = body.get("temperature")
+    if t is not None and t > 1:
+        return err("temperature: Input should be less than or equal to 1")
+    if t is not None and t < 0:
+        return err("temperature: Input should be greater than or equal to 0")
+    if body.get("model") in ANTHROPIC_EXCLUSIVE_SAMPLING and t is not None and body.get("top_p") is not None:
+        return err("`temperature` and `top_p` cannot both be specified for this model. Please use only one.")
+    return None
+
+
+class ProviderEmulator(MockBackend):
+    """MockBackend's scripted answers behind the providers' request rules.
+
+    The orchestrator's script (a request with an `answer` tool): `plan[i]` where i counts
+    the evidence already in its prompt (documents present: +1, code output present: +1);
+    each step is (tool, alias).  `doc_chars`: length of each retrieved document.
+    """
+
+    def __init__(self, answers: dict[str, str], plan=(("search", "search-1"), ("enhance_reasoning", "reasoner-3"),
+                                                      ("answer", "answer-1")),
+                 reject_models: set[str] | None = None, doc_chars: int = 3000, answer_prefix: str = "", **kw: Any):
+        super().__init__(answers=answers, **kw)
+        self.plan = list(plan)
+        self.reject_models = reject_models or set()
+        self.doc_chars = doc_chars
+        self.answer_prefix = answer_prefix      # e.g. "It is " so that only a judge can grade it
+        self.rejected: list[dict] = []
+        self.seen: list[dict] = []            # every chat body, with its route
+        self.retrievals: list[dict] = []
+
+    @property
+    def root(self) -> str:
+        return self.base_url.removesuffix("/v1")
+
+    # ---- what to say ------------------------------------------------------------------------
+    def _step(self, text: str) -> tuple[str, str]:
+        i = int("Doc 1:" in text or "Document 1" in text) + int("```output" in text or "Output:" in text)
+        return self.plan[min(i, len(self.plan) - 1)]
+
+    def _content(self, text: str) -> str:
+        question = self._question(text)
+        answer = self.answer_prefix + self.answers.get(question, "I do not know")
+        m = _STUDENT_RE.search(text)
+        if m:   # the upstream judge
+            ok = m.group(2).strip().lower() in m.group(1).strip().lower()
+            return f"<correct>{ok}</correct>"
+        if "\\boxed{}" in text:
+            return f"Step by step... so the answer is \\boxed{{{answer}}}."
+        if "<answer>" in text:
+            return f"<think>\nreasoning\n</think>\n<answer>\n{answer}\n</answer>"
+        if "<query>" in text:
+            return "<query>the missing fact</query>"
+        return "```python\nprint(6 * 7)\n```"
+
+    def reply(self, body: dict) -> tuple[int, dict]:
+        names = {t.get("function", {}).get("name") for t in body.get("tools") or []}
+        text = "\n".join(str(m.get("content") or "") for m in body.get("messages", []))
+        if "answer" not in names and ("Student answer:" in text or "\\boxed{}" in text or "<answer>" in text
+                                      or "<query>" in text or "```python" in text) and "Answer to grade:" not in text:
+            message: dict[str, Any] = {"role": "assistant", "content": self._content(text)}
+        elif "answer" in names:
+            tool, alias = self._step(text)
+            message = {"role": "assistant", "content": None, "tool_calls": [self._call(tool, {"model": alias})]}
+        else:
+            return super().reply(body)
+        out = message.get("content") or json.dumps(message.get("tool_calls"))
+        usage = {"prompt_tokens": count_tokens(body.get("messages", [])), "completion_tokens": len(out) // 4 + 1}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return 200, {"id": "emu", "object": "chat.completion", "created": int(time.time()),
+                     "model": body.get("model"), "usage": usage,
+                     "choices": [{"index": 0, "message": message,
+                                  "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}]}
+
+    def _reject(self, model: str, status: int, payload: dict) -> JSONResponse:
+        inner = payload.get("error", payload)
+        self.rejected.append({"model": model, "status": status,
+                              "message": inner.get("message") if isinstance(inner, dict) else str(inner)})
+        return JSONResponse(payload, status_code=status)
+
+    # ---- the server --------------------------------------------------------------------------
+    def _app(self):
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request):
+            body = await request.json()
+            model = body.get("model")
+            with self._lock:
+                self.requests += 1
+                self.seen.append({"route": "openai", **body})
+            if model in self.reject_models:
+                return self._reject(model, 400, openai_error(
+                    f"Unsupported value: 'temperature' does not support {body.get('temperature', 1.0)!r} with this "
+                    f"model. Only the default (1) value is supported.", "temperature", "unsupported_value"))
+            problem = (check_openai_reasoning(model, body) if model in OPENAI_REASONING
+                       else check_vllm(model, body) if model in VLLM_WINDOWS else None)
+            if problem is not None:
+                return self._reject(model, 400, problem)
+            status, payload = self.reply(body)
+            return JSONResponse(payload, status_code=status)
+
+        @app.post("/v1/messages")
+        async def messages(request: Request):
+            body = await request.json()
+            with self._lock:
+                self.requests += 1
+                self.seen.append({"route": "anthropic", **body})
+            problem = check_anthropic(body)
+            if problem is not None:
+                return self._reject(body.get("model"), 400, problem)
+            text = "\n".join(str(b.get("text", "")) if isinstance(b, dict) else str(b)
+                             for m in body.get("messages", [])
+                             for b in (m["content"] if isinstance(m["content"], list) else [m["content"]]))
+            content = self._content(text)
+            return JSONResponse({"id": "msg_emu", "type": "message", "role": "assistant", "model": body["model"],
+                                 "content": [{"type": "text", "text": content}], "stop_reason": "end_turn",
+                                 "stop_sequence": None,
+                                 "usage": {"input_tokens": len(text) // 4 + 1, "output_tokens": len(content) // 4 + 1}})
+
+        @app.post("/tokenize")
+        async def tokenize(request: Request):
+            body = await request.json()
+            window = VLLM_WINDOWS.get(body.get("model"), 0)
+            return {"count": count_tokens(body.get("messages", []), body.get("tools")), "max_model_len": window,
+                    "tokens": []}
+
+        @app.post("/retrieve")
+        async def retrieve(request: Request):
+            body = await request.json()
+            self.retrievals.append(body)
+            k = body.get("topk", 3)
+            hits = [[{"document": {"id": f"{body.get('eid', 'doc')}-{i}",
+                                   "contents": f"Document {i} about the missing fact. " + "filler " * (self.doc_chars // 7)},
+                      "score": 1.0 - i / 1000} for i in range(k)] for _ in body.get("queries", [])]
+            return {"result": hits, "usage": {"web_searches": 0, "pages": 0}}
+
+        @app.get("/health")
+        async def health():
+            return {"ok": True}
+
+        return app
+
+
+def emulator_registry(root: str, key_env: str = "EMULATOR_KEY", drop_rules: set[str] = frozenset()) -> dict:
+    """The shipped configs/models.yaml with every provider pointed at the emulator at `root`.
+
+    Rules are kept as shipped (that is what is under test), except for the models in
+    `drop_rules` (to show what the provider does without them)."""
+    from orchestrator.gateway.registry import DEFAULT_MODELS, load_registry
+
+    out = {}
+    for name, entry in load_registry(DEFAULT_MODELS).models.items():
+        data = entry.model_dump(mode="json", exclude_none=True)
+        if entry.backend == "transformers":
+            out[name] = data
+            continue
+        data.pop("endpoints_file", None)
+        data.update(base_url=root if entry.backend == "anthropic" else f"{root}/v1", timeout_s=30, max_retries=0)
+        if entry.backend in ("openai", "anthropic"):
+            data["api_key_env"] = key_env
+        if name in drop_rules:
+            data.pop("rules", None)
+        out[name] = data
+    return {"models": out}
