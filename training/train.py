@@ -48,7 +48,7 @@ from training.engines.common import eos_token_ids  # noqa: E402
 from training.logging import MetricsLogger  # noqa: E402
 from training.losses import PPOClipLoss  # noqa: E402
 from training.precision import Precision  # noqa: E402
-from training.samples import build_turn_samples  # noqa: E402
+from training.samples import build_turn_samples, mini_batch_count  # noqa: E402
 from training.trainer import (MemoizedLLM, Preempted, TaskSampler, check_logprob_path, collect_rollouts,  # noqa: E402
                               load_tasks, make_judge, mask_forced_tokens, ppo_update, rollout_metrics,
                               score_groups)
@@ -185,7 +185,8 @@ class LocalLearner:
                 update = ppo_update(self.model, self.reference, self.optimizer, samples, self.loss_fn,
                                     pad_id=pad_token_id(self.tokenizer), device=torch.device(cfg.run.device),
                                     temperature=cfg.rollout.temperature, micro_batch_size=cfg.algorithm.micro_batch_size,
-                                    ppo_epochs=cfg.algorithm.ppo_epochs, mini_batches=cfg.algorithm.mini_batches,
+                                    ppo_epochs=cfg.algorithm.ppo_epochs,
+                                    mini_batches=mini_batch_count(len(samples), cfg.algorithm.ppo_mini_batch_size),
                                     grad_clip=cfg.optim.grad_clip, old_logprobs=cfg.algorithm.old_logprobs,
                                     seed=cfg.run.seed * 100_003 + step, scaler=self.scaler)
             if not (cfg.engine.kind == "hf" and cfg.engine.share_weights):
@@ -281,6 +282,8 @@ def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollo
     metrics = {**rollout_metrics(groups), **update, "reward/mean": sum(rewards) / max(1, len(rewards)),
                "filter/groups_kept": float(scored.groups_kept), "filter/rollouts_kept": float(len(scored.rollouts)),
                "train/samples": float(len(samples)), "train/tokens": float(sum(sum(x.loss_mask) for x in samples)),
+               "train/optimizer_steps": float(cfg.algorithm.ppo_epochs * mini_batch_count(len(samples), cfg.algorithm.ppo_mini_batch_size)
+                                              if samples else 0),
                "data/epoch": s.sampler.epoch}
     if isinstance(s.runtime.llm, MemoizedLLM):
         metrics["tools/expert_cache_hits"] = float(s.runtime.llm.hits)
