@@ -4,7 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.contamination import check_not_eval, normalise, overlaps, question_hash, shipped_sets
+from data_synthesis.contamination import (
+    check_not_eval,
+    normalise,
+    overlaps,
+    question_hash,
+    shipped_sets,
+)
 from data_synthesis.dataset import main
 
 FRAMES = Path(__file__).resolve().parents[1] / ".." / "shared" / "benchmarks" / "frames" / "frames.jsonl"
