@@ -159,16 +159,21 @@ def test_cheap_search_aliases_read_the_shallow_index_and_the_deep_one_the_full_b
         def retrieve(self, queries, topk):
             return [[{"document": {"id": person, "contents": self.docs[person]}, "score": 1.0}]]
 
+    seen = []
+
     def llm(model, messages, **kw):
+        seen.append(messages[-1]["content"])
         return LLMResponse(model=model, text="<query>x</query>", usage=Usage(10, 5))
 
     from orchestrator.context import EpisodeState
+    from orchestrator.loop import Task
     runtime = RoutedRuntime(catalog=catalog, prompts=Prompts.load(PROMPTS_DIR), llm=llm, retriever=None,
                             overrides={"search-1": {"retriever": Fixed(corpus)}, "search-2": {"retriever": Fixed(places)}})
     for alias, has_year in (("search-1", True), ("search-2", False)):
-        state = EpisodeState("In which year was X born?")
+        state = EpisodeState(with_preference(Task("t", "In which year was X born?"), "favour").question)
         call, _ = runtime.call("search", alias, state)
         assert call.error is None and (year in state.documents[0].contents) is has_year
+        assert "Preference" not in seen[-1]           # the expert reads the problem, not the preference
     assert runtime.retriever is None            # the shared runtime itself is never changed
     assert SEARCH_DEPTH["search-1"] == "deep" and SEARCH_DEPTH[FAVOURED_ALIAS] == "shallow"
     assert all(a in SEARCH_DEPTH for a in UNSEEN_TOOLS["search"])

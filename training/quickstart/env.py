@@ -48,11 +48,13 @@ TOOL_ALIASES = {
     "answer": ["answer-1", "answer-math-2"],
 }
 FAVOURED_ALIAS = "search-3"
-# name -> (preference vector, the words the policy reads)
+PREFERENCE_PREFIX = "Preference:"
+# name -> (preference vector, the words the policy reads on the question's last line)
 PRESETS = {
-    "accuracy": ({"outcome": 1.0}, "Preference: accuracy only."),
-    "cost": ({"outcome": 1.0, "cost": 1.0}, "Preference: accuracy and low cost."),
-    "favour": ({"outcome": 1.0, "cost": 1.0, FAVOURED_ALIAS: 1.0}, f"Preference: accuracy, low cost, use {FAVOURED_ALIAS}."),
+    "accuracy": ({"outcome": 1.0}, f"{PREFERENCE_PREFIX} accuracy only."),
+    "cost": ({"outcome": 1.0, "cost": 1.0}, f"{PREFERENCE_PREFIX} accuracy and low cost."),
+    "favour": ({"outcome": 1.0, "cost": 1.0, FAVOURED_ALIAS: 1.0},
+               f"{PREFERENCE_PREFIX} accuracy, low cost, use {FAVOURED_ALIAS}."),
 }
 TRAIN_MIX = {"cost": 0.5, "favour": 0.25, "accuracy": 0.25}     # share of training tasks per preset
 MAIN_PRESET = "cost"                                              # the checks' accuracy / cost vector
@@ -163,15 +165,41 @@ class RoutedRuntime(ToolRuntime):
     overrides: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def call(self, tool_name, alias, state, catalog=None):
-        if alias not in self.overrides:
-            return ToolRuntime.call(self, tool_name, alias, state, catalog)
-        return ToolRuntime.call(dataclasses.replace(self, **self.overrides[alias]), tool_name, alias, state, catalog)
+        # the experts read the question without the preference line (it is the orchestrator's
+        # instruction, not part of the problem); documents and code results still land in
+        # `state` (the copy shares its lists)
+        plain = dataclasses.replace(state, question=state.question.split(f"\n{PREFERENCE_PREFIX}", 1)[0])
+        runtime = dataclasses.replace(self, **self.overrides[alias]) if alias in self.overrides else self
+        return ToolRuntime.call(runtime, tool_name, alias, plain, catalog)
+
+
+EXPERT_TIMEOUT_S = 600.0     # no expert reply is cut short by a busy machine
+
+
+class UnbatchedExpert:
+    """Expert calls that cannot depend on the machine: each runs alone (a `seed` makes the
+    in-process gateway run the job unbatched, so a greedy reply does not depend on which other
+    requests happened to share its batch) and with a deadline no busy CPU reaches (a reply cut
+    at the gateway's wall-clock timeout would change the episode)."""
+
+    def __init__(self, llm):
+        self._llm = llm
+
+    def __call__(self, model, messages, **kwargs):
+        return self._llm(model, messages, **{"seed": 0, "timeout": EXPERT_TIMEOUT_S, **kwargs})
 
 
 def routed_runtime(base: ToolRuntime, indexes: dict[str, Path]) -> RoutedRuntime:
-    """`base` with each search alias reading its index (`SEARCH_DEPTH`: shallow or deep)."""
+    """`base` with each search alias reading its index (`SEARCH_DEPTH`: shallow or deep), and
+    its experts unbatched and never timed out (`UnbatchedExpert`; inside the memo if any)."""
     from retrieval.client import RetrievalClient
+    from training.trainer import MemoizedLLM
 
     retrievers = {depth: RetrievalClient.in_process(str(path)) for depth, path in indexes.items()}
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(ToolRuntime)}
+    llm = fields["llm"]
+    if isinstance(llm, MemoizedLLM):
+        llm._llm = UnbatchedExpert(llm._llm)
+    else:
+        fields["llm"] = UnbatchedExpert(llm)
     return RoutedRuntime(**fields, overrides={a: {"retriever": retrievers[d]} for a, d in SEARCH_DEPTH.items()})
