@@ -237,3 +237,16 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
             assert [r["question"] for r in rows] == [with_preference(t, preset).question for t in eval_tasks]
     assert (out / summary["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "train" / "metrics.jsonl").read_text().count("\n") == 1
+
+
+def test_experts_run_alone_and_without_a_busy_machine_timeout():
+    """A seed makes the in-process gateway run the job unbatched (transformers_backend: seeded
+    jobs get a group of their own), so a greedy reply cannot depend on its batch-mates."""
+    from orchestrator.gateway.backends.transformers_backend import SUPPORTED_EXTRA
+    from training.quickstart.env import EXPERT_TIMEOUT_S, UnbatchedExpert
+
+    got = []
+    expert = UnbatchedExpert(lambda model, messages, **kw: got.append(kw) or "reply")
+    assert expert("m", [], temperature=0, max_tokens=8) == "reply"
+    assert got == [{"seed": 0, "timeout": EXPERT_TIMEOUT_S, "temperature": 0, "max_tokens": 8}]
+    assert "seed" in SUPPORTED_EXTRA
