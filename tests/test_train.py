@@ -15,8 +15,10 @@ from orchestrator.loop import Task
 from orchestrator.records import LLMResponse, Rollout, Turn, Usage
 from training.checkpoint import list_checkpoints, verify_checkpoint
 from training.config import load_config
-from training.logging import read_metrics
-from training.trainer import MemoizedLLM, TaskSampler, decision_mask, load_tasks, score_groups
+from training.metrics_log import read_metrics
+from training.rollouts import MemoizedLLM, decision_mask
+from training.scoring import score_groups
+from training.tasks import TaskSampler, load_tasks
 
 
 def _train(tmp_path, train_world, **extra):
@@ -130,7 +132,7 @@ def test_offline_wandb_run_holds_the_metrics_and_resume_continues_it(tmp_path, t
 
 
 def test_a_failing_wandb_finish_is_reported_not_raised(tmp_path, capsys):
-    from training.logging import MetricsLogger
+    from training.metrics_log import MetricsLogger
 
     class BrokenRun:
         id = "abc123"
@@ -234,7 +236,7 @@ def test_choices_end_with_every_eos_id_the_engine_stops_on():
     """An engine stopping on two EOS ids (Qwen3: <|im_end|>, <|endoftext|>) chose between
     them at the end of a call: the replayed mask must count that choice as generation did."""
     from training.tiny_policy import tiny_tokenizer
-    from training.trainer import choice_token_ids
+    from training.rollouts import choice_token_ids
 
     tok = tiny_tokenizer(["alpha beta", "alpha gamma"] * 20, 300)
     ids = tok("alpha beta", add_special_tokens=False)["input_ids"]

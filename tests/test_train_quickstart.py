@@ -16,7 +16,7 @@ from orchestrator.runtime import ToolRuntime
 from orchestrator.toolcall import allowed_call_strings
 from training.quickstart.env import FAVOURED_ALIAS, PROMPTS_DIR, TOOL_ALIASES, build_world, quickstart_catalog
 from training.quickstart.run import checks
-from training.trainer import load_tasks
+from training.tasks import load_tasks
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,8 @@ from orchestrator.policy import PolicyOutput
 from orchestrator.records import Rollout, Turn, Usage
 from orchestrator.runtime import ToolRuntime
 from orchestrator.toolcall import format_tool_call
-from training.trainer import load_tasks, score_groups
+from training.scoring import score_groups
+from training.tasks import load_tasks
 
 TOOLSCALE = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "toolscale" / "domains"
 EVALUATORS = ("builtin", "tau2")
@@ -187,7 +188,7 @@ def test_grammar_constrained_tiny_policy_emits_valid_calls_and_trains_only_its_o
     from orchestrator.policy import TokenPolicy
     from training.engines.hf import HFEngine
     from training.samples import build_turn_samples
-    from training.trainer import SeededEngine, mask_forced_tokens
+    from training.rollouts import SeededEngine, mask_forced_tokens
 
     tok = AutoTokenizer.from_pretrained(tiny_policy)
     engine = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_policy), tok, device="cpu")
@@ -220,7 +221,7 @@ def test_grammar_constrained_tiny_policy_emits_valid_calls_and_trains_only_its_o
 def test_mixed_qa_and_tau2_run_trains_and_logs_tau2_rewards(world, tiny_policy, tmp_path):
     from training.checkpoint import list_checkpoints
     from training.config import load_config
-    from training.logging import read_metrics
+    from training.metrics_log import read_metrics
     from training.train import run
 
     cfg = load_config(None, overrides(tmp_path, tiny_policy, world["train"], **{
@@ -327,7 +328,7 @@ def test_rollout_max_string_chars_sets_the_grammar_cap_and_the_mask_replay_uses_
     from orchestrator.domain_episode import episode_tools, task_grammar
     from orchestrator.toolcall import call_grammar
     from training.config import ConfigError, load_config
-    from training.trainer import mask_forced_tokens
+    from training.rollouts import mask_forced_tokens
 
     def free_strings(fn):       # the string arguments without an enum
         props = (fn.get("parameters") or {}).get("properties", {})

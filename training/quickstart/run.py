@@ -32,7 +32,9 @@ from orchestrator.loop import Task
 from training.checkpoint import list_checkpoints
 from training.config import TrainConfig, load_config
 from training.quickstart.env import FAVOURED_ALIAS, PREFERENCE, build_index, build_world, quickstart_catalog
-from training.trainer import collect_rollouts, load_tasks, make_judge
+from training.rollouts import collect_rollouts
+from training.scoring import make_judge
+from training.tasks import load_tasks
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
 EVAL_STEP = 1_000_000          # sampling seeds of the evaluations (same for initial and final)
@@ -121,7 +123,7 @@ def plot(metrics_file: Path, initial: dict, final: dict, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from training.logging import read_metrics
+    from training.metrics_log import read_metrics
 
     rows = read_metrics(metrics_file)
     steps = [r["step"] for r in rows]

@@ -1,0 +1,105 @@
+"""Scoring a step's rollouts: outcome (judge or environment) -> preference reward -> filters
+-> group-relative advantages (PAPER.md §4), and the step's rollout metrics.
+
+    scored = score_groups(tasks, groups, judge, ...)
+    samples = build_turn_samples(scored.rollouts, scored.advantages)   # training.samples
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from orchestrator.loop import Task
+from orchestrator.records import Rollout
+from training.algorithms import compute_advantages
+from training.filters import group_std_keep_mask, keep_finished
+from training.rewards import preference_rewards, reward_inputs
+
+
+# ---------------------------------------------------------------------------- rewards
+@dataclass
+class ScoredBatch:
+    rollouts: list[Rollout]                 # kept for training (finished, group std >= min)
+    advantages: list[float]                 # one per kept rollout
+    rewards: list[list[float]] = field(default_factory=list)   # per group, over finished rollouts
+    groups_kept: int = 0
+
+
+def score_groups(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]],
+                 judge: Callable[[Task, Rollout], bool], *, estimator: str = "grpo",
+                 min_group_std: float = 0.1) -> ScoredBatch:
+    """Outcome of every rollout, then per group: filter 1 (final answer), preference
+    rewards, filter 3 (reward std), advantages.  Sets `Rollout.outcome` (0 or 1) and, on
+    finished rollouts, `Rollout.reward`.  `judge` decides QA outcomes (`judged`)."""
+    kept: list[Rollout] = []
+    rewards_kept: list[float] = []
+    group_ids: list[int] = []
+    scored = ScoredBatch([], [])
+    for g, (task, group) in enumerate(zip(tasks, groups)):
+        for rollout in group:
+            rollout.outcome = int(rollout.finished and bool(judged(task, rollout, judge)))
+        finished = keep_finished(group)
+        rewards = preference_rewards([reward_inputs(r) for r in finished], task.preference) if finished else []
+        for rollout, reward in zip(finished, rewards):
+            rollout.reward = reward
+        scored.rewards.append(rewards)
+        kept += finished
+        rewards_kept += rewards
+        group_ids += [g] * len(finished)
+    if not kept:
+        return scored
+    mask = group_std_keep_mask(rewards_kept, group_ids, min_group_std)
+    kept_r = [r for r, m in zip(rewards_kept, mask) if m]
+    kept_g = [g for g, m in zip(group_ids, mask) if m]
+    scored.rollouts = [r for r, m in zip(kept, mask) if m]
+    scored.groups_kept = len(set(kept_g))
+    if scored.rollouts:
+        scored.advantages = compute_advantages(kept_r, kept_g, estimator).tolist()
+    return scored
+
+
+def judged(task: Task, rollout: Rollout, judge: Callable[[Task, Rollout], bool]) -> bool:
+    """A finished rollout's outcome: the judge's verdict (QA), or the environment's, which the
+    function-calling episode already stored (tau2's task reward, orchestrator/domain_outcome.py)."""
+    if task.kind == "tau2":
+        return rollout.outcome == 1
+    return judge(task, rollout)
+
+
+def make_judge(kind: str, model: str | None = None) -> Callable[[Task, Rollout], bool]:
+    """QA outcome through evaluation.judge: "exact" (upstream's rules), "contains" (+ the
+    reference as a whole word of the answer), "llm" (+ `model` as judge via LLM_CALL)."""
+    from evaluation.judge import Judge
+
+    judge = Judge(model if kind == "llm" else kind)
+    return lambda task, r: judge(task.question, r.final_answer, task.answer or "").correct
+
+
+# ---------------------------------------------------------------------------- metrics
+def rollout_metrics(groups: Sequence[Sequence[Rollout]]) -> dict[str, float]:
+    """Means over every rollout of the step (filters not applied); also per task kind
+    (`rollout/accuracy_<kind>`, `rollout/finished_<kind>`, `reward/mean_<kind>`: the mean
+    reward of the finished rollouts, as `reward/mean`)."""
+    flat = [r for g in groups for r in g]
+    n = max(1, len(flat))
+    turns = [t for r in flat for t in r.turns]
+    out = {
+        "rollout/count": float(len(flat)),
+        "rollout/accuracy": sum(r.outcome or 0 for r in flat) / n,
+        "rollout/finished": sum(r.finished for r in flat) / n,
+        "rollout/cost": sum(r.cost for r in flat) / n,
+        "rollout/latency": sum(r.latency for r in flat) / n,
+        "rollout/turns": len(turns) / n,
+        "rollout/valid_turns": sum(t.valid for t in turns) / max(1, len(turns)),
+        "rollout/response_tokens": sum(len(t.response_ids or []) for t in turns) / n,
+    }
+    for r in flat:
+        for alias, c in r.tool_calls.items():
+            out[f"calls/{alias}"] = out.get(f"calls/{alias}", 0.0) + c / n
+    for kind in sorted({r.kind for r in flat}):   # per task kind, e.g. a mixed QA + tau2 run
+        of_kind = [r for r in flat if r.kind == kind]
+        rewards = [r.reward for r in of_kind if r.reward is not None]
+        out[f"rollout/accuracy_{kind}"] = sum(r.outcome or 0 for r in of_kind) / len(of_kind)
+        out[f"rollout/finished_{kind}"] = sum(r.finished for r in of_kind) / len(of_kind)
+        out[f"reward/mean_{kind}"] = sum(rewards) / max(1, len(rewards))
+    return out
