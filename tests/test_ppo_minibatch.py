@@ -9,7 +9,7 @@ import torch
 
 from training.losses import PPOClipLoss
 from training.samples import TurnSample, mini_batch_count
-from training.trainer import ppo_update
+from training.ppo import ppo_update
 
 
 def test_mini_batch_count_is_ceil_of_samples_over_size():

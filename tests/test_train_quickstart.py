@@ -18,7 +18,7 @@ from training.quickstart.env import (FAVOURED_ALIAS, MAIN_PRESET, PRESETS, PROMP
                                      TRAIN_MIX, UNSEEN_TOOLS, RoutedRuntime, build_world, quickstart_catalog,
                                      with_preference)
 from training.quickstart.run import checks
-from training.trainer import load_tasks
+from training.tasks import load_tasks
 
 
 @pytest.fixture(scope="module")

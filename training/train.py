@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 import sys
 
-# `python training/train.py` puts training/ first on sys.path, where training/logging.py
-# would shadow the standard library's `logging` for every library; use the repo root.
+# `python training/train.py` puts training/ first on sys.path (where a module could shadow a
+# standard-library one, and `import training` would fail); use the repo root instead.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if sys.path and os.path.abspath(sys.path[0] or ".") == _HERE:
     sys.path[0] = os.path.dirname(_HERE)
@@ -45,13 +45,14 @@ from orchestrator.runtime import ToolRuntime  # noqa: E402
 from training import checkpoint as ckpt  # noqa: E402
 from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, load_config, save_config, to_dict  # noqa: E402
 from training.engines.common import eos_token_ids  # noqa: E402
-from training.logging import MetricsLogger  # noqa: E402
 from training.losses import PPOClipLoss  # noqa: E402
+from training.metrics_log import MetricsLogger  # noqa: E402
+from training.ppo import check_logprob_path, ppo_update  # noqa: E402
 from training.precision import Precision  # noqa: E402
+from training.rollouts import MemoizedLLM, Preempted, collect_rollouts, mask_forced_tokens  # noqa: E402
 from training.samples import build_turn_samples, mini_batch_count  # noqa: E402
-from training.trainer import (MemoizedLLM, Preempted, TaskSampler, check_logprob_path, collect_rollouts,  # noqa: E402
-                              load_tasks, make_judge, mask_forced_tokens, ppo_update, rollout_metrics,
-                              score_groups)
+from training.scoring import make_judge, rollout_metrics, score_groups  # noqa: E402
+from training.tasks import TaskSampler, load_tasks  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- set-up pieces
@@ -275,7 +276,7 @@ def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollo
                            eos_token_ids(s.learner.tokenizer, cfg.model.path),   # the engine's stop ids
                            max_string_chars=cfg.rollout.max_string_chars)
     scored = score_groups(batch, groups, s.judge, estimator=cfg.algorithm.advantage,
-                          min_group_std=cfg.algorithm.min_group_std)
+                          min_group_std=cfg.algorithm.min_group_std, boost=cfg.algorithm.correct_sample_boost)
     samples = build_turn_samples(scored.rollouts, scored.advantages)
     update = s.learner.update(samples, step)   # 5-6: also advances the LR schedule when samples is empty
     rewards = [r for g in scored.rewards for r in g]

@@ -193,7 +193,7 @@ def routed_runtime(base: ToolRuntime, indexes: dict[str, Path]) -> RoutedRuntime
     """`base` with each search alias reading its index (`SEARCH_DEPTH`: shallow or deep), and
     its experts unbatched and never timed out (`UnbatchedExpert`; inside the memo if any)."""
     from retrieval.client import RetrievalClient
-    from training.trainer import MemoizedLLM
+    from training.rollouts import MemoizedLLM
 
     retrievers = {depth: RetrievalClient.in_process(str(path)) for depth, path in indexes.items()}
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(ToolRuntime)}

@@ -44,7 +44,9 @@ from training.quickstart.env import (
     routed_runtime,
     with_preference,
 )
-from training.trainer import collect_rollouts, load_tasks, make_judge
+from training.rollouts import collect_rollouts
+from training.scoring import make_judge
+from training.tasks import load_tasks
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
 EVAL_STEP = 1_000_000          # sampling seeds of the evaluations (same for initial and final)
@@ -179,7 +181,7 @@ def plot(metrics_file: Path, initial: dict, final: dict, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from training.logging import read_metrics
+    from training.metrics_log import read_metrics
 
     rows = read_metrics(metrics_file)
     steps = [r["step"] for r in rows]
@@ -273,7 +275,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def run_seed(args, seed: int, out: Path) -> dict:
     """The whole quickstart for one seed under `out`; returns its summary (also out/summary.json)."""
     from training.train import build_runtime, run
-    from training.trainer import MemoizedLLM
+    from training.rollouts import MemoizedLLM
 
     started, stages = time.monotonic(), {}
     cfg = load_config(CONFIG, _paths_overrides(out) + [f"run.seed={seed}"] + list(args.overrides))
