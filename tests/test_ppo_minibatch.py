@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from training.losses import PPOClipLoss
-from training.samples import TurnSample, mini_batch_count
 from training.ppo import ppo_update
+from training.samples import TurnSample, mini_batch_count
 
 
 def test_mini_batch_count_is_ceil_of_samples_over_size():

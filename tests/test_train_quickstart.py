@@ -183,7 +183,7 @@ def test_unseen_tools_share_nothing_with_training(world):
     paths, catalog = world
     seen_aliases = {a for aliases in TOOL_ALIASES.values() for a in aliases}
     seen_models = {catalog.tool(t).aliases[a].model for t, aliases in TOOL_ALIASES.items() for a in aliases}
-    for tool, aliases in UNSEEN_TOOLS.items():
+    for aliases in UNSEEN_TOOLS.values():
         assert not set(aliases) & seen_aliases and not set(aliases.values()) & seen_models
         for model in aliases.values():
             assert catalog.served_model(model, "local") == "smollm2-135m"   # served locally, priced as itself
