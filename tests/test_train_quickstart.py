@@ -214,8 +214,8 @@ def test_the_world_is_the_data_synthesis_people_domain(tmp_path):
 
 @pytest.mark.slow
 def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
-    """`make quickstart`'s stages, shrunk: world, warm-up, initial eval, one GRPO step, final eval,
-    summary.json with `initial`/`final` blocks over the same held-out tasks, and the PNG."""
+    """`make quickstart`'s stages, shrunk: world, warm-up, initial evals, one GRPO step, final evals,
+    summary.json with `initial`/`final` rows per preference over the same held-out tasks, and the PNG."""
     from training.quickstart.run import main
 
     out = tmp_path / "qs"
@@ -223,9 +223,10 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
                  "--warmup-epochs", "1", "--eval-concurrency", "2", "trainer.total_steps=1",
                  "rollout.tasks_per_step=2", "rollout.rollouts_per_task=2", "logging.wandb=disabled"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    for block in ("initial", "final"):
-        assert {"accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task"} <= set(summary[block])
-        assert summary[block]["cost_per_task"] > 0
+    for block in ("initial", "final"):          # one row per test-time preference + the unseen tools
+        for row in summary[block].values():
+            assert {"accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task", "favoured_share"} <= set(row)
+            assert row["cost_per_task"] > 0
     assert summary["eval_tasks"] == 2 and set(summary["checks"]) >= {
         "cost_at_least_40pct_lower", "accuracy_up_5_points", "favoured_share_rises_when_favoured"}
     assert set(summary["final"]) == {*PRESETS, "unseen_tools"} and set(summary["preference_scores"]) == set(PRESETS)
