@@ -47,7 +47,7 @@ def main() -> int:
     from training.distributed.group import RayPolicy
     from training.distributed.placement import connect
     from training.distributed.run import run_distributed
-    from training.logging import read_metrics
+    from training.metrics_log import read_metrics
 
     gpu = args.device.startswith("cuda")
     connect("local", num_cpus=8 if gpu else 2)

@@ -4,8 +4,8 @@
     python bench/gpu_train_step.py --tiny --device cpu   # a seconds-long check of the script itself
 
 One step = the frozen reference's forward + the policy's forward/backward through
-`training.trainer.response_logprobs` and `training.losses.PPOClipLoss` + an AdamW step, as
-`training.trainer.ppo_update` (single process) and `training.distributed.update.rank_update`
+`training.ppo.response_logprobs` and `training.losses.PPOClipLoss` + an AdamW step, as
+`training.ppo.ppo_update` (single process) and `training.distributed.update.rank_update`
 (DeepSpeed ZeRO-2, here one rank) run them.  Variants:
   trainer-amp      what train.py does for model.dtype bfloat16: fp32 master parameters, bf16
                    autocast, fused AdamW; response_logprobs with the chunked, compiled LM head +
@@ -135,7 +135,7 @@ def variant_trainer(cfg, samples, device, *, amp: bool, micro: int, before: bool
     import training.logprobs as fast
     from training.losses import PPOClipLoss
     from training.precision import Precision
-    from training.trainer import ppo_update
+    from training.ppo import ppo_update
 
     precision = Precision.of("bfloat16") if amp else Precision(torch.bfloat16)
     torch.manual_seed(0)

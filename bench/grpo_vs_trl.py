@@ -9,7 +9,7 @@ reference (beta 1e-4, eps 0.2 / 0.28), AdamW (lr 1e-6), one optimizer step per b
 Step time includes generation, reward and update; tokens/s = completion tokens / step
 time.  The first step of each run is a warm-up and not counted.
 
-Ours: `HFEngine` generation + `training.trainer.ppo_update` (the code `train.py` runs).
+Ours: `HFEngine` generation + `training.ppo.ppo_update` (the code `train.py` runs).
 TRL (1.16, installed for this bench only: `pip install trl`): `GRPOTrainer` with
 `use_cpu=True`, transformers generation.
 The two take turns step by step (TRL's step i, then ours, from a TRL callback outside TRL's
@@ -59,7 +59,7 @@ def ours(path: Path, args) -> Callable[[int], tuple[float, int]]:
     from training.engines import make_engine
     from training.losses import PPOClipLoss
     from training.samples import TurnSample
-    from training.trainer import ppo_update
+    from training.ppo import ppo_update
 
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     tok = AutoTokenizer.from_pretrained(path)

@@ -38,7 +38,7 @@ PROMPTS = ["What is the capital of France?", "Name three colours.", "Why is the 
 def gap(engine, model, tok, precision, rows: int, tokens: int) -> dict:
     from orchestrator.engine import SamplingParams
     from training.samples import TurnSample, collate_samples
-    from training.trainer import response_logprobs
+    from training.ppo import response_logprobs
 
     prompts = [tok.apply_chat_template([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
                                        add_generation_prompt=True, tokenize=True, return_dict=False)

@@ -90,7 +90,7 @@ def runtime(tool_seconds: float, pool: int | None) -> ToolRuntime:
 
 
 def measure(engine, timed, rt, args, step: int) -> dict:
-    from training.trainer import collect_rollouts
+    from training.rollouts import collect_rollouts
 
     tasks = [Task(f"t{i}", f"Compute item {i}.", answer="1", tools=TOOLS) for i in range(args.rollouts)]
     loop = LoopConfig(max_turns=args.turns, temperature=1.0, max_tokens=48, constrained=True,

@@ -1,7 +1,11 @@
 """Write training examples with HF `datasets` (parquet + JSONL) and a dataset card.
 
-    python -m data_synthesis.dataset --tau2 out/school out/bank --qa ../shared/benchmarks/frames/frames.jsonl \
+    python -m data_synthesis.dataset --tau2 out/school out/bank --qa data/my_qa.jsonl \
         --out data/train --seed 0 [--per-item 2] [--limit-qa 200] [--price-jitter 2]
+
+QA files whose questions overlap an evaluation benchmark it knows (FRAMES; HLE once added,
+data_synthesis/contamination.py) are refused, naming the benchmark and the records;
+`--eval-set NAME=FILE` adds a benchmark for this run, `--allow-eval-overlap` lets them through.
 
 Output folder: train.parquet, train.jsonl (same rows), README.md (counts per kind,
 domain and difficulty; preference presets; how to read it).
@@ -82,6 +86,7 @@ def dataset_card(counts: dict, title: str, command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from data_synthesis.contamination import check_not_eval, parse_eval_sets, shipped_sets
     from data_synthesis.domain import load_domain
     from data_synthesis.examples import Randomization, load_qa, qa_examples, tau2_examples
     from data_synthesis.schema import SchemaError
@@ -89,7 +94,13 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m data_synthesis.dataset", description=__doc__.split("\n\n")[0])
     p.add_argument("--tau2", nargs="*", default=[], metavar="DIR", help="domain folders with tasks.json")
-    p.add_argument("--qa", nargs="*", default=[], metavar="FILE", help="FRAMES-style JSONL {id, question, answer}")
+    p.add_argument("--qa", nargs="*", default=[], metavar="FILE",
+                   help="QA JSONL {id, question, answer} (not an evaluation benchmark: checked, see --eval-set)")
+    p.add_argument("--eval-set", action="append", default=[], metavar="NAME=FILE",
+                   help="another evaluation benchmark the QA files must not overlap (hle=FILE, frames=FILE, or "
+                        "NAME=JSONL of {id, question}); the shipped hashes (data_synthesis/eval_sets) always count")
+    p.add_argument("--allow-eval-overlap", action="store_true",
+                   help="keep QA questions that are in an evaluation benchmark (their scores then mean little)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--per-item", type=int, default=1, help="randomised examples per task/question")
@@ -100,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.tau2 and not args.qa:
         p.error("give at least one --tau2 DIR or --qa FILE")
     try:
+        eval_sets = {} if args.allow_eval_overlap else {**shipped_sets(), **parse_eval_sets(args.eval_set)}
         catalog = load_catalog(args.catalog)
         cfg = Randomization(price_jitter=args.price_jitter)
         examples = []
@@ -110,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             examples += tau2_examples(dom.tasks, dom.name, catalog, args.seed, cfg, rel, args.per_item, d)
         for f in args.qa:
             rows = load_qa(f)[: args.limit_qa]
+            check_not_eval(rows, f"--qa {f}", eval_sets)
             examples += qa_examples(rows, Path(f).stem, catalog, args.seed, cfg, args.per_item, f)
         counts = write_dataset(examples, Path(args.out), "ToolOrchestra training examples",
                                "python -m data_synthesis.dataset " + " ".join(argv if argv is not None else sys.argv[1:]))

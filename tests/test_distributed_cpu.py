@@ -62,7 +62,7 @@ def _single_process_update(policy, cfg, samples, seed):
     from transformers import AutoModelForCausalLM
 
     from training.losses import PPOClipLoss
-    from training.trainer import ppo_update
+    from training.ppo import ppo_update
 
     model = AutoModelForCausalLM.from_pretrained(policy).eval()
     reference = copy.deepcopy(model).requires_grad_(False)
@@ -83,7 +83,7 @@ def test_split_mode_zero2_two_ranks_equal_one_process_and_engine_gets_the_weight
     from training.distributed.run import run_distributed
     from training.distributed.weight_sync import digest
     from training.engines.hf import HFEngine
-    from training.logging import read_metrics
+    from training.metrics_log import read_metrics
 
     policy_dir, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy_dir, tasks, **{
@@ -265,7 +265,7 @@ import deepspeed
 from transformers import LlamaConfig, LlamaForCausalLM
 from training.distributed.update import deepspeed_config
 from training.samples import TurnSample, collate_samples
-from training.trainer import response_logprobs
+from training.ppo import response_logprobs
 deepspeed.init_distributed(dist_backend="gloo")
 torch.manual_seed(0)
 cfg = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

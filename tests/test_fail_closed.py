@@ -67,7 +67,7 @@ def _bad_registry(tmp_path: Path) -> Path:
 
 def test_training_with_an_invalid_backend_stops_at_step_1_with_exit_1(tmp_path, train_world, monkeypatch, capsys):
     from _train_world import overrides
-    from training.logging import read_metrics
+    from training.metrics_log import read_metrics
     from training.train import main
 
     policy, tasks = train_world

@@ -71,7 +71,7 @@ def test_check_logprob_path_accepts_plain_heads_and_refuses_scaled_logits(dtype)
 
     from test_engines import tiny_model
 
-    from training.trainer import check_logprob_path
+    from training.ppo import check_logprob_path
 
     model, _ = tiny_model(0)
     model = copy.deepcopy(model).to(dtype)

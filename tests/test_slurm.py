@@ -1,4 +1,4 @@
-"""slurm/train.sbatch + the babysitter (training/resume.py) against a real Slurm cluster.
+"""slurm/train.sbatch + the babysitter (training/babysitter.py) against a real Slurm cluster.
 
 Uses the Slurm found on this machine (CI starts a one-node cluster with
 slurm/ci_setup_local_slurm.sh); skips, saying so, when there is none.  The training job is
@@ -68,7 +68,7 @@ def _wait(what: str, predicate, timeout: float, logs: list[Path] = ()):
 
 
 def _babysit(config: Path, *flags: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "training.resume", "--config", str(config), *flags],
+    proc = subprocess.run([sys.executable, "-m", "training.babysitter", "--config", str(config), *flags],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stderr

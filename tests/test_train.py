@@ -15,8 +15,10 @@ from orchestrator.loop import Task
 from orchestrator.records import LLMResponse, Rollout, Turn, Usage
 from training.checkpoint import list_checkpoints, verify_checkpoint
 from training.config import load_config
-from training.logging import read_metrics
-from training.trainer import MemoizedLLM, TaskSampler, decision_mask, load_tasks, score_groups
+from training.metrics_log import read_metrics
+from training.rollouts import MemoizedLLM, decision_mask
+from training.scoring import score_groups
+from training.tasks import TaskSampler, load_tasks
 
 
 def _train(tmp_path, train_world, **extra):
@@ -130,7 +132,7 @@ def test_offline_wandb_run_holds_the_metrics_and_resume_continues_it(tmp_path, t
 
 
 def test_a_failing_wandb_finish_is_reported_not_raised(tmp_path, capsys):
-    from training.logging import MetricsLogger
+    from training.metrics_log import MetricsLogger
 
     class BrokenRun:
         id = "abc123"
@@ -186,7 +188,7 @@ def _rollout(task_id, calls, correct, cost):
     return r
 
 
-def test_score_groups_filters_then_rewards_then_advantages(monkeypatch):
+def test_score_groups_rewards_and_normalises_over_the_whole_group_then_trains_the_finished(monkeypatch):
     monkeypatch.setattr(Rollout, "cost", property(lambda self: self.__dict__["_cost"]))
     task = Task("t", "What is 2 + 2?", answer="4", preference={"outcome": 1.0, "cost": 1.0})
     flat = Task("u", "q", answer="4", preference={"outcome": 1.0})
@@ -195,13 +197,17 @@ def test_score_groups_filters_then_rewards_then_advantages(monkeypatch):
     same = [_rollout("u", 1, True, 0.001), _rollout("u", 1, True, 0.001)]
     judge = lambda task, r: r.final_answer == task.answer  # noqa: E731
     scored = score_groups([task, flat], [group, same], judge)
-    # unfinished rollout dropped; M = [outcome, -cost]: outcome (1, 1, 0) -> (1, 1, 0);
-    # -cost (-1e-3, -3e-3, -2e-3) -> (1, 0, 0.5); R = outcome + cost for correct ones: (2, 1, 0)
-    assert scored.rewards[0] == pytest.approx([2.0, 1.0, 0.0])
-    assert [r.outcome for r in group] == [1, 1, 0, 0]
-    # the flat group (std 0 < 0.1) is dropped; mean 1, sample std 1 -> advantages (1, 0, -1)
-    assert scored.groups_kept == 1 and len(scored.rollouts) == 3
-    assert scored.advantages == pytest.approx([1.0, 0.0, -1.0], abs=1e-5)
+    # all 4 rollouts, the unfinished one at outcome 0: M = [outcome, -cost];
+    # outcome (1, 1, 0, 0); -cost (-1e-3, -3e-3, -2e-3, 0) -> min -3e-3, range 3e-3 -> (2/3, 0, 1/3, 1);
+    # R = outcome + cost for correct ones: (5/3, 1, 0, 0)
+    assert scored.rewards[0] == pytest.approx([5 / 3, 1.0, 0.0, 0.0])
+    assert [r.outcome for r in group] == [1, 1, 0, 0] and group[3].reward == 0.0
+    # mean 2/3; deviations (1, 1/3, -2/3, -2/3), squares sum 2, sample std sqrt(2/3) = 0.8165;
+    # A = (1.2247, 0.4082, -0.8165, -0.8165): the pricier correct answer is still rewarded
+    # (over the 3 finishers alone it got 0).  The unfinished rollout is not trained on; the
+    # flat group (std 0 < 0.1) is dropped.
+    assert scored.groups_kept == 1 and scored.rollouts == group[:3]
+    assert scored.advantages == pytest.approx([1.2247449, 0.4082483, -0.8164966], abs=1e-5)
 
 
 def test_memoized_expert_computes_a_repeated_prompt_once_even_concurrently():
@@ -234,7 +240,7 @@ def test_choices_end_with_every_eos_id_the_engine_stops_on():
     """An engine stopping on two EOS ids (Qwen3: <|im_end|>, <|endoftext|>) chose between
     them at the end of a call: the replayed mask must count that choice as generation did."""
     from training.tiny_policy import tiny_tokenizer
-    from training.trainer import choice_token_ids
+    from training.rollouts import choice_token_ids
 
     tok = tiny_tokenizer(["alpha beta", "alpha gamma"] * 20, 300)
     ids = tok("alpha beta", add_special_tokens=False)["input_ids"]

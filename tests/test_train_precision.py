@@ -19,7 +19,7 @@ from training.config import load_config
 from training.losses import PPOClipLoss
 from training.precision import Precision
 from training.samples import TurnSample
-from training.trainer import ppo_update
+from training.ppo import ppo_update
 
 
 def _samples(vocab: int, n: int = 6) -> list[TurnSample]:

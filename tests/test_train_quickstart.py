@@ -14,9 +14,11 @@ from orchestrator.policy import TokenPolicy
 from orchestrator.records import LLMResponse, Usage
 from orchestrator.runtime import ToolRuntime
 from orchestrator.toolcall import allowed_call_strings
-from training.quickstart.env import FAVOURED_ALIAS, PROMPTS_DIR, TOOL_ALIASES, build_world, quickstart_catalog
+from training.quickstart.env import (FAVOURED_ALIAS, MAIN_PRESET, PRESETS, PROMPTS_DIR, SEARCH_DEPTH, TOOL_ALIASES,
+                                     TRAIN_MIX, UNSEEN_TOOLS, RoutedRuntime, build_world, quickstart_catalog,
+                                     with_preference)
 from training.quickstart.run import checks
-from training.trainer import load_tasks
+from training.tasks import load_tasks
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,13 @@ def test_train_and_held_out_tasks_are_disjoint_and_balanced(world):
     for split in (train, held_out, warm):
         kinds = [t.metadata["type"] for t in split]
         assert kinds.count("lookup") == kinds.count("arithmetic")
-        assert all(set(t.tools) == set(TOOL_ALIASES) and t.preference[FAVOURED_ALIAS] > 0 for t in split)
+        assert all(set(t.tools) == set(TOOL_ALIASES) for t in split)
+        # every task states its preference vector in words on the question's last line
+        for t in split:
+            vector, words = PRESETS[t.metadata["preference_name"]]
+            assert t.preference == vector and t.question.endswith("\n" + words)
+    assert {t.metadata["preference_name"] for t in train + warm} <= set(TRAIN_MIX)
+    assert {t.metadata["preference_name"] for t in held_out} == {MAIN_PRESET}
     docs = {json.loads(line)["id"] for line in paths["corpus"].read_text().splitlines()}
     assert all(t.metadata["doc_id"] in docs for t in train + held_out if t.metadata["type"] == "lookup")
 
@@ -118,12 +126,70 @@ def test_warmup_turns_are_exactly_what_the_loop_feeds_and_records(world):
         assert [t.response_ids for t in rollout.turns] == [t.response_ids for t in turns]
 
 
-def test_checks_compare_cost_accuracy_and_the_favoured_share():
-    initial = {"cost_per_task": 1e-3, "accuracy": 0.5, "favoured_share": 0.2}
-    final = {"cost_per_task": 0.55e-3, "accuracy": 0.5, "favoured_share": 0.4}
-    assert checks(initial, final) == {"cost_reduction": 0.45, "cost_at_least_40pct_lower": True,
-                                      "accuracy_not_lower": True, "favoured_share_rises": True}
-    assert checks(initial, {**final, "cost_per_task": 0.7e-3, "accuracy": 0.4})["cost_at_least_40pct_lower"] is False
+def test_checks_compare_accuracy_cost_and_the_favoured_share_per_preference():
+    def block(cost, acc, share):
+        return {"cost_per_task": cost, "accuracy": acc, "favoured_share": share}
+
+    initial = {"accuracy": block(1e-3, 0.5, 0.2), "cost": block(1e-3, 0.5, 0.2), "favour": block(1e-3, 0.5, 0.2)}
+    final = {"accuracy": block(1e-3, 0.6, 0.1), "cost": block(0.55e-3, 0.6, 0.2), "favour": block(0.6e-3, 0.6, 0.5)}
+    assert checks(initial, final) == {"cost_reduction": 0.45, "accuracy_gain": 0.1, "accuracy_up_5_points": True,
+                                      "cost_at_least_40pct_lower": True, "favoured_share_rises_when_favoured": True,
+                                      "favoured_share_not_rising_otherwise": True}
+    worse = {**final, "cost": block(0.7e-3, 0.52, 0.3)}   # -30% cost, +2 points, share up without the preference
+    got = checks(initial, worse)
+    assert not got["cost_at_least_40pct_lower"] and not got["accuracy_up_5_points"]
+    assert not got["favoured_share_not_rising_otherwise"]
+
+
+def test_cheap_search_aliases_read_the_shallow_index_and_the_deep_one_the_full_biographies(world):
+    """Aliases differ in capability: search-2 / search-3 see only name and birth city (a year
+    question fails there), search-1 the full passage; each call on its own runtime copy."""
+    paths, catalog = world
+    places = {json.loads(line)["id"]: json.loads(line)["contents"] for line in paths["places"].read_text().splitlines()}
+    corpus = {json.loads(line)["id"]: json.loads(line)["contents"] for line in paths["corpus"].read_text().splitlines()}
+    assert places.keys() == corpus.keys()
+    person = next(iter(corpus))
+    year = corpus[person].split(" in ")[-1].split(".")[0]
+    assert year.isdigit() and year in corpus[person] and year not in places[person]
+
+    class Fixed:
+        def __init__(self, docs):
+            self.docs = docs
+
+        def retrieve(self, queries, topk):
+            return [[{"document": {"id": person, "contents": self.docs[person]}, "score": 1.0}]]
+
+    seen = []
+
+    def llm(model, messages, **kw):
+        seen.append(messages[-1]["content"])
+        return LLMResponse(model=model, text="<query>x</query>", usage=Usage(10, 5))
+
+    from orchestrator.context import EpisodeState
+    from orchestrator.loop import Task
+    runtime = RoutedRuntime(catalog=catalog, prompts=Prompts.load(PROMPTS_DIR), llm=llm, retriever=None,
+                            overrides={"search-1": {"retriever": Fixed(corpus)}, "search-2": {"retriever": Fixed(places)}})
+    for alias, has_year in (("search-1", True), ("search-2", False)):
+        state = EpisodeState(with_preference(Task("t", "In which year was X born?"), "favour").question)
+        call, _ = runtime.call("search", alias, state)
+        assert call.error is None and (year in state.documents[0].contents) is has_year
+        assert "Preference" not in seen[-1]           # the expert reads the problem, not the preference
+    assert runtime.retriever is None            # the shared runtime itself is never changed
+    assert SEARCH_DEPTH["search-1"] == "deep" and SEARCH_DEPTH[FAVOURED_ALIAS] == "shallow"
+    assert all(a in SEARCH_DEPTH for a in UNSEEN_TOOLS["search"])
+
+
+def test_unseen_tools_share_nothing_with_training(world):
+    paths, catalog = world
+    seen_aliases = {a for aliases in TOOL_ALIASES.values() for a in aliases}
+    seen_models = {catalog.tool(t).aliases[a].model for t, aliases in TOOL_ALIASES.items() for a in aliases}
+    for aliases in UNSEEN_TOOLS.values():
+        assert not set(aliases) & seen_aliases and not set(aliases.values()) & seen_models
+        for model in aliases.values():
+            assert catalog.served_model(model, "local") == "smollm2-135m"   # served locally, priced as itself
+    task = load_tasks([str(paths["eval"])])[0]
+    unseen = with_preference(task, "favour", tools=UNSEEN_TOOLS)
+    assert unseen.tools == UNSEEN_TOOLS and unseen.question.count("Preference:") == 1
 
 
 def test_the_world_is_the_data_synthesis_people_domain(tmp_path):
@@ -148,8 +214,8 @@ def test_the_world_is_the_data_synthesis_people_domain(tmp_path):
 
 @pytest.mark.slow
 def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
-    """`make quickstart`'s stages, shrunk: world, warm-up, initial eval, one GRPO step, final eval,
-    summary.json with `initial`/`final` blocks over the same held-out tasks, and the PNG."""
+    """`make quickstart`'s stages, shrunk: world, warm-up, initial evals, one GRPO step, final evals,
+    summary.json with `initial`/`final` rows per preference over the same held-out tasks, and the PNG."""
     from training.quickstart.run import main
 
     out = tmp_path / "qs"
@@ -157,13 +223,31 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
                  "--warmup-epochs", "1", "--eval-concurrency", "2", "trainer.total_steps=1",
                  "rollout.tasks_per_step=2", "rollout.rollouts_per_task=2", "logging.wandb=disabled"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    for block in ("initial", "final"):
-        assert {"accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task"} <= set(summary[block])
-        assert summary[block]["cost_per_task"] > 0
-    assert summary["eval_tasks"] == 2 and set(summary["checks"]) >= {"cost_at_least_40pct_lower",
-                                                                     "accuracy_not_lower", "favoured_share_rises"}
-    for name in ("eval_initial.jsonl", "eval_final.jsonl"):
-        rows = [json.loads(line) for line in (out / name).read_text().splitlines()]
-        assert [r["question"] for r in rows] == [t.question for t in load_tasks([str(out / "world" / "eval.jsonl")])]
+    for block in ("initial", "final"):          # one row per test-time preference + the unseen tools
+        for row in summary[block].values():
+            assert {"accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task", "favoured_share"} <= set(row)
+            assert row["cost_per_task"] > 0
+    assert summary["eval_tasks"] == 2 and set(summary["checks"]) >= {
+        "cost_at_least_40pct_lower", "accuracy_up_5_points", "favoured_share_rises_when_favoured"}
+    assert set(summary["final"]) == {*PRESETS, "unseen_tools"} and set(summary["preference_scores"]) == set(PRESETS)
+    eval_tasks = load_tasks([str(out / "world" / "eval.jsonl")])
+    for tag in ("initial", "final"):
+        for name in (*PRESETS, "unseen_tools"):
+            rows = [json.loads(line) for line in (out / f"eval_{tag}_{name}.jsonl").read_text().splitlines()]
+            preset = MAIN_PRESET if name == "unseen_tools" else name
+            assert [r["question"] for r in rows] == [with_preference(t, preset).question for t in eval_tasks]
     assert (out / summary["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "train" / "metrics.jsonl").read_text().count("\n") == 1
+
+
+def test_experts_run_alone_and_without_a_busy_machine_timeout():
+    """A seed makes the in-process gateway run the job unbatched (transformers_backend: seeded
+    jobs get a group of their own), so a greedy reply cannot depend on its batch-mates."""
+    from orchestrator.gateway.backends.transformers_backend import SUPPORTED_EXTRA
+    from training.quickstart.env import EXPERT_TIMEOUT_S, UnbatchedExpert
+
+    got = []
+    expert = UnbatchedExpert(lambda model, messages, **kw: got.append(kw) or "reply")
+    assert expert("m", [], temperature=0, max_tokens=8) == "reply"
+    assert got == [{"seed": 0, "timeout": EXPERT_TIMEOUT_S, "temperature": 0, "max_tokens": 8}]
+    assert "seed" in SUPPORTED_EXTRA

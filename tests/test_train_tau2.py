@@ -26,7 +26,8 @@ from orchestrator.policy import PolicyOutput
 from orchestrator.records import Rollout, Turn, Usage
 from orchestrator.runtime import ToolRuntime
 from orchestrator.toolcall import format_tool_call
-from training.trainer import load_tasks, score_groups
+from training.scoring import score_groups
+from training.tasks import load_tasks
 
 TOOLSCALE = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "toolscale" / "domains"
 EVALUATORS = ("builtin", "tau2")
@@ -164,9 +165,11 @@ def test_tau2_outcome_comes_from_the_environment_not_the_qa_judge():
     group.append(Rollout(task_id="t", finished=False, kind="tau2"))
     scored = score_groups([task], [group], judge=lambda task, r: False, min_group_std=0.0)
     assert [r.outcome for r in group] == [1, 0, 1, 0]          # the judge (always False) was not asked
-    # outcome (1, 0, 1) -> (1, 0, 1); -cost (-3, -1, -1) -> (0, 1, 1); R = outcome + cost if outcome else 0
-    assert scored.rewards == [[1.0, 0.0, 2.0]]
-    assert [r.reward for r in group] == [1.0, 0.0, 2.0, None]
+    # the whole group, the unfinished rollout (cost 0) at outcome 0: outcome (1, 0, 1, 0);
+    # -cost (-3, -1, -1, 0) -> (0, 2/3, 2/3, 1); R = outcome + cost if outcome else 0
+    assert scored.rewards == [pytest.approx([1.0, 0.0, 5 / 3, 0.0])]
+    assert [r.reward for r in group] == pytest.approx([1.0, 0.0, 5 / 3, 0.0])
+    assert group[3] not in scored.rollouts and len(scored.rollouts) == 3
 
 
 def test_trainer_loads_synthesised_records_and_names_a_missing_domain(world, tmp_path):
@@ -187,7 +190,7 @@ def test_grammar_constrained_tiny_policy_emits_valid_calls_and_trains_only_its_o
     from orchestrator.policy import TokenPolicy
     from training.engines.hf import HFEngine
     from training.samples import build_turn_samples
-    from training.trainer import SeededEngine, mask_forced_tokens
+    from training.rollouts import SeededEngine, mask_forced_tokens
 
     tok = AutoTokenizer.from_pretrained(tiny_policy)
     engine = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_policy), tok, device="cpu")
@@ -220,7 +223,7 @@ def test_grammar_constrained_tiny_policy_emits_valid_calls_and_trains_only_its_o
 def test_mixed_qa_and_tau2_run_trains_and_logs_tau2_rewards(world, tiny_policy, tmp_path):
     from training.checkpoint import list_checkpoints
     from training.config import load_config
-    from training.logging import read_metrics
+    from training.metrics_log import read_metrics
     from training.train import run
 
     cfg = load_config(None, overrides(tmp_path, tiny_policy, world["train"], **{
@@ -327,7 +330,7 @@ def test_rollout_max_string_chars_sets_the_grammar_cap_and_the_mask_replay_uses_
     from orchestrator.domain_episode import episode_tools, task_grammar
     from orchestrator.toolcall import call_grammar
     from training.config import ConfigError, load_config
-    from training.trainer import mask_forced_tokens
+    from training.rollouts import mask_forced_tokens
 
     def free_strings(fn):       # the string arguments without an enum
         props = (fn.get("parameters") or {}).get("properties", {})

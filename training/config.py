@@ -31,6 +31,15 @@ class ConfigError(ValueError):
     """A config file or override that does not fit the schema; the message names the key."""
 
 
+# keys that were replaced: the error says what to write instead
+_RENAMED = {"algorithm.mini_batches": "algorithm.ppo_mini_batch_size (per-turn samples per optimizer step, "
+                                      "upstream 16; 0 = the whole step in one optimizer step)"}
+
+
+def _renamed(key: str) -> str:
+    return f" ({key} was replaced by {_RENAMED[key]})" if key in _RENAMED else ""
+
+
 @dataclass
 class RunConfig:
     name: str = "run"
@@ -107,9 +116,10 @@ class AlgorithmConfig:
     kl_coef: float = 1e-4
     kl_type: str = "mse"
     ppo_epochs: int = 1
-    mini_batches: int = 1               # optimizer steps per epoch
+    ppo_mini_batch_size: int = 16       # per-turn samples per optimizer step (upstream: 16); 0 = one step per epoch
     micro_batch_size: int = 8           # samples per forward/backward (gradient accumulation)
     old_logprobs: Literal["recompute", "engine"] = "recompute"
+    correct_sample_boost: float = 0.0   # upstream-only: + this to the advantage where reward >= 1 (upstream: 0.1)
 
 
 @dataclass
@@ -206,7 +216,7 @@ def _field_type(cls, parts: list[str], key: str):
         hints = typing.get_type_hints(tp)
         if part not in hints:
             where = ".".join(parts[:i]) or "the top level"
-            raise ConfigError(f"{key}: unknown key {part!r} in {where}; known: {sorted(hints)}")
+            raise ConfigError(f"{key}: unknown key {part!r} in {where}; known: {sorted(hints)}{_renamed(key)}")
         tp = hints[part]
     return tp
 
@@ -220,7 +230,8 @@ def from_dict(cls, data: Any, where: str):
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(data) - set(hints))
     if unknown:
-        raise ConfigError(f"{where + ': ' if where else ''}unknown key(s) {unknown}; known: {sorted(hints)}")
+        hint = "".join(_renamed(f"{where}.{k}" if where else k) for k in unknown)
+        raise ConfigError(f"{where + ': ' if where else ''}unknown key(s) {unknown}; known: {sorted(hints)}{hint}")
     values = {}
     for name, tp in hints.items():
         if name in data:
@@ -283,7 +294,7 @@ def validate(cfg: TrainConfig) -> None:
         "rollout.max_turns": cfg.rollout.max_turns, "rollout.max_tokens": cfg.rollout.max_tokens,
         "rollout.concurrency": cfg.rollout.concurrency, "rollout.max_string_chars": cfg.rollout.max_string_chars,
         "engine.max_batch": cfg.engine.max_batch,
-        "algorithm.ppo_epochs": cfg.algorithm.ppo_epochs, "algorithm.mini_batches": cfg.algorithm.mini_batches,
+        "algorithm.ppo_epochs": cfg.algorithm.ppo_epochs,
         "algorithm.micro_batch_size": cfg.algorithm.micro_batch_size, "trainer.save_every": cfg.trainer.save_every,
         "trainer.keep_checkpoints": cfg.trainer.keep_checkpoints,
     }
@@ -296,8 +307,12 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"optim.betas: expected two numbers in [0, 1), got {cfg.optim.betas}")
     if cfg.rollout.temperature < 0:
         raise ConfigError(f"rollout.temperature: must be >= 0, got {cfg.rollout.temperature}")
-    if cfg.algorithm.old_logprobs == "recompute" and cfg.algorithm.ppo_epochs * cfg.algorithm.mini_batches < 1:
-        raise ConfigError("algorithm: ppo_epochs x mini_batches must be >= 1")
+    if cfg.algorithm.ppo_mini_batch_size < 0:
+        raise ConfigError(f"algorithm.ppo_mini_batch_size: must be >= 0 (0: the whole step in one optimizer step), "
+                          f"got {cfg.algorithm.ppo_mini_batch_size}")
+    if cfg.algorithm.correct_sample_boost < 0:
+        raise ConfigError(f"algorithm.correct_sample_boost: must be >= 0 (0: off, the paper's form; upstream 0.1), "
+                          f"got {cfg.algorithm.correct_sample_boost}")
     if cfg.reward.judge == "llm" and not cfg.reward.judge_model:
         raise ConfigError("reward.judge_model: required when reward.judge is 'llm' (an LLM_CALL model name)")
     if cfg.trainer.total_steps < 0 or cfg.trainer.epochs < 1:

@@ -1,16 +1,17 @@
 """The paper's three training-data filters (PAPER.md §4), as pure functions.
 
-1. `has_final_answer` / `keep_finished`: drop rollouts that never produced a final
-   answer (the loop sets `Rollout.finished` when an `answer` call ended the episode,
-   or the environment ended it properly for function-calling tasks).
+1. `has_final_answer` / `keep_finished`: rollouts that never produced a final answer (the loop
+   sets `Rollout.finished` when an `answer` call ended the episode, or the environment ended
+   it properly for function-calling tasks) are not trained on.
 2. `valid_turns`: drop turns whose tool call did not parse or validate
    (`Turn.valid` is False); such turns are never trained on.
 3. `group_std_keep_mask`: drop whole groups whose reward std is below 0.1, since their
    advantages are (near) zero and would only add noise and compute.
 
-Order used by the trainer: filter 1 on the rollouts of each task, then rewards over
-the remaining group, then filter 3 on the rewards, then advantages, then per-turn
-samples (training/samples.py applies filter 2).
+Order used by the trainer (training/group_scores.py, as PAPER.md §4 and upstream): rewards,
+filter 3 and advantages over the WHOLE group, unfinished rollouts at reward 0; then filter 1
+removes the unfinished rollouts from training; then per-turn samples (training/samples.py
+applies filter 2).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """log p(target) = log_softmax(hidden @ W^T / T)[target] without the full [N, V] logits.
 
 `linear_logprobs(hidden, weight, targets, temperature)` is the LM head + log-softmax + gather
-of `training.trainer.response_logprobs`, computed over chunks of rows: each chunk's logits
+of `training.ppo.response_logprobs`, computed over chunks of rows: each chunk's logits
 ([rows, V], float32) exist only while that chunk is worked on, in the forward and again
 (recomputed) in the backward, which needs only the per-row log-sum-exp from the forward.
 For Qwen3's 151,936-token vocabulary and 14k response tokens that is ~2.5 GB of float32 at a
@@ -18,7 +18,7 @@ the chunk's logits instead of several); on the CPU it runs eagerly (same formula
 `compiled_layers(model)`: inside the block, on CUDA, the decoder layers run through
 `torch.compile` (regional compilation: the layers share their code, so one compiled graph
 serves all of them; RMSNorm, rotary, SiLU-gate and residual arithmetic become a few fused
-kernels).  Only the training forward passes use it (`training.trainer.response_logprobs`);
+kernels).  Only the training forward passes use it (`training.ppo.response_logprobs`);
 the rollout engine, sharing the same module, is not affected.  Off on the CPU, with gradient
 checkpointing, with DeepSpeed ZeRO-3 (its per-module gather hooks inside the compiled region
 recompile per layer until dynamo's limit; measured slower than eager on two H200s), or with

@@ -88,7 +88,7 @@ class PPOClipLoss(nn.Module):
         Returns:
             (scalar loss, metrics): pg_loss, kl_loss (before kl_coef), clip_frac,
             clip_frac_low, clip_frac_high, dual_clip_frac, approx_kl (k3 of new vs
-            old), ratio_mean; metrics are masked token means over this batch.
+            old), ratio_mean, ratio_std; metrics are masked token means over this batch.
         """
         mask = response_mask.bool()                                                # [B, L]
         if advantages.dim() == 1:
@@ -134,4 +134,6 @@ class PPOClipLoss(nn.Module):
             # k3 estimate of KL(old || new) on tokens sampled from old: r - 1 - log r >= 0
             "approx_kl": masked_mean(torch.expm1(log_ratio) - log_ratio, mask),
             "ratio_mean": masked_mean(ratio, mask),
+            # the ratio's spread over the batch's tokens (0 on the first mini-batch of a step)
+            "ratio_std": (masked_mean(ratio.square(), mask) - masked_mean(ratio, mask).square()).clamp(min=0).sqrt(),
         }

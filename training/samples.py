@@ -143,3 +143,15 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tenso
     picked = logits.gather(-1, targets).squeeze(-1)                         # [B, L-1]
     logp = picked - torch.logsumexp(logits, dim=-1)                         # [B, L-1]
     return torch.nn.functional.pad(logp, (1, 0))                            # [B, L]
+
+
+def mini_batch_count(n_samples: int, ppo_mini_batch_size: int) -> int:
+    """Optimizer steps per PPO epoch for `n_samples` per-turn samples: ceil(n / size), at
+    least 1; size 0 = one step.  Upstream (verl) cuts the step's samples into mini-batches of
+    `ppo_mini_batch_size` (16 in its training script); we cut them into this many near-equal
+    mini-batches (none larger than the size)."""
+    if ppo_mini_batch_size < 0:
+        raise ValueError(f"ppo_mini_batch_size must be >= 0, got {ppo_mini_batch_size}")
+    if ppo_mini_batch_size == 0 or n_samples <= ppo_mini_batch_size:
+        return 1
+    return -(-n_samples // ppo_mini_batch_size)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 import sys
 
-# `python training/train.py` puts training/ first on sys.path, where training/logging.py
-# would shadow the standard library's `logging` for every library; use the repo root.
+# `python training/train.py` puts training/ first on sys.path (where a module could shadow a
+# standard-library one, and `import training` would fail); use the repo root instead.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if sys.path and os.path.abspath(sys.path[0] or ".") == _HERE:
     sys.path[0] = os.path.dirname(_HERE)
@@ -46,14 +46,15 @@ from orchestrator.runtime import ToolRuntime  # noqa: E402
 from training import checkpoint as ckpt  # noqa: E402
 from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, load_config, save_config, to_dict  # noqa: E402
 from training.engines.common import eos_token_ids  # noqa: E402
-from training.logging import MetricsLogger  # noqa: E402
 from training.losses import PPOClipLoss  # noqa: E402
+from training.metrics_log import MetricsLogger  # noqa: E402
+from training.ppo import check_logprob_path, ppo_update  # noqa: E402
 from training.precision import Precision  # noqa: E402
 from training.preflight import check_device  # noqa: E402
-from training.samples import build_turn_samples  # noqa: E402
-from training.trainer import (MemoizedLLM, Preempted, TaskSampler, check_logprob_path, collect_rollouts,  # noqa: E402
-                              load_tasks, make_judge, mask_forced_tokens, ppo_update, rollout_metrics,
-                              score_groups)
+from training.rollouts import MemoizedLLM, Preempted, collect_rollouts, mask_forced_tokens  # noqa: E402
+from training.samples import build_turn_samples, mini_batch_count  # noqa: E402
+from training.scoring import make_judge, rollout_metrics, score_groups  # noqa: E402
+from training.tasks import TaskSampler, load_tasks  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- set-up pieces
@@ -188,7 +189,8 @@ class LocalLearner:
                 update = ppo_update(self.model, self.reference, self.optimizer, samples, self.loss_fn,
                                     pad_id=pad_token_id(self.tokenizer), device=torch.device(cfg.run.device),
                                     temperature=cfg.rollout.temperature, micro_batch_size=cfg.algorithm.micro_batch_size,
-                                    ppo_epochs=cfg.algorithm.ppo_epochs, mini_batches=cfg.algorithm.mini_batches,
+                                    ppo_epochs=cfg.algorithm.ppo_epochs,
+                                    mini_batches=mini_batch_count(len(samples), cfg.algorithm.ppo_mini_batch_size),
                                     grad_clip=cfg.optim.grad_clip, old_logprobs=cfg.algorithm.old_logprobs,
                                     seed=cfg.run.seed * 100_003 + step, scaler=self.scaler)
             if not (cfg.engine.kind == "hf" and cfg.engine.share_weights):
@@ -277,13 +279,15 @@ def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollo
                            eos_token_ids(s.learner.tokenizer, cfg.model.path),   # the engine's stop ids
                            max_string_chars=cfg.rollout.max_string_chars)
     scored = score_groups(batch, groups, s.judge, estimator=cfg.algorithm.advantage,
-                          min_group_std=cfg.algorithm.min_group_std)
+                          min_group_std=cfg.algorithm.min_group_std, boost=cfg.algorithm.correct_sample_boost)
     samples = build_turn_samples(scored.rollouts, scored.advantages)
     update = s.learner.update(samples, step)   # 5-6: also advances the LR schedule when samples is empty
     rewards = [r for g in scored.rewards for r in g]
     metrics = {**rollout_metrics(groups), **update, "reward/mean": sum(rewards) / max(1, len(rewards)),
                "filter/groups_kept": float(scored.groups_kept), "filter/rollouts_kept": float(len(scored.rollouts)),
                "train/samples": float(len(samples)), "train/tokens": float(sum(sum(x.loss_mask) for x in samples)),
+               "train/optimizer_steps": float(cfg.algorithm.ppo_epochs * mini_batch_count(len(samples), cfg.algorithm.ppo_mini_batch_size)
+                                              if samples else 0),
                "data/epoch": s.sampler.epoch}
     if isinstance(s.runtime.llm, MemoizedLLM):
         metrics["tools/expert_cache_hits"] = float(s.runtime.llm.hits)

@@ -17,6 +17,7 @@ from orchestrator.loop import Task
 from orchestrator.records import Rollout
 from training import checkpoint as ckpt
 from training.distributed.config import DistributedConfig
+from training.samples import mini_batch_count
 
 
 def _loss_settings(cfg) -> dict[str, Any]:
@@ -81,7 +82,8 @@ class RayLearner:
 
         update = self.policy.update(samples, pad_id=pad_token_id(self.tokenizer), temperature=cfg.rollout.temperature,
                                     micro_batch_size=cfg.algorithm.micro_batch_size,
-                                    ppo_epochs=cfg.algorithm.ppo_epochs, mini_batches=cfg.algorithm.mini_batches,
+                                    ppo_epochs=cfg.algorithm.ppo_epochs,
+                                    mini_batches=mini_batch_count(len(samples), cfg.algorithm.ppo_mini_batch_size),
                                     old_logprobs=cfg.algorithm.old_logprobs, seed=cfg.run.seed * 100_003 + step,
                                     loss=_loss_settings(cfg))
         update["time/weight_sync"] = self.policy.sync()

@@ -48,7 +48,7 @@ class TrainWorker:
         from transformers import AutoModelForCausalLM
 
         from training.train import make_scheduler
-        from training.trainer import check_logprob_path
+        from training.ppo import check_logprob_path
 
         os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", LOCAL_SIZE="1",
                           MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))

@@ -1,6 +1,6 @@
 """The PPO update across data-parallel DeepSpeed ranks: sharding on the driver, the loop on each rank.
 
-Same algorithm as `training.trainer.ppo_update` (one process), split so that the result
+Same algorithm as `training.ppo.ppo_update` (one process), split so that the result
 does not depend on the number of ranks:
 
 - the driver splits the step's samples into mini-batches exactly as `ppo_update` does
@@ -24,7 +24,7 @@ import numpy as np
 
 from training.losses import PPOClipLoss
 from training.samples import TurnSample
-from training.trainer import micro_logprobs, run_ppo_epochs
+from training.ppo import micro_logprobs, run_ppo_epochs
 
 
 @dataclass
@@ -68,7 +68,7 @@ def shard_samples(samples: Sequence[TurnSample], world: int, mini_batches: int,
 def rank_update(engine, reference, shard: RankShard, loss_fn: PPOClipLoss, *, world: int, pad_id: int,
                 device, temperature: float, ppo_epochs: int = 1, old_logprobs: str = "recompute",
                 seed: int = 0, reference_offload: bool = False) -> dict[str, float]:
-    """Run this rank's part of one PPO step on DeepSpeed `engine` (`training.trainer.run_ppo_epochs`,
+    """Run this rank's part of one PPO step on DeepSpeed `engine` (`training.ppo.run_ppo_epochs`,
     the loop `ppo_update` runs); returns metric *sums* (`sum/<name>`), the real micro-batch
     count and the grad norms, for `combine_metrics`."""
     model = engine.module

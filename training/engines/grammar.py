@@ -82,7 +82,7 @@ class TokenGrammar:
     def decision_mask(self, grammar: str, response_ids: list[int]) -> list[int]:
         """1 where the grammar admitted more than one token, 0 where it forced the token.
 
-        The grammar counterpart of `training.trainer.decision_mask` (choices): a forced token
+        The grammar counterpart of `training.rollouts.decision_mask` (choices): a forced token
         has probability 1 under the constrained sampler, so it carries no policy gradient.
         Tokens after the grammar rejects one (an unconstrained response) count as choices.
         """

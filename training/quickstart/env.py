@@ -1,30 +1,43 @@
-"""The quickstart's local tool-use world: tasks, tools with different prices, real experts.
+"""The quickstart's local tool-use world: tasks, tools that differ in price AND capability.
 
-World (orchestrator/toyworld.py over the data-synthesis `people` domain): 200 fictional people; two
-kinds of question, each solvable by exactly one tool kind:
-- lookup ("In which city was Mira Tallow born?"): only `search` over the local corpus
-  (MiniLM + FAISS index built here) brings the fact into the context;
-- arithmetic ("What is 37 * 41 + 12?"): only `enhance_reasoning` (the expert writes
-  Python, the sandbox runs it) gives the number; the small expert cannot multiply.
+World (orchestrator/toyworld.py over the data-synthesis `people` domain): 200 fictional people;
+three kinds of question, each solvable only through the right tool:
+- lookup, city ("In which city was Mira Tallow born?") and year ("In which year ..."): only
+  `search` brings the fact into the context;
+- arithmetic ("What is 37 * 41 + 12?"): only `enhance_reasoning` (the expert writes Python,
+  the sandbox runs it) gives the number.
 
-Tools: every alias of a tool is served by the same local model (SmolLM2-135M-Instruct,
-greedy), so aliases are equally able and differ only in what tools.json says they
-cost (e.g. answer-1 priced as gpt-5, answer-math-2 as Qwen2.5-Math-7B).  The policy
-has to learn, from the reward alone, which tool each question needs and that the cheap
-aliases do as well; the preference vector adds a weight on one alias (`search-3`,
-"prefer the local search tool"), which is not the cheapest search alias (search-2 is).
+Aliases differ in capability, with real local components (`CAPABILITIES`): the search aliases
+`search-2` (gpt-5-mini price) and `search-3` (Qwen3-32B price) read a *shallow* index (a
+gazetteer: name and birth city only), `search-1` (gpt-5 price) the *deep* index (the full
+biographies, years included).  So the cheap search is right for city questions and wrong for
+year questions; a policy that routes well pays for the deep search only where it is needed.
+The reasoners and answer aliases are equally able (the same greedy SmolLM2-135M-Instruct,
+profile `local`) and differ in price.
+
+Preferences (`PRESETS`): every task carries one preference vector, also stated in words on
+the question's last line (as data_synthesis states it in `instruction`), drawn at random for
+the training tasks (`TRAIN_MIX`); evaluations set one for all held-out tasks.  `favour` weighs
+`search-3`, which is never the best choice without that weight (search-2 is as able and
+cheaper), so its share rising under `favour` only is the preference being followed.
+
+Unseen tools (`UNSEEN_TOOLS`): a held-out catalog whose aliases, models and prices never occur
+in training (PAPER.md §9), with the same capability split (one deep search alias).
 
 Nothing here reads ../shared or downloads anything.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from orchestrator.catalog import load_catalog
 from orchestrator.loop import Task
+from orchestrator.runtime import ToolRuntime
 from orchestrator.toyworld import build_people, build_tasks
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
@@ -35,9 +48,27 @@ TOOL_ALIASES = {
     "answer": ["answer-1", "answer-math-2"],
 }
 FAVOURED_ALIAS = "search-3"
-PREFERENCE = {"outcome": 1.0, "cost": 1.0, FAVOURED_ALIAS: 1.0}
-# Short prose: in this world all aliases of a tool are the same local model, so tools.json's
-# capability descriptions do not apply (and would lengthen, and price up, every prompt).
+PREFERENCE_PREFIX = "Preference:"
+# name -> (preference vector, the words the policy reads on the question's last line)
+PRESETS = {
+    "accuracy": ({"outcome": 1.0}, f"{PREFERENCE_PREFIX} accuracy only."),
+    "cost": ({"outcome": 1.0, "cost": 1.0}, f"{PREFERENCE_PREFIX} accuracy and low cost."),
+    "favour": ({"outcome": 1.0, "cost": 1.0, FAVOURED_ALIAS: 1.0},
+               f"{PREFERENCE_PREFIX} accuracy, low cost, use {FAVOURED_ALIAS}."),
+}
+TRAIN_MIX = {"cost": 0.5, "favour": 0.25, "accuracy": 0.25}     # share of training tasks per preset
+MAIN_PRESET = "cost"                                              # the checks' accuracy / cost vector
+PREFERENCE = PRESETS[MAIN_PRESET][0]
+# alias -> the index its search reads (others: the runtime's defaults)
+SHALLOW, DEEP = "shallow", "deep"
+SEARCH_DEPTH = {"search-1": DEEP, "search-2": SHALLOW, "search-3": SHALLOW,
+                "finder-a": DEEP, "finder-b": SHALLOW}
+# a held-out catalog: aliases, models and prices the policy never saw in training
+UNSEEN_TOOLS = {
+    "search": {"finder-a": "o3-mini", "finder-b": "Llama-3.3-70B-Instruct"},
+    "enhance_reasoning": {"coder-a": "claude-sonnet-4", "coder-b": "Qwen2.5-Coder-32B-Instruct"},
+    "answer": {"responder-a": "claude-opus-4-1", "responder-b": "Qwen3-235B-A22B"},
+}
 DESCRIPTIONS = {
     "search": "Search the local corpus for the missing information.",
     "enhance_reasoning": "Write Python code for the problem, run it and return its output.",
@@ -47,12 +78,18 @@ DESCRIPTIONS = {
 
 def quickstart_catalog(out: Path) -> Path:
     """tools.json for the quickstart: the repository's tools, aliases and prices (the one
-    price table), with the short `DESCRIPTIONS` instead of the capability prose."""
+    price table), with the short `DESCRIPTIONS` instead of the capability prose, and the
+    unseen catalog's models served locally too (profile `local`)."""
     catalog = load_catalog()
     data = catalog.model_dump()
     for tool in data["tools"]:
         if tool["name"] in DESCRIPTIONS:
             tool["description"], tool["argument_description"] = DESCRIPTIONS[tool["name"]], ""
+    local = data["profiles"]["local"]
+    served = next(iter(local.values()))
+    for per_tool in UNSEEN_TOOLS.values():
+        for model in per_tool.values():
+            local.setdefault(model, served)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "tools.json"
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -65,19 +102,24 @@ def task_tools() -> dict[str, dict[str, str]]:
     return {tool: {a: catalog.tool(tool).aliases[a].model for a in aliases} for tool, aliases in TOOL_ALIASES.items()}
 
 
-def _with_tools(tasks: list[Task]) -> list[Task]:
-    tools = task_tools()
-    for t in tasks:
-        t.tools, t.preference = tools, dict(PREFERENCE)
-    return tasks
+def with_preference(task: Task, preset: str, tools: dict | None = None) -> Task:
+    """A copy of `task` under preference `preset` (vector + its words on the question's last
+    line), optionally with another tool mapping (the unseen catalog)."""
+    vector, words = PRESETS[preset]
+    question = task.metadata.get("plain_question", task.question)
+    return dataclasses.replace(task, question=f"{question}\n{words}", preference=dict(vector),
+                               tools=tools or task.tools,
+                               metadata={**task.metadata, "plain_question": question, "preference_name": preset})
 
 
 def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_people: int = 200,
                 seed: int = 0) -> dict[str, Path]:
-    """Write corpus.jsonl and train / eval / warmup .jsonl (half lookup, half arithmetic each).
+    """Write corpus.jsonl (deep), places.jsonl (shallow) and train / eval / warmup .jsonl
+    (half lookup, half arithmetic each).
 
     The splits ask about different people and different numbers; `warmup` holds the tasks
-    whose demonstrations the starting policy is taught on (never evaluated).
+    whose demonstrations the starting policy is taught on (never evaluated).  Training tasks
+    get a preset drawn from `TRAIN_MIX`; held-out ones `MAIN_PRESET` (evaluations re-set it).
     """
     out.mkdir(parents=True, exist_ok=True)
     people = build_people(n_people, seed)
@@ -87,13 +129,19 @@ def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_pe
     lookup = [t for t in tasks if t.metadata["type"] == "lookup"]
     arith = [t for t in tasks if t.metadata["type"] == "arithmetic"]
     rng = random.Random(seed)
-    paths = {"corpus": out / "corpus.jsonl"}
+    paths = {"corpus": out / "corpus.jsonl", "places": out / "places.jsonl"}
     paths["corpus"].write_text("".join(json.dumps({"id": p.id, "contents": p.passage()}) + "\n" for p in people))
+    paths["places"].write_text("".join(json.dumps({"id": p.id, "contents": f"{p.name}\n{p.name} was born in {p.city}."})
+                                       + "\n" for p in people))
+    tools = task_tools()
+    presets, weights = list(TRAIN_MIX), list(TRAIN_MIX.values())
     for name, n in sizes.items():
         split = lookup[:n // 2] + arith[:n - n // 2]
         lookup, arith = lookup[n // 2:], arith[n - n // 2:]
         rng.shuffle(split)
-        rows = [{**asdict(t), "metadata": json.dumps(t.metadata)} for t in _with_tools(split)]
+        split = [with_preference(dataclasses.replace(t, tools=tools),
+                                 rng.choices(presets, weights)[0] if name != "eval" else MAIN_PRESET) for t in split]
+        rows = [{**asdict(t), "metadata": json.dumps(t.metadata)} for t in split]
         paths[name] = out / f"{name}.jsonl"
         paths[name].write_text("".join(json.dumps(r) + "\n" for r in rows))
     return paths
@@ -106,3 +154,52 @@ def build_index(corpus: Path, out: Path) -> Path:
     if not (out / "meta.json").exists():
         build(corpus, out, progress=False)
     return out
+
+
+@dataclasses.dataclass
+class RoutedRuntime(ToolRuntime):
+    """A ToolRuntime whose aliases differ in capability: `overrides[alias]` replaces runtime
+    fields (here: the retriever) for that alias's calls.  Thread-safe: each call runs on a
+    shallow copy, so concurrent episodes never see each other's override."""
+
+    overrides: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def call(self, tool_name, alias, state, catalog=None):
+        # the experts read the question without the preference line (it is the orchestrator's
+        # instruction, not part of the problem); documents and code results still land in
+        # `state` (the copy shares its lists)
+        plain = dataclasses.replace(state, question=state.question.split(f"\n{PREFERENCE_PREFIX}", 1)[0])
+        runtime = dataclasses.replace(self, **self.overrides[alias]) if alias in self.overrides else self
+        return ToolRuntime.call(runtime, tool_name, alias, plain, catalog)
+
+
+EXPERT_TIMEOUT_S = 600.0     # no expert reply is cut short by a busy machine
+
+
+class UnbatchedExpert:
+    """Expert calls that cannot depend on the machine: each runs alone (a `seed` makes the
+    in-process gateway run the job unbatched, so a greedy reply does not depend on which other
+    requests happened to share its batch) and with a deadline no busy CPU reaches (a reply cut
+    at the gateway's wall-clock timeout would change the episode)."""
+
+    def __init__(self, llm):
+        self._llm = llm
+
+    def __call__(self, model, messages, **kwargs):
+        return self._llm(model, messages, **{"seed": 0, "timeout": EXPERT_TIMEOUT_S, **kwargs})
+
+
+def routed_runtime(base: ToolRuntime, indexes: dict[str, Path]) -> RoutedRuntime:
+    """`base` with each search alias reading its index (`SEARCH_DEPTH`: shallow or deep), and
+    its experts unbatched and never timed out (`UnbatchedExpert`; inside the memo if any)."""
+    from retrieval.client import RetrievalClient
+    from training.rollouts import MemoizedLLM
+
+    retrievers = {depth: RetrievalClient.in_process(str(path)) for depth, path in indexes.items()}
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(ToolRuntime)}
+    llm = fields["llm"]
+    if isinstance(llm, MemoizedLLM):
+        llm._llm = UnbatchedExpert(llm._llm)
+    else:
+        fields["llm"] = UnbatchedExpert(llm)
+    return RoutedRuntime(**fields, overrides={a: {"retriever": retrievers[d]} for a, d in SEARCH_DEPTH.items()})

@@ -17,7 +17,6 @@ Trailing `key=value` arguments override the trainer config (e.g. trainer.total_s
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shutil
@@ -31,8 +30,23 @@ from orchestrator.context import Budgets
 from orchestrator.loop import Task
 from training.checkpoint import list_checkpoints
 from training.config import TrainConfig, load_config
-from training.quickstart.env import FAVOURED_ALIAS, PREFERENCE, build_index, build_world, quickstart_catalog
-from training.trainer import collect_rollouts, load_tasks, make_judge
+from training.quickstart.env import (
+    DEEP,
+    FAVOURED_ALIAS,
+    MAIN_PRESET,
+    PRESETS,
+    SHALLOW,
+    TRAIN_MIX,
+    UNSEEN_TOOLS,
+    build_index,
+    build_world,
+    quickstart_catalog,
+    routed_runtime,
+    with_preference,
+)
+from training.rollouts import collect_rollouts
+from training.scoring import make_judge
+from training.tasks import load_tasks
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
 EVAL_STEP = 1_000_000          # sampling seeds of the evaluations (same for initial and final)
@@ -52,6 +66,7 @@ def prepare_world(out: Path, cfg: TrainConfig, args) -> dict[str, Path]:
                         n_warmup=args.warmup_tasks, seed=cfg.run.seed)
     quickstart_catalog(out / "world")
     paths["index"] = build_index(paths["corpus"], out / "world" / "index")
+    paths["index-shallow"] = build_index(paths["places"], out / "world" / "index-shallow")
     return paths
 
 
@@ -62,7 +77,12 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
     from transformers import AutoTokenizer
 
     from orchestrator.embedded import smollm2_path
-    from training.quickstart.warmup import demonstrations, prompted_alias_prior, supervised_warmup, with_alias_prior
+    from training.quickstart.warmup import (
+        demonstrations,
+        prompted_alias_prior,
+        supervised_warmup,
+        with_alias_prior,
+    )
     from training.tiny_policy import build_tiny_policy
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
@@ -91,7 +111,12 @@ def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judg
     Few episodes run at once (`concurrency`): a tool call's latency is its wall time, and on
     2 cores every extra concurrent expert call would stretch the others'."""
     from orchestrator.quickstart import summarise
-    from training.train import _strip_tokens, load_policy, make_engine_for, rollout_loop_config
+    from training.train import (
+        _strip_tokens,
+        load_policy,
+        make_engine_for,
+        rollout_loop_config,
+    )
 
     model, tokenizer = load_policy(str(model_dir), cfg.model.dtype, cfg.run.device)
     engine = make_engine_for(cfg, model, tokenizer)
@@ -116,12 +141,47 @@ def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judg
     return summary
 
 
+def evaluate_all(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judge, args, out: Path,
+                 tag: str) -> dict:
+    """The policy on the same held-out tasks under every preset vector, and under the unseen
+    catalog (main preset): {preset | "unseen_tools": summary}; trajectories to out/eval_<tag>_<name>.jsonl."""
+    runs = {name: [with_preference(t, name) for t in tasks] for name in PRESETS}
+    runs["unseen_tools"] = [with_preference(t, MAIN_PRESET, tools=UNSEEN_TOOLS) for t in tasks]
+    return {name: evaluate(model_dir, ts, runtime, cfg, judge, args.eval_temperature, args.eval_concurrency,
+                           out / f"eval_{tag}_{name}.jsonl") for name, ts in runs.items()}
+
+
+def preference_scores(out: Path) -> dict:
+    """The paper's preference reward (PAPER.md §4) of the final policy's held-out rollouts, per
+    preset: for each task, the reward of its initial and final rollouts under that preset's
+    vector, normalised over that pair (so 1 = the final policy did better on every weighted
+    coordinate); returned as the mean over tasks for `initial` and `final`."""
+    from training.rewards import preference_rewards
+
+    scores = {}
+    for name, (vector, _) in PRESETS.items():
+        pairs = []
+        for tag in ("initial", "final"):
+            rows = [json.loads(line) for line in (out / f"eval_{tag}_{name}.jsonl").read_text().splitlines()]
+            pairs.append(rows)
+        totals = {"initial": 0.0, "final": 0.0}
+        for a, b in zip(*pairs):
+            group = [{"tool_calls": r["tool_calls"], "outcome": int(r["correct"]), "cost": r["cost"],
+                      "latency": r["latency"]} for r in (a, b)]
+            ra, rb = preference_rewards(group, vector)
+            totals["initial"] += ra
+            totals["final"] += rb
+        n = max(1, len(pairs[0]))
+        scores[name] = {k: round(v / n, 4) for k, v in totals.items()}
+    return scores
+
+
 def plot(metrics_file: Path, initial: dict, final: dict, out: Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from training.logging import read_metrics
+    from training.metrics_log import read_metrics
 
     rows = read_metrics(metrics_file)
     steps = [r["step"] for r in rows]
@@ -146,28 +206,36 @@ def plot(metrics_file: Path, initial: dict, final: dict, out: Path) -> Path:
 
 
 def checks(initial: dict, final: dict) -> dict:
-    cut = 1 - final["cost_per_task"] / max(1e-12, initial["cost_per_task"])
-    return {"cost_reduction": round(cut, 4), "cost_at_least_40pct_lower": cut >= 0.40,
-            "accuracy_not_lower": final["accuracy"] >= initial["accuracy"],
-            "favoured_share_rises": final["favoured_share"] > initial["favoured_share"]}
+    """The quickstart's claims, on the held-out tasks: under the main preset (accuracy + cost)
+    accuracy up >= 5 points and cost per task down >= 40%; the favoured alias's share of calls
+    rises under the `favour` preset and does not rise under the others."""
+    main_i, main_f = initial[MAIN_PRESET], final[MAIN_PRESET]
+    cut = 1 - main_f["cost_per_task"] / max(1e-12, main_i["cost_per_task"])
+    gain = main_f["accuracy"] - main_i["accuracy"]
+    out = {"cost_reduction": round(cut, 4), "accuracy_gain": round(gain, 4),
+           "accuracy_up_5_points": gain >= 0.05 - 1e-9, "cost_at_least_40pct_lower": cut >= 0.40}
+    if "favour" in final:
+        out["favoured_share_rises_when_favoured"] = final["favour"]["favoured_share"] > initial["favour"]["favoured_share"]
+        out["favoured_share_not_rising_otherwise"] = all(
+            final[p]["favoured_share"] <= initial[p]["favoured_share"] + 1e-9 for p in PRESETS if p != "favour")
+    return out
 
 
 def print_table(initial: dict, final: dict, result: dict) -> None:
-    table = Table(title="quickstart: the same held-out tasks, before and after GRPO")
-    for col in ("", "initial (warm-up)", "final (GRPO)"):
+    table = Table(title="quickstart: the same held-out tasks, before -> after GRPO, per test-time preference")
+    for col in ("preference", "accuracy", "$ / task", "s / task", f"{FAVOURED_ALIAS} share", "calls / task (final)"):
         table.add_column(col, justify="right")
-    rows = [("accuracy", "accuracy", "{:.2f}"), ("$ / task", "cost_per_task", "{:.6f}"),
-            ("s / task (tool latency)", "latency_per_task", "{:.2f}"),
-            (f"{FAVOURED_ALIAS} share of calls", "favoured_share", "{:.2f}")]
-    for title, key, fmt in rows:
-        table.add_row(title, fmt.format(initial[key]), fmt.format(final[key]))
-    aliases = sorted(set(initial["tool_calls_per_task"]) | set(final["tool_calls_per_task"]))
-    for alias in aliases:
-        table.add_row(f"{alias} calls / task", f"{initial['tool_calls_per_task'].get(alias, 0):.2f}",
-                      f"{final['tool_calls_per_task'].get(alias, 0):.2f}")
+    for name, f in final.items():
+        i = initial[name]
+        mix = ", ".join(f"{a} {v:.2f}" for a, v in f["tool_calls_per_task"].items())
+        table.add_row(name, f"{i['accuracy']:.2f} -> {f['accuracy']:.2f}",
+                      f"{i['cost_per_task']:.6f} -> {f['cost_per_task']:.6f}",
+                      f"{i['latency_per_task']:.2f} -> {f['latency_per_task']:.2f}",
+                      f"{i['favoured_share']:.2f} -> {f['favoured_share']:.2f}", mix)
     console.print(table)
-    console.print(f"cost per task {-100 * result['cost_reduction']:+.0f}%; "
-                  + ", ".join(f"{k}: {v}" for k, v in result.items() if k != "cost_reduction"))
+    console.print(f"{MAIN_PRESET}: cost per task {-100 * result['cost_reduction']:+.0f}%, accuracy "
+                  f"{100 * result['accuracy_gain']:+.1f} points; "
+                  + ", ".join(f"{k}: {v}" for k, v in result.items() if k not in ("cost_reduction", "accuracy_gain")))
 
 
 def _machine_load() -> dict:
@@ -183,11 +251,14 @@ def _machine_load() -> dict:
 def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/quickstart"))
+    parser.add_argument("--seed", type=int, default=0, help="run.seed of the (first) run")
+    parser.add_argument("--seeds", type=int, default=1, help="run this many seeds (seed, seed+1, ...) into OUT/seed-K "
+                        "and report each and the spread")
     parser.add_argument("--train-tasks", type=int, default=48, help="training tasks (half lookup, half arithmetic)")
     parser.add_argument("--eval-tasks", type=int, default=32, help="held-out tasks")
     parser.add_argument("--warmup-tasks", type=int, default=48, help="extra tasks demonstrated in the warm-up")
     parser.add_argument("--eval-temperature", type=float, default=0.6, help="paper: 0.6 for validation")
-    parser.add_argument("--eval-concurrency", type=int, default=2, help="held-out episodes at once")
+    parser.add_argument("--eval-concurrency", type=int, default=8, help="held-out episodes at once")
     parser.add_argument("--hidden", type=int, default=64, help="tiny policy width")
     parser.add_argument("--layers", type=int, default=2, help="tiny policy depth")
     parser.add_argument("--alias-prior", choices=["prompted", "uniform"], default="prompted",
@@ -201,14 +272,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_seed(args, seed: int, out: Path) -> dict:
+    """The whole quickstart for one seed under `out`; returns its summary (also out/summary.json)."""
     from training.train import build_runtime, run
+    from training.rollouts import MemoizedLLM
 
-    args = _args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     started, stages = time.monotonic(), {}
-    out = args.out
-    cfg = load_config(CONFIG, _paths_overrides(out) + list(args.overrides))
+    cfg = load_config(CONFIG, _paths_overrides(out) + [f"run.seed={seed}"] + list(args.overrides))
     shutil.rmtree(out / "train", ignore_errors=True)   # a demo: every run starts from scratch
     if cfg.run.threads:            # the evaluations and warm-up run with the trainer's setting too
         import torch
@@ -216,47 +286,87 @@ def main(argv: list[str] | None = None) -> int:
 
     def stage(name: str, t0: float) -> None:
         stages[name] = round(time.monotonic() - t0, 1)
-        console.print(f"[bold]{name}[/]: {stages[name]} s")
+        console.print(f"[bold]seed {seed}: {name}[/]: {stages[name]} s")
 
     t0 = time.monotonic()
     world = prepare_world(out, cfg, args)
+    indexes = {DEEP: world["index"], SHALLOW: world["index-shallow"]}
     train_tasks, eval_tasks = load_tasks([str(world["train"])]), load_tasks([str(world["eval"])])
     demo_tasks = train_tasks + (load_tasks([str(world["warmup"])]) if args.warmup_tasks else [])
-    eval_runtime = build_runtime(dataclasses.replace(cfg, tools=dataclasses.replace(cfg.tools, memoize_experts=False)))
+    # evaluations: greedy experts memoized too (one cache for all of them: the same prompt gets the
+    # same reply it would get anyway); their latency is then the wall time of cache hits, not the tools'
+    eval_runtime = routed_runtime(build_runtime(cfg), indexes)
+    if not isinstance(eval_runtime.llm, MemoizedLLM):
+        eval_runtime.llm = MemoizedLLM(eval_runtime.llm)
     judge = make_judge(cfg.reward.judge, cfg.reward.judge_model)
     stage("world", t0)
     t0 = time.monotonic()
     warm, taught = prepare_policy(out, cfg, eval_runtime, demo_tasks, args)
     stage("warm-up", t0)
     t0 = time.monotonic()
-    initial = evaluate(warm, eval_tasks, eval_runtime, cfg, judge, args.eval_temperature, args.eval_concurrency,
-                       out / "eval_initial.jsonl")
+    initial = evaluate_all(warm, eval_tasks, eval_runtime, cfg, judge, args, out, "initial")
     stage("initial evaluation", t0)
     t0 = time.monotonic()
-    run(cfg)
+    run(cfg, runtime=routed_runtime(build_runtime(cfg), indexes))
     stage("GRPO", t0)
     t0 = time.monotonic()
     final_model = list_checkpoints(Path(cfg.run.dir) / "checkpoints")[-1] / "model"
-    final = evaluate(final_model, eval_tasks, eval_runtime, cfg, judge, args.eval_temperature, args.eval_concurrency,
-                     out / "eval_final.jsonl")
+    final = evaluate_all(final_model, eval_tasks, eval_runtime, cfg, judge, args, out, "final")
     stage("final evaluation", t0)
 
     result = checks(initial, final)
-    png = plot(Path(cfg.run.dir) / "metrics.jsonl", initial, final, out)
-    # top level: the foundation quickstart's four keys, for the trained (final) policy
-    headline = {k: final[k] for k in ("accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task")}
-    summary = {**headline, "initial": initial, "final": final, "checks": result, "favoured_alias": FAVOURED_ALIAS,
-               "preference": PREFERENCE, "eval_temperature": args.eval_temperature,
+    png = plot(Path(cfg.run.dir) / "metrics.jsonl", initial[MAIN_PRESET], final[MAIN_PRESET], out)
+    # top level: the foundation quickstart's four keys, for the trained (final) policy, main preset
+    headline = {k: final[MAIN_PRESET][k] for k in ("accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task")}
+    summary = {**headline, "seed": seed, "initial": initial, "final": final, "checks": result,
+               "preference_scores": preference_scores(out), "favoured_alias": FAVOURED_ALIAS,
+               "presets": {k: v[0] for k, v in PRESETS.items()}, "main_preset": MAIN_PRESET, "train_mix": TRAIN_MIX,
+               "unseen_tools": UNSEEN_TOOLS, "eval_temperature": args.eval_temperature,
                "warmup_alias_distribution": {"source": args.alias_prior, "floor": args.alias_floor,
                                              "per_tool": taught},
                "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,
                "config": str(Path(cfg.run.dir) / "config.yaml"), "stage_seconds": stages,
+               "machine": _machine_load(), "threads": cfg.run.threads,
                "wall_seconds": round(time.monotonic() - started, 1)}
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n")
     tmp.replace(out / "summary.json")
     print_table(initial, final, result)
-    console.print(f"summary: {out / 'summary.json'}  plot: {png}  wall time: {summary['wall_seconds']} s\n"
-                  f"held-out trajectories: {out / 'eval_initial.jsonl'}, {out / 'eval_final.jsonl'}; "
-                  f"training: {Path(cfg.run.dir) / 'metrics.jsonl'}, {Path(cfg.run.dir) / 'rollouts.jsonl'}")
+    return summary
+
+
+def spread(summaries: list[dict]) -> dict:
+    """Per-seed headline numbers, their min / mean / max, and whether every seed passed each check."""
+    rows = [{"seed": s["seed"], "accuracy": [s["initial"][MAIN_PRESET]["accuracy"], s["final"][MAIN_PRESET]["accuracy"]],
+             "cost_per_task": [s["initial"][MAIN_PRESET]["cost_per_task"], s["final"][MAIN_PRESET]["cost_per_task"]],
+             **{k: s["checks"][k] for k in ("accuracy_gain", "cost_reduction")},
+             "favour_share": [s["initial"]["favour"]["favoured_share"], s["final"]["favour"]["favoured_share"]],
+             "checks_pass": all(v for v in s["checks"].values() if isinstance(v, bool))} for s in summaries]
+    stats = {}
+    for key in ("accuracy_gain", "cost_reduction"):
+        values = [r[key] for r in rows]
+        stats[key] = {"min": min(values), "mean": round(sum(values) / len(values), 4), "max": max(values)}
+    names = [k for k, v in summaries[0]["checks"].items() if isinstance(v, bool)]
+    return {"seeds": rows, "spread": stats, "all_seeds_pass": {k: all(s["checks"][k] for s in summaries) for k in names}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.seeds == 1:
+        summary = run_seed(args, args.seed, args.out)
+    else:
+        summaries = [run_seed(args, args.seed + k, args.out / f"seed-{args.seed + k}") for k in range(args.seeds)]
+        summary = spread(summaries)
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        table = Table(title=f"quickstart over {args.seeds} seeds ({MAIN_PRESET} preset)")
+        for col in ("seed", "accuracy", "$ / task", "cost cut", f"{FAVOURED_ALIAS} share (favour)", "all checks"):
+            table.add_column(col, justify="right")
+        for r in summary["seeds"]:
+            table.add_row(str(r["seed"]), "{:.2f} -> {:.2f}".format(*r["accuracy"]),
+                          "{:.6f} -> {:.6f}".format(*r["cost_per_task"]), f"{-100 * r['cost_reduction']:+.0f}%",
+                          "{:.2f} -> {:.2f}".format(*r["favour_share"]), str(r["checks_pass"]))
+        console.print(table)
+        console.print(f"spread: {summary['spread']}; every seed passes: {summary['all_seeds_pass']}")
+    console.print(f"summary: {args.out / 'summary.json'}; per-preset trajectories: eval_<initial|final>_<preset>.jsonl")
     return 0

@@ -32,7 +32,7 @@ from orchestrator.loop import Task, task_catalog
 from orchestrator.policy import render_prompt
 from orchestrator.toolcall import allowed_call_strings, format_tool_call
 from training.samples import TurnSample, collate_samples
-from training.trainer import choice_token_ids, decision_mask
+from training.rollouts import choice_token_ids, decision_mask
 
 EVIDENCE_TOOL = {"lookup": "search", "arithmetic": "enhance_reasoning"}
 

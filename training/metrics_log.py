@@ -8,8 +8,8 @@
 - console: a rich table row per step with the key numbers, and a progress bar while
   the step's rollouts run.
 
-Note: this module is `training.logging`; `python training/train.py` removes `training/`
-from `sys.path` first so that it never shadows the standard library's `logging`.
+(Named `training.metrics_log`, not `training.logging`, which shadowed the standard library's
+`logging` whenever training/ was on `sys.path`.)
 """
 from __future__ import annotations
 

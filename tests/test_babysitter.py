@@ -1,4 +1,4 @@
-"""The babysitter's decisions (training/resume.py) against a scripted Slurm and real HTTP servers.
+"""The babysitter's decisions (training/babysitter.py) against a scripted Slurm and real HTTP servers.
 
 tests/test_slurm.py runs the same code against a real Slurm; here every branch is driven
 on purpose: give-up limits, stalled training, hung services, the endpoints sweep, config
@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.gateway.endpoints import read_endpoints, register_endpoint
 from training.distributed.slurm import JobInfo, SlurmError
-from training.resume import (Babysitter, BabysitterConfig, BabysitterConfigError, load_babysitter_config,
+from training.babysitter import (Babysitter, BabysitterConfig, BabysitterConfigError, load_babysitter_config,
                              server_root)
 
 

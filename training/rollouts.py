@@ -1,0 +1,187 @@
+"""Rollout collection for one GRPO step (PAPER.md §4-5): G episodes of every task, run
+concurrently, each through its own seeded view of the shared engine; the expert cache; and the
+decision masks of constrained turns.
+
+    groups = collect_rollouts(tasks, engine, runtime, loop_config, ...)   # G rollouts per task
+    mask_forced_tokens(tasks, groups, catalog, tokenizer, ...)           # loss mask = decisions only
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+import numpy as np
+
+from orchestrator.loop import LoopConfig, Task, run_episode
+from orchestrator.policy import TokenPolicy
+from orchestrator.records import LLMResponse, Rollout
+
+
+# ---------------------------------------------------------------------------- experts
+class MemoizedLLM:
+    """Caches expert replies by (served model, messages, temperature, max_tokens).
+
+    Only for deterministic (greedy) experts: a repeated prompt then gets the same reply
+    and usage it would have got anyway.  The key omits the alias's *priced* model, so
+    aliases served by the same local model share entries; cost is still priced per alias
+    by the runtime from the recorded usage.  Concurrent misses on one key compute once.
+    """
+
+    def __init__(self, llm: Callable[..., LLMResponse]):
+        self._llm = llm
+        self._cache: dict[str, LLMResponse] = {}
+        self._inflight: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def __call__(self, model, messages, **kwargs) -> LLMResponse:
+        if kwargs.get("temperature", 0) != 0:
+            return self._llm(model, messages, **kwargs)
+        key = json.dumps([model, messages, kwargs.get("temperature"), kwargs.get("max_tokens")], sort_keys=True)
+        while True:
+            with self._lock:
+                if key in self._cache:
+                    self.hits += 1
+                    return self._cache[key]
+                event = self._inflight.get(key)
+                if event is None:
+                    self._inflight[key] = event = threading.Event()
+                    self.misses += 1
+                    break
+            event.wait()     # another thread computes it; then read the cache (or retry on failure)
+        try:
+            response = self._llm(model, messages, **kwargs)
+            with self._lock:
+                self._cache[key] = response
+            return response
+        finally:
+            with self._lock:
+                self._inflight.pop(key, None)
+            event.set()
+
+
+# ---------------------------------------------------------------------------- rollouts
+class SeededEngine:
+    """One rollout's view of the shared engine: turn t is sampled with seed `seed + t`,
+    so a rollout's samples do not depend on thread timing or batch composition."""
+
+    def __init__(self, engine, seed: int):
+        self._engine, self._seed = engine, seed
+        self.tokenizer = engine.tokenizer
+
+    def generate(self, prompts, params):
+        params = dataclasses.replace(params, seed=self._seed)
+        self._seed += 1
+        return self._engine.generate(prompts, params)
+
+    def update_weights(self, state_dict_or_path) -> None:
+        self._engine.update_weights(state_dict_or_path)
+
+
+def rollout_seed(run_seed: int, step: int, task_slot: int, sample: int) -> int:
+    """A 62-bit seed for rollout `sample` of the `task_slot`-th task of `step`."""
+    return int(np.random.SeedSequence([run_seed, step, task_slot, sample]).generate_state(2, np.uint64)[0] >> 2)
+
+
+class Preempted(Exception):
+    """Raised by `collect_rollouts` when a pre-emption was requested mid-collection."""
+
+
+def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig, *, rollouts_per_task: int,
+                     seed: int, step: int, price_model: str, concurrency: int,
+                     should_stop: Callable[[], bool] = lambda: False,
+                     on_done: Callable[[int, Rollout], None] | None = None) -> list[list[Rollout]]:
+    """G = `rollouts_per_task` episodes of every task, run concurrently; groups in task order.
+
+    Threads overlap generation (batched by a BatchingEngine) with tool calls.  Raises
+    `Preempted` soon after `should_stop()` turns true (running episodes are abandoned).
+    """
+    jobs = [(i, j) for j in range(rollouts_per_task) for i in range(len(tasks))]
+    groups: list[list[Rollout | None]] = [[None] * rollouts_per_task for _ in tasks]
+
+    def one(i: int, j: int) -> Rollout:
+        policy = TokenPolicy(SeededEngine(engine, rollout_seed(seed, step, i, j)), price_model)
+        return run_episode(tasks[i], policy, runtime, config)
+
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="rollout")
+    try:
+        pending = {pool.submit(one, i, j): (i, j) for i, j in jobs}
+        while pending:
+            done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            if should_stop():
+                raise Preempted()
+            for future in done:
+                i, j = pending.pop(future)
+                groups[i][j] = future.result()
+                if on_done is not None:
+                    on_done(i, groups[i][j])
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return groups  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------- constrained turns
+def decision_mask(response_ids: Sequence[int], choices: Sequence[Sequence[int]]) -> list[int]:
+    """1 where the constraint left the policy a choice, 0 where it forced the token.
+
+    `choices` are the token ids of every allowed response (a call's tokens + EOS).  Under
+    constrained decoding a forced token has probability 1 under the sampler, so its
+    policy-gradient term is zero: training on it would only add noise.  [len(response_ids)]
+    """
+    mask = []
+    for i, token in enumerate(response_ids):
+        prefix = list(response_ids[:i])
+        options = {c[i] for c in choices if len(c) > i and list(c[:i]) == prefix}
+        mask.append(int(len(options) > 1))
+    return mask
+
+
+def choice_token_ids(tokenizer, choices: Sequence[str], eos_ids: Sequence[int] | None = None) -> list[list[int]]:
+    """Token ids of each constrained choice as the engines generate it: the text's ids + an
+    EOS, one sequence per EOS id the engine stops on (default: the tokenizer's)."""
+    ends = list(eos_ids) if eos_ids else [tokenizer.eos_token_id]
+    return [tokenizer(c, add_special_tokens=False)["input_ids"] + [e] for c in choices for e in ends]
+
+
+def mask_forced_tokens(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]], catalog, tokenizer,
+                       eos_ids: Sequence[int] | None = None, max_string_chars: int | None = None) -> None:
+    """Set each turn's `loss_mask` to its `decision_mask` (constrained rollouts only).
+    Function-calling turns were constrained by a grammar: its decision mask is replayed
+    with xgrammar (`training.engines.grammar`).  `eos_ids`: the ids the engine stops on
+    (`training.engines.common.eos_token_ids`; default the tokenizer's), so a choice between
+    EOS ids counts as the decision it was at generation.  `max_string_chars`: the grammar's
+    string-argument cap at generation (rollout.max_string_chars; default ARG_MAX_CHARS)."""
+    from orchestrator.loop import task_catalog
+    from orchestrator.toolcall import allowed_call_strings
+
+    cache: dict[str, list[list[int]]] = {}
+    for task, group in zip(tasks, groups):
+        if task.kind == "tau2":
+            _mask_grammar_turns(task, group, catalog, tokenizer, eos_ids, max_string_chars)
+            continue
+        view = task_catalog(catalog, task)
+        allowed = {t.name: list(t.aliases) for t in view.tools if t.kind in ("search", "code", "answer")}
+        key = json.dumps(allowed, sort_keys=True)
+        if key not in cache:
+            cache[key] = choice_token_ids(tokenizer, allowed_call_strings(allowed), eos_ids)
+        for rollout in group:
+            for turn in rollout.turns:
+                if turn.response_ids:
+                    turn.loss_mask = decision_mask(turn.response_ids, cache[key])
+
+
+def _mask_grammar_turns(task: Task, group: Sequence[Rollout], catalog, tokenizer,
+                        eos_ids: Sequence[int] | None, max_string_chars: int | None) -> None:
+    from orchestrator.domain_episode import task_grammar
+    from orchestrator.toolcall import ARG_MAX_CHARS
+    from training.engines.grammar import token_grammar
+
+    grammar = task_grammar(task, catalog, max_string_chars or ARG_MAX_CHARS)
+    replay = token_grammar(tokenizer, len(tokenizer), list(eos_ids) if eos_ids else [tokenizer.eos_token_id])
+    for rollout in group:
+        for turn in rollout.turns:
+            if turn.response_ids:
+                turn.loss_mask = replay.decision_mask(grammar, turn.response_ids)

@@ -1,0 +1,139 @@
+"""Training tasks: records (JSONL / parquet) -> `orchestrator.loop.Task`, and the order they are taken in.
+
+    tasks   = load_tasks(cfg.data.train_files, default_preference)   # checked, ids unique
+    sampler = TaskSampler(len(tasks), seed)                          # epoch-wise shuffle
+    batch   = [tasks[i] for i in sampler.take(k)]
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orchestrator.loop import Task
+
+SUPPORTED_KINDS = ("qa", "tau2")
+
+
+# ---------------------------------------------------------------------------- tasks
+def load_tasks(files: Sequence[str], default_preference: dict[str, float] | None = None) -> list[Task]:
+    """Tasks from JSONL / parquet files through HF `datasets`, as `orchestrator.loop.Task`s.
+
+    A record holds `id`, `question`, and optionally `answer`, `kind` ("qa" or "tau2"), `tools`
+    ({tool: {alias: model}}), `prices` ({model: {"input", "output"}} $/1M tokens),
+    `preference` ({alias | "outcome" | "cost" | "latency": weight}) and `metadata`.
+    Mapping fields may also be JSON strings.  Arrow pads the mappings of one file to a
+    common schema with nulls; those nulls are dropped again here.  A tau2 record's domain
+    folder (`domain_dir`, relative paths taken from the file's folder) is loaded and checked here.
+    """
+    if not files:
+        raise ValueError("data.train_files is empty: list JSONL or parquet task files")
+    from datasets import load_dataset
+
+    tasks: list[Task] = []
+    for file in files:
+        path = Path(file)
+        if not path.exists():
+            raise FileNotFoundError(f"data.train_files: {file} does not exist")
+        kind = "parquet" if path.suffix == ".parquet" else "json"
+        rows = load_dataset(kind, data_files=str(path), split="train")
+        for i, row in enumerate(rows):
+            tasks.append(task_from_record(row, f"{file}[{i}]", default_preference, base=path.parent))
+    ids = [t.id for t in tasks]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"task id {dup!r} appears more than once in {list(files)}; ids must be unique")
+    return tasks
+
+
+def _drop_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def task_from_record(row: dict[str, Any], where: str, default_preference: dict[str, float] | None = None,
+                     base: Path | None = None) -> Task:
+    """One data record -> Task; errors name the record and field.
+
+    Records written by data_synthesis (`TrainingExample`, recognised by their `instruction`
+    field) are adapted through `TrainingExample.loop_task_kwargs`: the policy reads the
+    instruction (question + tools, prices and preference in words).  A `kind: tau2` record
+    needs `metadata.tau2_task` and `metadata.domain_dir` (TrainingExample: `tau2_task`,
+    `domain_dir`); a relative `domain_dir` is taken from `base` (the data file's folder)."""
+    if "instruction" in row and "preference_name" in row:
+        from pydantic import ValidationError
+
+        from data_synthesis.records import TrainingExample
+        try:
+            row = TrainingExample.from_row(row).loop_task_kwargs()
+        except (ValidationError, ValueError) as exc:
+            raise ValueError(f"{where}: not a valid training example: {str(exc).splitlines()[0]}") from None
+    for key in ("id", "question"):
+        if not isinstance(row.get(key), str) or not row[key]:
+            raise ValueError(f"{where}: field {key!r} must be a non-empty string")
+    fields: dict[str, Any] = {}
+    for key in ("tools", "prices", "preference", "metadata"):
+        value = row.get(key)
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where}: field {key!r} is a string but not JSON ({exc.msg})") from None
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"{where}: field {key!r} must be a mapping, got {type(value).__name__}")
+        fields[key] = _drop_nulls(value) if value is not None else None
+    kind = row.get("kind") or "qa"
+    if kind not in SUPPORTED_KINDS:
+        raise ValueError(f"{where}: task kind {kind!r} is unknown; field 'kind' must be one of {SUPPORTED_KINDS}")
+    answer = row.get("answer")
+    task = Task(id=row["id"], question=row["question"], answer=None if answer is None else str(answer),
+                kind=kind, tools=fields["tools"], prices=fields["prices"],
+                preference=fields["preference"] or dict(default_preference or {}),
+                metadata=fields["metadata"] or {})
+    if kind == "tau2":
+        _resolve_domain(task, where, base)
+    return task
+
+
+def _resolve_domain(task: Task, where: str, base: Path | None) -> None:
+    """Make a tau2 task's `domain_dir` absolute and load its domain once (errors name the record)."""
+    from data_synthesis.schema import SchemaError
+    from orchestrator.domain_episode import task_domain
+
+    domain_dir = task.metadata.get("domain_dir")
+    if isinstance(domain_dir, str) and domain_dir and not Path(domain_dir).is_absolute() and base is not None:
+        task.metadata["domain_dir"] = str((base / domain_dir).resolve())
+    try:
+        task_domain(task)
+    except (ValueError, SchemaError) as exc:
+        raise ValueError(f"{where}: {exc} (domain_dir is relative to the data file's folder; "
+                         "`python -m data_synthesis.synthesize --out OUT` writes OUT/dataset/ beside the domain)") from None
+
+
+class TaskSampler:
+    """Epoch-wise shuffled task order; `position` (tasks consumed) is all its state."""
+
+    def __init__(self, n_tasks: int, seed: int, shuffle: bool = True, position: int = 0):
+        self.n, self.seed, self.shuffle, self.position = n_tasks, seed, shuffle, position
+
+    def _order(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.n))
+        return np.random.default_rng([self.seed, epoch]).permutation(self.n).tolist()
+
+    def take(self, k: int) -> list[int]:
+        """The next `k` task indices (crossing into the next epoch's order when needed)."""
+        out = []
+        for _ in range(k):
+            epoch, i = divmod(self.position, self.n)
+            out.append(self._order(epoch)[i])
+            self.position += 1
+        return out
+
+    @property
+    def epoch(self) -> float:
+        return self.position / self.n
