@@ -247,6 +247,25 @@ def summary(steps: list[dict]) -> dict:
             "share": parts, "seconds_median": {k: statistics.median(s[k] for s in counted) for k in parts}}
 
 
+def markdown(results: dict, args) -> str:
+    """The docs/benchmarks.md table of this run."""
+    names = {"ours": "ours (train.py's LocalLearner: static decoder + ppo_update)",
+             "trl": f"TRL {results['info'].get('trl', '')} GRPOTrainer.train() (transformers generate)"}
+    lines = ["| implementation | first step s | step s (median) | completion tokens / step | tokens/s | "
+             "generation s | reward s | reference s | update + rest s | peak GiB |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for side in ("ours", "trl"):
+        if side not in results:
+            continue
+        m = results[side]["summary"]
+        sec = m["seconds_median"]
+        lines.append(f"| {names[side]} | {m['first_step_s']:.1f} | {m['step_s_median']:.2f} | "
+                     f"{m['completion_tokens_per_step']:.0f} | {m['tokens_per_s']:,.0f} | {sec['generation_s']:.2f} | "
+                     f"{sec['reward_s']:.3f} | {sec['reference_s']:.2f} | {sec['update_s']:.2f} | "
+                     f"{results['info'].get(side + '_peak_gib', 0):.1f} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="a tiny Qwen3 config (checks the script)")
@@ -286,6 +305,7 @@ def main() -> int:
             print(side, json.dumps(results[side]["summary"]), flush=True)
             if args.json:
                 args.json.write_text(json.dumps(results, indent=1))
+    print(markdown(results, args))
     if "ours" in results and "trl" in results:
         ratio = results["ours"]["summary"]["tokens_per_s"] / results["trl"]["summary"]["tokens_per_s"]
         results["ours_over_trl_tokens_per_s"] = ratio
