@@ -19,7 +19,7 @@ case "${1:-}" in
   regress)
     timeout 200 python3 bench/gpu_train_step.py --variants trainer-amp --warmup 3 > "$OUT/train_step.log" 2>&1
     echo "gpu_train_step rc=$?"; tail -8 "$OUT/train_step.log"
-    timeout 300 python3 bench/gpu_decode.py --batches 64 --variants static --no-parts > "$OUT/decode.log" 2>&1
+    timeout 300 python3 bench/gpu_decode.py --batches 64 --variants static static-amp --no-parts > "$OUT/decode.log" 2>&1
     echo "gpu_decode rc=$?"; tail -8 "$OUT/decode.log" ;;
   rollouts)
     timeout 540 python3 bench/gpu_rollouts.py --json "$OUT/rollouts.json" > "$OUT/rollouts.log" 2>&1
