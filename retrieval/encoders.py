@@ -166,7 +166,7 @@ class Encoder:
             for idx in self._passes(lengths):
                 with self._tokenizer_lock:
                     batch = self.tokenizer.pad({k: [v[i] for i in idx] for k, v in enc.items()},
-                                               return_tensors="np" if self._onnx else "pt")
+                                               return_tensors="np" if self._onnx is not None else "pt")
                 if self._onnx is not None:
                     out[idx] = self._onnx(batch)
                     continue
