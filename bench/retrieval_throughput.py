@@ -4,6 +4,9 @@
 
 Sections:
   threads one-query encoder latency with 1 vs 2 torch threads (why servers default to --threads 1).
+  encoder the query encoder's runtimes (torch, onnx, onnx-int8: retrieval/onnx_encoder.py), interleaved:
+          single-query p50/p99, one batch of 64, and recall@10 of each against torch's top-10 over the
+          real corpus (flat) for the 17 NQ questions and 200 title/first-sentence queries.
   server  our micro-batched server vs the Search-R1-style baseline (bench/retrieval_baseline.py),
           both as subprocesses over the same dense flat index: throughput and p50/p99 latency at
           1, 16 and 64 concurrent clients (1 query, top-5), on (a) the shared 1,000-passage corpus
@@ -146,18 +149,24 @@ def synthetic_index(work: Path, n: int, dim: int = 384, shard: int = 50_000) -> 
     return out
 
 
-def bench_server(work: Path, levels: list[int], per_client: int, threads: int, synthetic_n: int) -> list[dict]:
+def bench_server(work: Path, levels: list[int], per_client: int, threads: int, synthetic_n: int,
+                 with_torch: bool = False, real: bool = True) -> list[dict]:
     queries = [first_sentence_query(d) for d in random.Random(0).sample(corpus_docs(), 500)]
     rows = []
-    scenarios = {"1k real passages (encoder-bound)": dense_index(work)}
+    scenarios = {"1k real passages (encoder-bound)": dense_index(work)} if real else {}
     if synthetic_n:
         scenarios[f"{synthetic_n // 1000}k flat (index-bound)"] = synthetic_index(work, synthetic_n)
     for scenario, index in scenarios.items():
         common = ["--index", str(index), "--threads", str(threads)]
         systems = {
-            "baseline (Search-R1 style)": ([PY, "bench/retrieval_baseline.py", *common, "--port", "8731"], 8731),
-            "ours (micro-batched)": ([PY, "-m", "retrieval.server", *common, "--port", "8732"], 8732),
+            "baseline (Search-R1 style, torch encoder)": ([PY, "bench/retrieval_baseline.py", *common, "--port", "8731"],
+                                                          8731),
+            "ours (micro-batched, onnx encoder)": ([PY, "-m", "retrieval.server", *common, "--port", "8732",
+                                                    "--encoder-runtime", "onnx"], 8732),
         }
+        if with_torch:       # which part of the gain is the batching, which the runtime
+            systems["ours, torch encoder"] = ([PY, "-m", "retrieval.server", *common, "--port", "8733",
+                                               "--encoder-runtime", "torch"], 8733)
         procs = {name: start(cmd, port) for name, (cmd, port) in systems.items()}
         try:
             for name, (_, port) in systems.items():      # warm both up (first encoder calls are slow)
@@ -166,7 +175,8 @@ def bench_server(work: Path, levels: list[int], per_client: int, threads: int, s
                 requests = max(40, clients * per_client)
                 for name, (_, port) in systems.items():
                     stats = asyncio.run(load(f"http://127.0.0.1:{port}", queries, clients, requests))
-                    rows.append({"index": scenario, "system": name, "clients": clients, "requests": requests, **stats})
+                    rows.append({"index": scenario, "system": name, "clients": clients, "requests": requests, **stats,
+                                 "load": ", ".join(f"{x:.1f}" for x in os.getloadavg())})
                     print(rows[-1], flush=True)
         finally:
             for proc in procs.values():
@@ -348,6 +358,45 @@ def bench_nq(work: Path) -> list[dict]:
     return rows
 
 
+def bench_encoder(work: Path) -> list[dict]:
+    """Each runtime's query latency (interleaved) and recall@10 against torch's top-10 (flat, real corpus)."""
+    from retrieval.encoders import Encoder
+    index = dense_index(work)
+    meta = json.loads((index / "meta.json").read_text())
+    passages = np.concatenate([np.load(s) for s in sorted((index / "emb").glob("shard-*.npy"))]).astype(np.float32)
+    nq = [json.loads(line)["question"] for line in (SHARED / "nq_test.jsonl").read_text().splitlines() if line.strip()]
+    titles = [first_sentence_query(d) for d in random.Random(2).sample(corpus_docs(), 200)]
+    timing = [first_sentence_query(d) for d in random.Random(5).sample(corpus_docs(), 128)]
+    encoders = {rt: Encoder(meta["encoder_path"], max_length=meta["max_length"], device="cpu", runtime=rt)
+                for rt in ("torch", "onnx", "onnx-int8")}
+    for enc in encoders.values():
+        enc.encode_queries(timing[:8])                                   # warm-up
+    single: dict[str, list[float]] = {rt: [] for rt in encoders}
+    for q in timing[:64]:
+        for rt, enc in encoders.items():
+            t0 = time.perf_counter()
+            enc.encode_queries([q])
+            single[rt].append(time.perf_counter() - t0)
+    top = {}
+    rows = []
+    for rt, enc in encoders.items():
+        t0 = time.perf_counter()
+        enc.encode_queries(timing[64:128])
+        batch_qps = 64 / (time.perf_counter() - t0)
+        row = {"runtime": rt, "single_p50_ms": pct(single[rt], 50), "single_p99_ms": pct(single[rt], 99),
+               "batch64_qps": batch_qps, "load": ", ".join(f"{x:.1f}" for x in os.getloadavg())}
+        for name, texts in (("nq", nq), ("titles", titles)):
+            vecs = enc.encode_queries(texts)
+            found = np.argsort(-(vecs @ passages.T), axis=1, kind="stable")[:, :10]
+            top[rt, name] = (found, vecs)
+            want, ref = top["torch", name]
+            row[f"recall@10_{name}"] = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found, want)]))
+            row[f"max_abs_diff_{name}"] = float(np.abs(vecs - ref).max())
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
 def bench_threads() -> list[dict]:
     """One-query encoder latency with 1 vs 2 torch threads, interleaved."""
     import torch
@@ -389,6 +438,9 @@ def main() -> None:
     p.add_argument("--server-synthetic-n", type=int, default=1_000_000,
                    help="passages of the index-bound server scenario (0: skip it)")
     p.add_argument("--threads", type=int, default=1, help="torch/FAISS threads here and in both servers")
+    p.add_argument("--server-with-torch", action="store_true",
+                   help="server section: also run ours with the torch encoder (what the runtime adds)")
+    p.add_argument("--server-real", type=int, default=1, help="server section: 0 skips the 1k real-corpus scenario")
     p.add_argument("--json", type=Path, default=None, help="also write all rows here")
     args = p.parse_args()
     if not SHARED.exists():
@@ -403,11 +455,16 @@ def main() -> None:
         out.append(table(results["threads"], ["torch_threads", "single_query_p50_ms", "p99_ms"]))
     from retrieval.encoders import set_cpu_threads
     set_cpu_threads(args.threads)
+    if "encoder" in sections:
+        results["encoder"] = bench_encoder(args.work)
+        out.append(table(results["encoder"], ["runtime", "single_p50_ms", "single_p99_ms", "batch64_qps",
+                                              "recall@10_nq", "recall@10_titles", "max_abs_diff_nq", "load"]))
     if "server" in sections:
         results["server"] = bench_server(args.work, [int(c) for c in args.clients.split(",")],
-                                         args.requests_per_client, args.threads, args.server_synthetic_n)
+                                         args.requests_per_client, args.threads, args.server_synthetic_n,
+                                         with_torch=args.server_with_torch, real=bool(args.server_real))
         out.append(table(results["server"], ["index", "system", "clients", "requests", "qps", "p50_ms", "p99_ms",
-                                             "errors"]))
+                                             "errors", "load"]))
     if "slow" in sections:
         results["slow"] = bench_slow(args.work, args.stalled, args.clients_slow, max(40, args.clients_slow * 5),
                                      args.body_timeout, args.threads)

@@ -59,15 +59,17 @@ class ShardVectors:
         return out
 
 
-def build_faiss(folder: Path, n: int, dim: int, shard_size: int, kind: str, progress: bool = True):
-    """Build the `kind` index from the shards in `folder` and write it atomically."""
+def build_faiss(folder: Path, n: int, dim: int, shard_size: int, kind: str, progress: bool = True,
+                nlist: int | None = None):
+    """Build the `kind` index from the shards in `folder` and write it atomically.
+    `nlist`: ivfpq's list count (default `ivf_lists(n)`)."""
     import faiss
     from tqdm import tqdm
 
     if kind not in KINDS:
         raise ValueError(f"--index {kind!r} is unknown; choose one of {KINDS}")
     vectors = ShardVectors(folder, n, shard_size)
-    index = _empty_index(kind, n, dim)
+    index = _empty_index(kind, n, dim, nlist)
     if not index.is_trained:
         index.train(_training_sample(vectors, n, index.nlist))
     with tqdm(total=n, unit="doc", desc=f"faiss {kind}", disable=not progress) as bar:
@@ -93,7 +95,7 @@ def pq_subquantizers(dim: int) -> int:
     return m
 
 
-def _empty_index(kind: str, n: int, dim: int):
+def _empty_index(kind: str, n: int, dim: int, nlist: int | None = None):
     import faiss
 
     if kind == "flat":
@@ -105,7 +107,7 @@ def _empty_index(kind: str, n: int, dim: int):
     if n < 256:
         raise ValueError(f"--index ivfpq needs at least 256 passages to train its codebooks (got {n}); use flat")
     quantizer = faiss.IndexFlatIP(dim)
-    return faiss.IndexIVFPQ(quantizer, dim, ivf_lists(n), pq_subquantizers(dim), 8, faiss.METRIC_INNER_PRODUCT)
+    return faiss.IndexIVFPQ(quantizer, dim, nlist or ivf_lists(n), pq_subquantizers(dim), 8, faiss.METRIC_INNER_PRODUCT)
 
 
 def _training_sample(vectors: ShardVectors, n: int, nlist: int) -> np.ndarray:

@@ -61,6 +61,19 @@ def set_cpu_threads(n: int | None) -> None:
     faiss.omp_set_num_threads(n)
 
 
+def resolve_runtime(runtime: str, device: str | None) -> str:
+    """"auto" -> "onnx" on the CPU when onnxruntime and onnx are installed, else "torch"."""
+    if runtime != "auto":
+        return runtime
+    import importlib.util
+
+    import torch
+
+    cpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu"
+    found = all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
+    return "onnx" if cpu and found else "torch"
+
+
 def resolve_encoder(name_or_path: str | None) -> str:
     """"minilm"/None -> the shipped MiniLM folder; anything else is returned unchanged."""
     if name_or_path in (None, "", DEFAULT_ENCODER):
@@ -91,13 +104,21 @@ class Encoder:
     `batch_size` texts and `max_batch_tokens` padded tokens (default 1,024 on CPU, where
     bigger passes spill the caches and pad more; unlimited on GPU). Thread-safe: concurrent
     calls share the model; only tokenisation is serialised (fast tokenizers mutate state).
+
+    `runtime`: "torch" (default), or on the CPU "onnx" / "onnx-int8": the same forward + pooling
+    exported once and run in ONNX Runtime (retrieval/onnx_encoder.py; "onnx" gives torch's
+    vectors within 2e-7 in less time, "onnx-int8" quantises the weights: its recall is measured
+    in docs/benchmarks.md). `threads` sizes ONNX Runtime's pool (default: torch's thread count).
     """
 
     def __init__(self, name_or_path: str | None = None, profile: str | None = None,
                  device: str | None = None, fp16: bool | None = None, batch_size: int = 64,
-                 max_length: int | None = None, max_batch_tokens: int | None = None):
+                 max_length: int | None = None, max_batch_tokens: int | None = None, runtime: str = "torch",
+                 threads: int | None = None):
         import torch
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+        from retrieval.onnx_encoder import RUNTIMES
 
         self.name = name_or_path or DEFAULT_ENCODER
         self.path = resolve_encoder(name_or_path)
@@ -108,12 +129,25 @@ class Encoder:
         self.fp16 = (self.device != "cpu") if fp16 is None else fp16
         self.batch_size = batch_size
         self.max_length = max_length or self.profile.max_length
-        self.max_batch_tokens = max_batch_tokens or (1024 if self.device == "cpu" else 0)
+        # CPU passes: 1,024 padded tokens in torch; 256 in ONNX Runtime, whose time per query
+        # grew with bigger passes here (bench: 127-203 ms at 256 vs 167-320 ms at 1,024, load ~10)
+        self.max_batch_tokens = max_batch_tokens or (0 if self.device != "cpu" else 1024 if runtime == "torch" else 256)
+        if runtime not in RUNTIMES:
+            raise ValueError(f"encoder runtime {runtime!r} is unknown; choose one of {RUNTIMES}")
+        if runtime != "torch" and self.device != "cpu":
+            raise ValueError(f"encoder runtime {runtime!r} runs on the CPU only; use runtime 'torch' on {self.device}")
+        self.runtime = runtime
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         self._tokenizer_lock = threading.Lock()
-        dtype = torch.float16 if self.fp16 else torch.float32
-        self.model = AutoModel.from_pretrained(self.path, dtype=dtype).to(self.device).eval()
-        self.dim = int(self.model.config.hidden_size)
+        self.model = self._onnx = None
+        if runtime == "torch":
+            dtype = torch.float16 if self.fp16 else torch.float32
+            self.model = AutoModel.from_pretrained(self.path, dtype=dtype).to(self.device).eval()
+        else:
+            from retrieval.onnx_encoder import OnnxForward
+            self._onnx = OnnxForward(self.path, self.tokenizer, self.profile.pooling, runtime,
+                                     threads=threads or torch.get_num_threads())
+        self.dim = int(AutoConfig.from_pretrained(self.path).hidden_size)
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
         """[n] query strings -> [n, dim] float32, with the profile's query prefix."""
@@ -134,7 +168,11 @@ class Encoder:
             for idx in self._passes(lengths):
                 with self._tokenizer_lock:
                     batch = self.tokenizer.pad({k: [v[i] for i in idx] for k, v in enc.items()},
-                                               return_tensors="pt").to(self.device)
+                                               return_tensors="np" if self._onnx is not None else "pt")
+                if self._onnx is not None:
+                    out[idx] = self._onnx(batch)
+                    continue
+                batch = batch.to(self.device)
                 hidden = self.model(**batch).last_hidden_state          # [b, L, dim]
                 vecs = pool(hidden, batch["attention_mask"], self.profile.pooling)
                 out[idx] = torch.nn.functional.normalize(vecs.float(), dim=-1).cpu().numpy()

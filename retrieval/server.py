@@ -201,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="cpu or cuda (faiss-gpu + fp16 encoder)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch/FAISS threads (default 1: batching gives the throughput; 0 = all cores)")
+    p.add_argument("--encoder-runtime", choices=("auto", "torch", "onnx", "onnx-int8"), default="auto",
+                   help="query encoder's runtime (default auto: onnx on the CPU when onnxruntime is installed)")
     p.add_argument("--min-score", type=float, default=None, help="default minimum score (requests may override)")
     p.add_argument("--min-length", type=int, default=0, help="default minimum document length in characters")
     p.add_argument("--web-min-docs", type=int, default=3,
@@ -238,7 +240,8 @@ def _load_service(args) -> RetrievalService:
     from retrieval.web import web_search_from_env
 
     set_cpu_threads(args.threads)
-    searcher = Searcher(args.index, method=args.method, device=args.device, eid_file=args.eid_file)
+    searcher = Searcher(args.index, method=args.method, device=args.device, eid_file=args.eid_file,
+                        encoder_runtime=args.encoder_runtime)
     web = web_search_from_env(min_docs=args.web_min_docs)
     log.info("loaded %s (%s, %d documents); web fallback %s", args.index, searcher.method,
              len(searcher.store), "on" if web else "off (no TAVILY_API_KEY)")

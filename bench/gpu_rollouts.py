@@ -1,0 +1,148 @@
+"""Multi-turn rollouts on a GPU: `collect_rollouts` + the static decoder, every tool call 1 s.
+
+    python bench/gpu_rollouts.py                       # on a GPU: 128 rollouts x 8 turns, Qwen3-0.6B body
+    python bench/gpu_rollouts.py --tiny --device cpu --rollouts 4 --turns 2 --tool-seconds 0.2
+
+The trainer's `collect_rollouts` (one thread per rollout, all in flight, generation batched by
+`BatchingEngine`) drives `HFEngine` as train.py builds it for model.dtype bfloat16 (float32
+weights + compute dtype bfloat16, decoded by the static decoder: static KV cache, compiled
+forward, CUDA graphs).  Model: the Qwen3-0.6B body (28 layers, hidden 1024, 16 / 8 heads) with
+random weights and the vocabulary of a small BPE tokenizer trained on the prompts and tool
+calls (as bench/rollout_overlap.py's tiny policy).  Random weights write no tool call, so each
+turn decodes `--tokens` tokens through the engine (the decode cost is real: rows never sample
+EOS) and the text the episode receives is then replaced by a valid `enhance_reasoning` call
+(`ScriptedCalls`): every rollout makes `--turns` calls, each answered after `--tool-seconds`
+by the (sleeping) expert; prompts grow turn by turn as in a real episode.
+Ideal = the engine's busy time (summed wall time of its batched generate calls) + the longest
+tool chain (turns x tool seconds); target: wall <= 1.15x ideal.  A first run with no tool
+latency warms the compiler and CUDA graphs (reported apart); `--repeats` runs are measured.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from rollout_overlap import TOOLS, TimedEngine, runtime  # noqa: E402
+
+from orchestrator.catalog import load_catalog  # noqa: E402
+from orchestrator.context import Budgets  # noqa: E402
+from orchestrator.engine import Generation  # noqa: E402
+from orchestrator.loop import LoopConfig, Task, task_catalog  # noqa: E402
+from orchestrator.toolcall import allowed_call_strings, format_tool_call  # noqa: E402
+
+
+class ScriptedCalls:
+    """Runs the real engine call (its decode cost), then hands back one valid tool call per row
+    as the generated text (a random-weight policy writes none)."""
+
+    def __init__(self, engine, call_text: str):
+        self.engine, self.tokenizer = engine, engine.tokenizer
+        self.call_ids = engine.tokenizer(call_text, add_special_tokens=False)["input_ids"]
+        self.call_text = call_text
+        self.decoded = 0
+
+    def generate(self, prompts, params, *, seeds=None):
+        real = self.engine.generate(prompts, params, seeds=seeds)
+        self.decoded += sum(len(g.token_ids) for g in real)
+        return [Generation(token_ids=list(self.call_ids), logprobs=[0.0] * len(self.call_ids), text=self.call_text)
+                for _ in real]
+
+    def update_weights(self, weights):
+        self.engine.update_weights(weights)
+
+
+def build_engine(args, device: torch.device):
+    from gpu_train_step import qwen3_config
+    from transformers import Qwen3ForCausalLM
+
+    from training.engines import make_engine
+    from training.engines.batcher import BatchingEngine
+    from training.tiny_policy import tiny_tokenizer
+
+    catalog = task_catalog(load_catalog(), Task("x", "q", tools=TOOLS))
+    texts = [json.dumps(catalog.openai_tools(tools=catalog.tools))] * 5
+    texts += allowed_call_strings({t: list(a) for t, a in TOOLS.items()}) * 50
+    texts += [(ROOT / "orchestrator/prompts" / f).read_text() * 5 for f in ("system.txt", "user.txt")]
+    tok = tiny_tokenizer(texts, vocab_size=1200)
+    cfg = qwen3_config(args.tiny)
+    cfg.vocab_size, cfg.eos_token_id, cfg.pad_token_id = len(tok), tok.eos_token_id, tok.pad_token_id
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(cfg).float().eval()          # train.py's model.dtype bfloat16: float32 weights
+    engine = make_engine("hf", model, tokenizer=tok, device=str(device), max_batch=args.rollouts,
+                         compute_dtype=torch.bfloat16 if device.type == "cuda" else None,
+                         decode="static" if args.static_on_cpu and device.type == "cpu" else "auto")
+    timed = TimedEngine(engine)
+    scripted = ScriptedCalls(timed, format_tool_call("enhance_reasoning", {"model": "reasoner-1"}))
+    return timed, scripted, BatchingEngine(scripted, max_batch=args.rollouts)
+
+
+def measure(engine, timed, scripted, args, tool_seconds: float, step: int) -> dict:
+    from training.trainer import collect_rollouts
+
+    tasks = [Task(f"t{i}", f"Compute item {i}.", answer="1", tools=TOOLS) for i in range(args.rollouts)]
+    loop = LoopConfig(max_turns=args.turns, temperature=1.0, max_tokens=args.tokens, constrained=False,
+                      budgets=Budgets(context_tokens=args.context_tokens))
+    busy0, calls0, decoded0 = timed.busy, timed.calls, scripted.decoded
+    started = time.monotonic()
+    groups = collect_rollouts(tasks, engine, runtime(tool_seconds, None), loop, rollouts_per_task=1, seed=0, step=step,
+                              price_model="Qwen3-8B", concurrency=args.rollouts)
+    wall = time.monotonic() - started
+    calls = [sum(1 for t in g[0].turns if t.expert) for g in groups]
+    widths = [len(t.prompt_ids) for g in groups for t in g[0].turns if t.prompt_ids]
+    r = {"wall": wall, "gen": timed.busy - busy0, "engine_calls": timed.calls - calls0, "calls": sum(calls),
+         "max_chain": max(calls), "decoded_tokens": scripted.decoded - decoded0,
+         "prompt_tokens_min_max": [min(widths), max(widths)] if widths else None}
+    r["ideal"] = r["gen"] + r["max_chain"] * tool_seconds
+    r["ratio"] = r["wall"] / r["ideal"]
+    return r
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="a tiny Qwen3 config (checks the script)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--rollouts", type=int, default=128)
+    parser.add_argument("--turns", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=64, help="decoded tokens per turn (rows run to it)")
+    parser.add_argument("--tool-seconds", type=float, default=1.0)
+    parser.add_argument("--context-tokens", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--static-on-cpu", action="store_true", help="decode='static' on the CPU (eager; tests the path)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    timed, scripted, engine = build_engine(args, device)
+    results: dict = {"args": vars(args) | {"json": str(args.json)}, "torch": torch.__version__}
+    if device.type == "cuda":
+        results["card"] = torch.cuda.get_device_name(device)
+    results["warmup"] = measure(engine, timed, scripted, args, 0.0, 0)
+    print("warm-up", results["warmup"], flush=True)
+    results["runs"] = []
+    for k in range(args.repeats):
+        results["runs"].append(measure(engine, timed, scripted, args, args.tool_seconds, 1 + k))
+        print(f"run {k + 1}", results["runs"][-1], flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1))
+    engine.close()
+    median = statistics.median(r["ratio"] for r in results["runs"])
+    results["median_ratio"] = median
+    print(f"wall / ideal (median of {args.repeats}): {median:.2f}x (target <= 1.15x: {'met' if median <= 1.15 else 'not met'})")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
