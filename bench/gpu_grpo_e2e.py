@@ -111,7 +111,7 @@ class ReferenceTimer:
     + chunked LM head) timed when it scores the reference model."""
 
     def __init__(self, reference, device: torch.device):
-        from training.trainer import ppo_update
+        from training.ppo import ppo_update
 
         self.scope, self.seconds = ppo_update.__globals__, 0.0
         self.original = self.scope["micro_logprobs"]

@@ -89,7 +89,7 @@ def build_engine(args, device: torch.device):
 
 
 def measure(engine, timed, scripted, args, tool_seconds: float, step: int) -> dict:
-    from training.trainer import collect_rollouts
+    from training.rollouts import collect_rollouts
 
     tasks = [Task(f"t{i}", f"Compute item {i}.", answer="1", tools=TOOLS) for i in range(args.rollouts)]
     loop = LoopConfig(max_turns=args.turns, temperature=1.0, max_tokens=args.tokens, constrained=False,
