@@ -65,9 +65,7 @@ def task_meta(task: dict) -> dict:
         return {}
 
 
-def instructions_text(task: dict) -> str:
-    instr = task["user_scenario"]["instructions"]
-    return instr if isinstance(instr, str) else f"{instr.get('reason_for_call', '')} {instr.get('known_info', '')}"
+from orchestrator.episodes.tau2_solo import instructions_text  # noqa: E402,F401 - the one definition
 
 
 class TaskFilter:

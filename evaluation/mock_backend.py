@@ -103,10 +103,10 @@ class MockBackend:
         return f"Hi, I would like to check my reservations. My user id is {self.TAU2_USER_ID}."
 
     def _tau2_agent(self, last: dict, names: set, message: dict) -> None:
-        if last.get("role") == "tool":
+        if last.get("role") == "tool" or "<tool_response>" in str(last.get("content")):
             message["content"] = "I have looked that up for you. Is there anything else I can help you with?"
         elif "call_expert" in names:
-            message["tool_calls"] = [self._call("call_expert", {"model": "expert-2"})]
+            message["tool_calls"] = [self._call("call_expert", {"expert": "expert-2"})]
         elif "get_user_details" in names:
             message["tool_calls"] = [self._call("get_user_details", {"user_id": self.TAU2_USER_ID})]
         else:

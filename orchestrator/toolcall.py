@@ -149,6 +149,15 @@ def call_grammar(schemas: list[dict], max_string_chars: int = ARG_MAX_CHARS) -> 
     return _call_grammar(json.dumps(schemas), max_string_chars)   # key order kept: it is the arguments' order
 
 
+def message_or_call_grammar(schemas: list[dict], max_string_chars: int = ARG_MAX_CHARS) -> str:
+    """`call_grammar(schemas)` or a message to the user, `<message>text</message>` (no `<` in
+    the text, at most `max_string_chars` characters): the two things a tau2 agent's turn can be."""
+    import xgrammar as xgr
+
+    message = xgr.Grammar.from_ebnf(f'root ::= "<message>" [^<]{{1,{int(max_string_chars)}}} "</message>"')
+    return str(xgr.Grammar.union(xgr.Grammar.from_ebnf(call_grammar(schemas, max_string_chars)), message))
+
+
 @functools.lru_cache(maxsize=64)
 def _call_grammar(schemas_json: str, max_chars: int) -> str:
     import xgrammar as xgr

@@ -273,7 +273,7 @@ def test_an_invalid_expert_proposal_is_recorded_and_not_executed(world):
 
 def test_transcript_drops_the_oldest_tool_output_first_when_over_budget():
     from orchestrator.context import Budgets, TokenCounter
-    from orchestrator.domain_episode import OMITTED, Transcript
+    from orchestrator.episodes.tau2_solo import OMITTED, Transcript
 
     counter = TokenCounter()                                  # ~4 characters per token
     t = Transcript("s" * 40, "r" * 40, Budgets(doc_tokens=25, context_tokens=10_000), counter)
@@ -293,8 +293,8 @@ def test_grammar_decision_mask_counts_the_admitted_tokens(tiny_policy, world):
 
     from transformers import AutoTokenizer
 
-    from data_synthesis.domain import load_domain
-    from orchestrator.domain_episode import episode_tools
+    from orchestrator.domain import load_domain
+    from orchestrator.episodes.tau2_solo import episode_tools
     from orchestrator.toolcall import call_grammar
     from training.engines.grammar import token_grammar
 
@@ -324,8 +324,8 @@ def test_rollout_max_string_chars_sets_the_grammar_cap_and_the_mask_replay_uses_
     from transformers import AutoTokenizer
     from xgrammar.testing import _is_grammar_accept_string
 
-    from data_synthesis.domain import load_domain
-    from orchestrator.domain_episode import episode_tools, task_grammar
+    from orchestrator.domain import load_domain
+    from orchestrator.episodes.tau2_solo import episode_tools, task_grammar
     from orchestrator.toolcall import call_grammar
     from training.config import ConfigError, load_config
     from training.rollouts import mask_forced_tokens

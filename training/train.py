@@ -95,6 +95,8 @@ def rollout_loop_config(cfg: TrainConfig, temperature: float | None = None) -> L
                       temperature=cfg.rollout.temperature if temperature is None else temperature,
                       max_tokens=cfg.rollout.max_tokens, constrained=cfg.rollout.constrained,
                       max_string_chars=cfg.rollout.max_string_chars,
+                      tau2_user=cfg.rollout.tau2_user, tau2_user_model=cfg.rollout.tau2_user_model,
+                      tau2_max_steps=cfg.rollout.tau2_max_steps,
                       budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
 
 
@@ -270,10 +272,8 @@ def open_session(cfg: TrainConfig, tasks: list[Task], total_steps: int, learner,
 def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollout]]) -> dict[str, Any]:
     """Steps 2-6 on one batch of rollout groups: score, filter, samples, PPO update, sync."""
     cfg = s.cfg
-    if cfg.rollout.constrained:   # forced tokens were the constraint's choice, not the policy's
-        mask_forced_tokens(batch, groups, s.runtime.catalog, s.learner.tokenizer,
-                           eos_token_ids(s.learner.tokenizer, cfg.model.path),   # the engine's stop ids
-                           max_string_chars=cfg.rollout.max_string_chars)
+    # forced tokens were the constraint's choice, not the policy's (each turn records its constraint)
+    mask_forced_tokens(groups, s.learner.tokenizer, eos_token_ids(s.learner.tokenizer, cfg.model.path))
     scored = score_groups(batch, groups, s.judge, estimator=cfg.algorithm.advantage,
                           min_group_std=cfg.algorithm.min_group_std)
     samples = build_turn_samples(scored.rollouts, scored.advantages)
