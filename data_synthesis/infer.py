@@ -7,13 +7,11 @@ database conforms to the inferred schema (`toolkit_runtime.check_record`).
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from data_synthesis.schema import CollectionSpec, FieldSpec, Schema, SchemaError, parse_schema
+from data_synthesis.schema import CollectionSpec, FieldSpec, Schema, parse_schema
 from orchestrator.domain import check_db_shape
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")

@@ -1,6 +1,6 @@
 """The quickstart's local tool-use world: tasks, tools with different prices, real experts.
 
-World (orchestrator/toyworld.py over the data-synthesis `people` domain): 200 fictional people; two
+World (data_synthesis/toyworld.py over the data-synthesis `people` domain): 200 fictional people; two
 kinds of question, each solvable by exactly one tool kind:
 - lookup ("In which city was Mira Tallow born?"): only `search` over the local corpus
   (MiniLM + FAISS index built here) brings the fact into the context;
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from orchestrator.catalog import load_catalog
 from orchestrator.loop import Task
-from orchestrator.toyworld import build_people, build_tasks
+from data_synthesis.toyworld import build_people, build_tasks
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 # tool -> the aliases of tools.json offered in every quickstart task
