@@ -98,3 +98,42 @@ def test_two_steps_with_a_user_simulator_then_run_tau2_evaluates_the_checkpoint(
     from transformers import AutoTokenizer
     first = AutoTokenizer.from_pretrained(checkpoint).decode(prompts[0])
     assert EXPERT_POLICY in first and "transfer_to_human_agents" not in first.split("<tools>")[0]
+
+
+def test_tasks_with_initial_state_and_env_assertions_load_and_are_scored_by_tau2(tmp_path):
+    """Telecom tasks (initial_state + ENV_ASSERTION, refused at load before) load, run with the
+    user simulator and are scored by tau2's environment assertions."""
+    from orchestrator.episodes.tau2_agent import EXPERT_POLICY  # noqa: F401 - first: quiets litellm and tau2
+    # isort: split
+    from tau2.run import get_tasks
+
+    from orchestrator.catalog import load_catalog
+    from orchestrator.loop import LoopConfig, run_episode
+    from orchestrator.policy import ChatPolicy
+    from orchestrator.records import LLMResponse, Usage
+    from orchestrator.runtime import ToolRuntime
+    from training.tasks import load_tasks
+
+    task = next(t for t in get_tasks("telecom", "base") if t.initial_state is not None)
+    data = tmp_path / "telecom.jsonl"
+    data.write_text(json.dumps({"id": "telecom/0", "question": "Help.", "kind": "tau2", "metadata": {
+        "tau2_domain": "telecom", "tau2_task": task.model_dump(mode="json")}}) + "\n")
+    [loaded] = load_tasks([str(data)])
+
+    def user(model, messages, **kw):     # the user simulator: asks once, then stops
+        said = sum(m["role"] == "assistant" for m in messages)
+        return LLMResponse(model, "My phone has no data." if said == 0 else "Thanks. ###STOP###", [], Usage(50, 5))
+
+    def agent(model, messages, **kw):
+        return LLMResponse(model, "<think>no idea</think><message>Please restart your phone.</message>", [],
+                           Usage(100, 10))
+
+    rollout = run_episode(loaded, ChatPolicy("orch", "Qwen3-8B", llm=agent),
+                          ToolRuntime(catalog=load_catalog(), llm=user),
+                          LoopConfig(tau2_user_model="user", tau2_max_steps=10))
+    assert rollout.finished and rollout.stop_reason == "user_stop"
+    sim = rollout.info["simulation"]
+    assert sim["reward_info"]["env_assertions"], "tau2 did not check the task's environment assertions"
+    assert rollout.outcome == sim["reward_info"]["reward"] == 0.0       # restarting does not fix airplane mode
+    said = [m["content"] for m in sim["messages"] if m["role"] == "assistant"]
+    assert said[-1] == "Please restart your phone." and not any("think" in s for s in said)   # only the <message>

@@ -36,7 +36,8 @@ def tau2_domain_name(task: Task) -> str:
 
         if not Path(meta["domain_dir"]).is_dir():
             raise ValueError(f"task {task.id}: metadata.domain_dir {meta['domain_dir']!r} is not a folder")
-        return register_domain(meta["domain_dir"])
+        # registered under its folder: two folders of one domain name are two environments
+        return register_domain(meta["domain_dir"], name=str(Path(meta["domain_dir"]).resolve()))
     if meta.get("tau2_domain"):
         return meta["tau2_domain"]
     raise ValueError(f"task {task.id}: a tau2 task needs metadata.domain_dir (a domain folder) or "
