@@ -49,10 +49,10 @@ venv-test: $(VENV)/.test
 quickstart: $(VENV)/.core
 	$(PY) -m training.quickstart --out runs/quickstart
 
-# The loop alone, SmolLM2 as orchestrator and every expert (orchestrator/quickstart.py;
+# The loop alone, SmolLM2 as orchestrator and every expert (evaluation/quickstart_loop.py;
 # runs/quickstart-loop/summary.json + trajectories.jsonl).
 quickstart-loop: $(VENV)/.core
-	$(PY) -m orchestrator.quickstart --out runs/quickstart-loop
+	$(PY) -m evaluation.quickstart_loop --out runs/quickstart-loop
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q -ra

@@ -87,7 +87,7 @@ def dataset_card(counts: dict, title: str, command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from data_synthesis.contamination import check_not_eval, parse_eval_sets, shipped_sets
-    from data_synthesis.domain import load_domain
+    from orchestrator.domain import load_domain
     from data_synthesis.examples import Randomization, load_qa, qa_examples, tau2_examples
     from data_synthesis.schema import SchemaError
     from orchestrator.catalog import CatalogError, load_catalog

@@ -7,43 +7,17 @@ database conforms to the inferred schema (`toolkit_runtime.check_record`).
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from data_synthesis.schema import CollectionSpec, FieldSpec, Schema, SchemaError, parse_schema
+from data_synthesis.schema import CollectionSpec, FieldSpec, Schema, parse_schema
+from orchestrator.domain import check_db_shape
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 _MAX_ENUM = 12        # more distinct values than this is free text, not a category
 _MAX_WRITABLE = 4     # update tools per collection
-
-
-def load_db(path: str | Path) -> dict:
-    """Read a db.json and check its shape; SchemaError names the file and the bad path."""
-    path = Path(path)
-    try:
-        db = json.loads(path.read_text())
-    except OSError as exc:
-        raise SchemaError(f"{path}: cannot read database: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from None
-    check_db_shape(db, str(path))
-    return db
-
-
-def check_db_shape(db: Any, source: str) -> None:
-    if not isinstance(db, dict) or not db:
-        raise SchemaError(f"{source}: $: the database must be a non-empty JSON object of collections")
-    for cname, coll in db.items():
-        if not isinstance(coll, dict):
-            raise SchemaError(f"{source}: $.{cname}: a collection must be an object keyed by record id, "
-                              f"got {type(coll).__name__}")
-        for rid, rec in coll.items():
-            if not isinstance(rec, dict):
-                raise SchemaError(f"{source}: $.{cname}.{rid}: a record must be an object, got {type(rec).__name__}")
 
 
 def singular(name: str) -> str:

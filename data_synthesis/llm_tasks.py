@@ -14,7 +14,7 @@ import json
 import random
 from typing import Callable
 
-from data_synthesis.domain import Domain, parse_args_doc
+from orchestrator.domain import Domain, parse_args_doc
 from data_synthesis.llm_steps import CheckFailed, StepRunner, extract_json, prompt
 from data_synthesis.tasks import TaskFilter, to_tau2_task
 from data_synthesis.templates import Draft, TaskFactory

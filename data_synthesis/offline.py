@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from data_synthesis.domain import load_tools_module
 from data_synthesis.fake import generate_db
-from data_synthesis.infer import infer_schema, load_db
+from data_synthesis.infer import infer_schema
 from data_synthesis.policy import render_policy
 from data_synthesis.schema import Schema, SchemaError, load_schema, shipped_schemas, dump_schema
 from data_synthesis.tasks import TaskFilter, synthesize_tasks
 from data_synthesis.templates import TaskFactory
 from data_synthesis.toolgen import derive_tools, render_tools_py
+from orchestrator.domain import load_db, load_tools_module
 
 
 @dataclass

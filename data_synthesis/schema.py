@@ -31,14 +31,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from orchestrator.domain import SchemaError  # the one definition: domain folders raise it too
+
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 FieldType = Literal["string", "text", "integer", "number", "boolean", "date", "datetime",
                     "enum", "id", "ref", "list", "object", "map", "any"]
 _NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-class SchemaError(ValueError):
-    """A schema or database problem, as one line: file, path inside it, what is wrong."""
 
 
 class _Strict(BaseModel):

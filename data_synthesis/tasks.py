@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from data_synthesis.templates import CONFIRM, Draft, TaskFactory
 from data_synthesis.verify import Deduper, Tally, replay_reason, task_shape_reason
+from orchestrator.episodes.tau2_solo import instructions_text  # the one definition (tests import it from here too)
 
 EVOLVE_FRACTION = 0.35     # share of kept tasks that also get a harder variant
 
@@ -63,11 +64,6 @@ def task_meta(task: dict) -> dict:
         return json.loads((task.get("description") or {}).get("notes") or "{}")
     except json.JSONDecodeError:
         return {}
-
-
-def instructions_text(task: dict) -> str:
-    instr = task["user_scenario"]["instructions"]
-    return instr if isinstance(instr, str) else f"{instr.get('reason_for_call', '')} {instr.get('known_info', '')}"
 
 
 class TaskFilter:

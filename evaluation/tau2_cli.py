@@ -92,7 +92,6 @@ def print_rescore(paths: list[Path]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evaluation.tau2_agent import AgentConfig   # first: it quiets litellm and tau2's import logs
     from evaluation.tau2_run import DOMAINS, Tau2Setup, load_jobs, simulate, write_tau2_results
     from loguru import logger
 
@@ -124,10 +123,9 @@ def run(args: argparse.Namespace) -> int:
               "max_steps": args.max_turns, "max_errors": args.max_errors, "seed": args.seed,
               "temperature": args.temperature, "tools": str(args.tools or "tools.json"), "task_ids": task_ids}
     prepare_output(out_dir, config, args.resume)
-    setup = Tau2Setup(agent=AgentConfig(model=args.model, price_model=price_model, catalog=catalog, mode=args.mode,
-                                        profile=args.profile, temperature=args.temperature, max_tokens=args.max_tokens,
-                                        expert_max_tokens=args.expert_max_tokens),
-                      user_model=user_model, user_temperature=args.user_temperature, max_steps=args.max_turns,
+    setup = Tau2Setup(model=args.model, price_model=price_model, catalog=catalog, mode=args.mode,
+                      profile=args.profile, temperature=args.temperature, max_tokens=args.max_tokens,
+                      expert_max_tokens=args.expert_max_tokens, user_model=user_model, user_temperature=args.user_temperature, max_steps=args.max_turns,
                       max_errors=args.max_errors, seed=args.seed)
     with ResultsFile(out_dir / RESULTS_NAME, resume=args.resume, retry_errors=args.retry_errors) as results:
         for msg in results.repair.messages(results.path):

@@ -1,37 +1,49 @@
 """tau2-bench through the real `tau2` package: one simulation per task, its record, the
 tau2-format results file, and re-scoring saved results files with tau2's evaluator.
 
-A simulation is tau2's own `Orchestrator` (agent <-> user <-> environment) with our
-`OrchestratorAgent` and `LLMCallUser`, scored by tau2's `evaluate_simulation` (DB replay,
-actions, communicated info). pass^1 = mean task success, tau2's definition.
+A simulation is the tau2 episode training runs too (orchestrator/episodes/tau2.py: tau2's own
+`Orchestrator`, our agent and `LLMCallUser`, scored by tau2's `evaluate_simulation`), with the
+orchestrator served through the gateway as a `ChatPolicy`. pass^1 = mean task success, tau2's
+definition.
 """
 from __future__ import annotations
 
 import json
 import os
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 # Before tau2 (and so litellm) is imported: litellm otherwise tries to download its price map at
 # import, with retries and sleeps; tau2 logs its registry at DEBUG. We price with tools.json.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LOGURU_LEVEL", "ERROR")
 
-from tau2.data_model.simulation import Results, RewardInfo, SimulationRun, TerminationReason
-from tau2.data_model.tasks import Task as Tau2Task
-from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
-from tau2.metrics.agent_metrics import compute_metrics, is_successful
-from tau2.orchestrator.orchestrator import Orchestrator
-from tau2.registry import registry
-from tau2.utils.utils import get_now
+from tau2.data_model.simulation import Results, RewardInfo, SimulationRun, TerminationReason  # noqa: E402
+from tau2.data_model.tasks import Task as Tau2Task  # noqa: E402
+from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # noqa: E402
+from tau2.metrics.agent_metrics import compute_metrics, is_successful  # noqa: E402
+from tau2.utils.utils import get_now  # noqa: E402
 
-from evaluation.tau2_agent import EXPERT_TOOL, AgentConfig, LLMCallUser, OrchestratorAgent
+from orchestrator.catalog import Catalog  # noqa: E402
+from orchestrator.episodes.tau2 import run_tau2_episode  # noqa: E402
+from orchestrator.episodes.tau2_agent import EXPERT_TOOL  # noqa: E402
+from orchestrator.loop import LoopConfig, Task  # noqa: E402
+from orchestrator.policy import ChatPolicy  # noqa: E402
+from orchestrator.records import Rollout  # noqa: E402
+from orchestrator.runtime import ToolRuntime  # noqa: E402
 
 DOMAINS = ("airline", "retail", "telecom")   # PAPER.md §8: 50 / 114 / 114 tasks (base split)
 AGENT_NAME = "toolorchestra_orchestrator"
 USER_NAME = "llm_call_user"
+MODES = ("all", "basic", "none")
+
+
+def _default_llm(*args, **kwargs):
+    from LLM_CALL import get_llm_response
+
+    return get_llm_response(*args, **kwargs)
 
 
 @dataclass
@@ -43,12 +55,22 @@ class Tau2Job:
 
 @dataclass
 class Tau2Setup:
-    agent: AgentConfig
+    """The run's settings: the orchestrator (a configs/models.yaml name), its experts and the user."""
+
+    model: str                      # served orchestrator
+    price_model: str                # its row in tools.json prices
+    catalog: Catalog
     user_model: str
+    mode: str = "all"               # all: call_expert; basic: every expert is the orchestrator; none: no experts
+    profile: str | None = None
+    temperature: float = 0.0
+    max_tokens: int = 1024
+    expert_max_tokens: int = 1024
     user_temperature: float = 0.0
     max_steps: int = 200
     max_errors: int = 10
     seed: int = 300
+    llm: Callable[..., Any] = field(default=_default_llm)
 
 
 def load_jobs(domains: list[str], task_ids: list[str] | None = None, limit: int | None = None) -> list[Tau2Job]:
@@ -67,51 +89,64 @@ def load_jobs(domains: list[str], task_ids: list[str] | None = None, limit: int 
     return jobs
 
 
-def _tool_mix(agent: OrchestratorAgent, sim: SimulationRun) -> tuple[dict[str, int], dict[str, int]]:
-    """Calls per expert alias and per domain tool the agent emitted; calls per expert model."""
-    calls, models = Counter(), Counter()
-    for step in agent.steps:
-        if step.tool == EXPERT_TOOL:
-            calls[step.alias] += 1
-            models[step.model] += 1
-    for msg in sim.messages:
-        if msg.role == "assistant" and getattr(msg, "tool_calls", None):
-            calls.update(tc.name for tc in msg.tool_calls)
-    return dict(calls), dict(models)
+def episode_parts(setup: Tau2Setup, job: Tau2Job) -> tuple[Task, ChatPolicy, ToolRuntime, LoopConfig]:
+    """The loop Task, policy, runtime and settings of one job: what `run_tau2_episode` takes."""
+    if setup.mode not in MODES:
+        raise ValueError(f"--mode {setup.mode!r}: choose one of {MODES}")
+    task = Task(id=job.id, question="", kind="tau2",
+                metadata={"tau2_domain": job.domain, "tau2_task": job.task, "call_expert": setup.mode != "none"})
+    policy = ChatPolicy(setup.model, price_model=setup.price_model, llm=setup.llm)
+    runtime = ToolRuntime(catalog=setup.catalog, profile=setup.profile, expert_max_tokens=setup.expert_max_tokens,
+                          override_model=setup.model if setup.mode == "basic" else None, llm=setup.llm)
+    config = LoopConfig(temperature=setup.temperature, max_tokens=setup.max_tokens, tau2_user="simulator",
+                        tau2_user_model=setup.user_model, tau2_user_temperature=setup.user_temperature,
+                        tau2_max_steps=setup.max_steps, tau2_max_errors=setup.max_errors, tau2_seed=setup.seed)
+    return task, policy, runtime, config
+
+
+def turn_records(rollout: Rollout) -> list[dict]:
+    """One entry per agent message, as the results record shows it."""
+    out = []
+    for t in rollout.turns:
+        e = t.expert
+        usage = t.policy_usage + e.usage if e else t.policy_usage
+        out.append({"index": t.index, "reasoning": t.response_text,
+                    "tool": EXPERT_TOOL if e else (t.tool_call.name if t.tool_call else None),
+                    "alias": e.alias if e else None, "model": e.model if e else None,
+                    "output": (e.output or e.error) if e else (json.dumps([[t.tool_call.name, t.tool_call.arguments]])
+                                                                if t.tool_call else t.response_text),
+                    "tokens": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+                    "cost": t.policy_cost + (e.cost if e else 0.0), "latency": e.latency if e else 0.0,
+                    "policy_latency": t.policy_latency})
+    return out
 
 
 def simulate(setup: Tau2Setup, job: Tau2Job) -> dict[str, Any]:
-    """Run one tau2 simulation and score it; return our results record (with tau2's dump)."""
-    environment = registry.get_env_constructor(job.domain)()
-    agent = OrchestratorAgent(environment.get_tools(), environment.get_policy(), setup.agent)
-    try:
-        user_tools = environment.get_user_tools()
-    except Exception:  # domains without user tools raise here (airline, retail)
-        user_tools = None
-    user = LLMCallUser(tools=user_tools, instructions=str(job.task.user_scenario), llm=setup.user_model,
-                       llm_args={"temperature": setup.user_temperature}, catalog=setup.agent.catalog)
-    simulation = Orchestrator(domain=job.domain, agent=agent, user=user, environment=environment, task=job.task,
-                              max_steps=setup.max_steps, max_errors=setup.max_errors, seed=setup.seed).run()
-    simulation.trial = 0
-    simulation.reward_info = evaluate_simulation(simulation=simulation, task=job.task, domain=job.domain,
-                                                 evaluation_type=EvaluationType.ALL, solo_mode=False)
-    reward = simulation.reward_info.reward
-    calls, models = _tool_mix(agent, simulation)
-    said = [m.content for m in simulation.messages if m.role == "assistant" and m.content]
-    tokens = Counter()
-    for step in agent.steps:
-        tokens.update(step.tokens)
+    """Run one tau2 episode and return our results record (with tau2's dump)."""
+    rollout = run_tau2_episode(*episode_parts(setup, job))
+    if rollout.stop_reason.startswith("error"):
+        raise RuntimeError(rollout.stop_reason)
+    sim = rollout.info["simulation"]
+    calls, models = Counter(), Counter()
+    for t in rollout.turns:
+        if t.expert:
+            calls[t.expert.alias] += 1
+            models[t.expert.model] += 1
+    for msg in sim["messages"]:
+        if msg["role"] == "assistant" and msg.get("tool_calls"):
+            calls.update(tc["name"] for tc in msg["tool_calls"])
+    turns = turn_records(rollout)
     return {"id": job.id, "status": "ok", "domain": job.domain, "task_id": job.task.id,
             "question": str(job.task.user_scenario),
             "reference": json.dumps([a.get_func_format() for a in (job.task.evaluation_criteria.actions or [])])
             if job.task.evaluation_criteria else None,
-            "prediction": said[-1] if said else None, "reward": reward, "correct": is_successful(reward),
-            "stop_reason": simulation.termination_reason.value, "cost": simulation.agent_cost or 0.0,
-            "user_cost": simulation.user_cost, "latency": sum(s.latency for s in agent.steps),
-            "tokens": {"prompt": tokens["prompt_tokens"], "completion": tokens["completion_tokens"]},
-            "tool_calls": calls, "expert_models": models, "turns": [asdict(s) for s in agent.steps],
-            "mode": setup.agent.mode, "model": setup.agent.price_model,
-            "simulation": simulation.model_dump(mode="json")}
+            "prediction": rollout.final_answer, "reward": rollout.outcome, "correct": is_successful(rollout.outcome),
+            "stop_reason": rollout.stop_reason, "cost": sim.get("agent_cost") or 0.0,
+            "user_cost": sim.get("user_cost"), "latency": rollout.latency,
+            "tokens": {"prompt": sum(t["tokens"]["prompt_tokens"] for t in turns),
+                       "completion": sum(t["tokens"]["completion_tokens"] for t in turns)},
+            "tool_calls": dict(calls), "expert_models": dict(models), "turns": turns,
+            "mode": setup.mode, "model": setup.price_model, "simulation": sim}
 
 
 def _failed_simulation(record: dict, seed: int) -> SimulationRun:
@@ -139,7 +174,7 @@ def write_tau2_results(out_dir: Path, records: list[dict], setup: Tau2Setup) -> 
         tasks = [t for t in get_tasks(task_set_name=domain, task_split_name="base") if t.id in wanted]
         sims = [SimulationRun.model_validate(r["simulation"]) if r.get("status") == "ok"
                 else _failed_simulation(r, setup.seed) for r in recs]
-        c = setup.agent
+        c = setup
         info = get_info(domain=domain, agent=AGENT_NAME, user=USER_NAME, llm_agent=c.model,
                         llm_args_agent={"temperature": c.temperature, "mode": c.mode, "price_model": c.price_model,
                                         "profile": c.profile},

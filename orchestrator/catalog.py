@@ -49,6 +49,8 @@ class ToolSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     kind: ToolKind
     description: str
+    argument: str = Field("model", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                          description="name of the alias argument (upstream: `model`; tau2's call_expert: `expert`)")
     argument_description: str = ""
     tasks: list[str] = Field(default_factory=lambda: ["qa"])
     aliases: dict[str, AliasSpec] = Field(min_length=1)
@@ -128,7 +130,7 @@ class Catalog(_Strict):
 
     # ---- what the policy sees ---------------------------------------------------------
     def openai_tools(self, task: str = "qa", tools: list[ToolSpec] | None = None) -> list[dict]:
-        """OpenAI function schemas; each tool takes one `model` argument (an alias).
+        """OpenAI function schemas; each tool takes one argument, `tool.argument`, naming an alias.
 
         The price/latency table is written into the argument description, as upstream
         does, so per-example prices change what the policy reads.
@@ -147,8 +149,9 @@ class Catalog(_Strict):
                     "description": tool.description,
                     "parameters": {
                         "type": "object",
-                        "properties": {"model": {"type": "string", "enum": list(tool.aliases), "description": desc}},
-                        "required": ["model"],
+                        "properties": {tool.argument: {"type": "string", "enum": list(tool.aliases),
+                                                       "description": desc}},
+                        "required": [tool.argument],
                     },
                 },
             })

@@ -169,10 +169,8 @@ def fit_tail(documents: str, code: str, room: int, counter: TokenCounter) -> tup
 
 def build_messages(state: EpisodeState, prompts: Prompts, budgets: Budgets,
                    counter: TokenCounter) -> list[dict[str, str]]:
-    """The orchestrator's two-message chat for this turn, within `budgets.context_tokens`."""
-    if prompts.style.startswith("upstream"):
-        from orchestrator.upstream_prompts import build_messages_upstream
-        return build_messages_upstream(state, prompts, budgets, counter)
+    """The orchestrator's two-message chat for this turn, within `budgets.context_tokens`, in this
+    project's prompt style (orchestrator/prompt_style.py picks between it and upstream's)."""
     documents, code = evidence_sections(state, budgets, counter)
     system = prompts.render("system")
     fixed = counter.count(system) + counter.count(prompts.render("user", question=state.question, documents="", code=""))

@@ -10,11 +10,11 @@ see orchestrator/engine.py.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from orchestrator.chat_template import prompt_ids
 from orchestrator.engine import Engine, SamplingParams
 from orchestrator.records import ToolCall, Usage
 
@@ -52,25 +52,6 @@ class ChatPolicy:
                             tool_calls=r.tool_calls or None)
 
 
-_TOOLS_HEADER = (
-    "\n\n# Tools\n\nYou may call one of the functions below to make progress.\n"
-    "Function signatures are inside <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
-    "Call a function by returning a JSON object with its name and arguments inside "
-    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
-    '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>')
-
-
-def render_prompt(tokenizer, messages: list[dict], tools: list[dict]) -> str:
-    """Chat-template text with tools.  Templates that ignore `tools` (e.g. SmolLM2's) get
-    the hermes tool block written into the system message, as Qwen's template writes it."""
-    template = tokenizer.chat_template or ""
-    if tools and "tools" not in template:
-        block = _TOOLS_HEADER.format(tools="\n".join(json.dumps(t) for t in tools))
-        messages = [{**messages[0], "content": messages[0]["content"] + block}, *messages[1:]]
-        tools = None
-    return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-
-
 class TokenPolicy:
     """A policy generating from token ids with an `Engine` (training, the embedded default)."""
 
@@ -80,10 +61,10 @@ class TokenPolicy:
 
     def act(self, messages, tools, *, choices=None, grammar=None, temperature=1.0, max_tokens=1024) -> PolicyOutput:
         tok = self.engine.tokenizer
-        prompt_ids = tok(render_prompt(tok, messages, tools), add_special_tokens=False)["input_ids"]
+        ids = prompt_ids(tok, messages, tools)
         started = time.monotonic()
-        gen = self.engine.generate([prompt_ids], SamplingParams(
+        gen = self.engine.generate([ids], SamplingParams(
             temperature=temperature, max_tokens=max_tokens, choices=choices, grammar=grammar))[0]
-        return PolicyOutput(text=gen.text, usage=Usage(len(prompt_ids), len(gen.token_ids)),
-                            latency=time.monotonic() - started, prompt_ids=list(prompt_ids),
+        return PolicyOutput(text=gen.text, usage=Usage(len(ids), len(gen.token_ids)),
+                            latency=time.monotonic() - started, prompt_ids=ids,
                             response_ids=list(gen.token_ids), logprobs=list(gen.logprobs))

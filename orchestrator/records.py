@@ -73,6 +73,9 @@ class Turn:
     response_ids: list[int] | None = None
     logprobs: list[float] | None = None
     loss_mask: list[int] | None = None
+    # the decoding constraint that produced `response_ids` ({"choices": [...]} or {"grammar": EBNF};
+    # None: free decoding): the trainer replays exactly this one for the loss mask
+    constraint: dict[str, Any] | None = None
     response_text: str = ""
     tool_call: ToolCall | None = None
     valid: bool = False              # the call parsed, names a known tool and an allowed alias

@@ -124,8 +124,15 @@ def validate_schema_call(call: ToolCall, schemas: list[dict]) -> None:
 
 
 def _bounded(spec: dict, max_chars: int) -> dict:
-    """A parameter schema for decoding: no descriptions, strings and integers bounded."""
-    out = {k: v for k, v in spec.items() if k in ("type", "enum", "items", "properties", "required")}
+    """A parameter schema for decoding: no descriptions, strings and integers bounded, at every
+    depth (object properties, array items, `anyOf` branches); `$ref`s kept (`$defs` travel along)."""
+    out = {k: v for k, v in spec.items() if k in ("type", "enum", "items", "properties", "required", "$ref", "anyOf")}
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {k: _bounded(v, max_chars) for k, v in out["properties"].items()}
+    if isinstance(out.get("items"), dict):
+        out["items"] = _bounded(out["items"], max_chars)
+    if isinstance(out.get("anyOf"), list):
+        out["anyOf"] = [_bounded(v, max_chars) for v in out["anyOf"]]
     types = _json_types(out)
     if "string" in types and "enum" not in out:   # no control characters: JSON forbids them raw
         out["pattern"] = r'^[^"\\\x00-\x1f]{0,%d}$' % max_chars
@@ -149,6 +156,15 @@ def call_grammar(schemas: list[dict], max_string_chars: int = ARG_MAX_CHARS) -> 
     return _call_grammar(json.dumps(schemas), max_string_chars)   # key order kept: it is the arguments' order
 
 
+def message_or_call_grammar(schemas: list[dict], max_string_chars: int = ARG_MAX_CHARS) -> str:
+    """`call_grammar(schemas)` or a message to the user, `<message>text</message>` (no `<` in
+    the text, at most `max_string_chars` characters): the two things a tau2 agent's turn can be."""
+    import xgrammar as xgr
+
+    message = xgr.Grammar.from_ebnf(f'root ::= "<message>" [^<]{{1,{int(max_string_chars)}}} "</message>"')
+    return str(xgr.Grammar.union(xgr.Grammar.from_ebnf(call_grammar(schemas, max_string_chars)), message))
+
+
 @functools.lru_cache(maxsize=64)
 def _call_grammar(schemas_json: str, max_chars: int) -> str:
     import xgrammar as xgr
@@ -162,6 +178,9 @@ def _call_grammar(schemas_json: str, max_chars: int) -> str:
                 "additionalProperties": False}
         call = {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": args},
                 "required": ["name", "arguments"], "additionalProperties": False}
+        for key in ("$defs", "definitions"):   # pydantic-made schemas (tau2's tools) refer into these
+            if params.get(key):
+                call[key] = {k: _bounded(v, max_chars) for k, v in params[key].items()}
         alternatives.append(xgr.Grammar.from_json_schema(json.dumps(call), any_whitespace=False))
     if not alternatives:
         raise ValueError("call_grammar: no tool schemas given")

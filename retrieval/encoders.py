@@ -23,6 +23,8 @@ from typing import Literal
 
 import numpy as np
 
+from retrieval.pooling import pool  # noqa: F401  (re-exported: Encoder pools with it)
+
 DEFAULT_ENCODER = "minilm"
 QWEN3_INSTRUCTION = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 
@@ -189,19 +191,3 @@ class Encoder:
                 current = []
             current.append(i)
         return passes + [current] if current else passes
-
-
-def pool(hidden, mask, how: str):
-    """[b, L, d] token states + [b, L] attention mask -> [b, d] one vector per text."""
-    import torch
-
-    if how == "mean":
-        m = mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
-    if how == "cls":
-        return hidden[:, 0]
-    if how == "last":
-        # Index of the last real token per row: right or left padding both work.
-        positions = mask.cumsum(1).argmax(1)                 # [b]
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
-    raise ValueError(f"unknown pooling {how!r}; use mean, cls or last")

@@ -52,7 +52,7 @@ def export(model_path: str, tokenizer, pooling: str, runtime: str) -> Path:
     import torch
     from transformers import AutoModel
 
-    from retrieval.encoders import pool
+    from retrieval.pooling import pool
 
     names = list(tokenizer.model_input_names)
     model = AutoModel.from_pretrained(model_path, attn_implementation="eager", dtype=torch.float32).eval()

@@ -80,9 +80,9 @@ def scripted_runtime(school: Path) -> ToolRuntime:
 
 def policy_texts(school: Path) -> list[str]:
     """Texts a tiny tokenizer for this world is trained on (what its prompts contain)."""
-    from data_synthesis.domain import load_domain
+    from orchestrator.domain import load_domain
     from orchestrator.catalog import load_catalog as catalog
-    from orchestrator.domain_episode import episode_tools
+    from orchestrator.episodes.tau2_solo import episode_tools
 
     domain = load_domain(school)
     tools = episode_tools(domain, catalog())[0]

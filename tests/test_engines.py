@@ -140,14 +140,14 @@ def test_hf_seeded_group_is_reproducible_and_diverse(hf):
     assert len({tuple(t) for t in first}) == 4
 
 
-def test_hf_top_p_filter_keeps_the_nucleus():
-    from training.engines.hf import _top_p_filter
+def test_hftop_p_filter_keeps_the_nucleus():
+    from training.engines.sampling import top_p_filter
 
     logits = torch.tensor([[0.5, 0.3, 0.2]]).log()     # probabilities 0.5, 0.3, 0.2
-    kept = _top_p_filter(logits, 0.6).isfinite()[0].tolist()
+    kept = top_p_filter(logits, 0.6).isfinite()[0].tolist()
     assert kept == [True, True, False]                  # 0.5 < 0.6, 0.5 + 0.3 >= 0.6
-    assert _top_p_filter(logits, 0.5).isfinite()[0].tolist() == [True, False, False]
-    assert _top_p_filter(logits, 1e-6).isfinite()[0].tolist() == [True, False, False]   # top-1 stays
+    assert top_p_filter(logits, 0.5).isfinite()[0].tolist() == [True, False, False]
+    assert top_p_filter(logits, 1e-6).isfinite()[0].tolist() == [True, False, False]   # top-1 stays
 
 
 def test_hf_top_p_logprobs_are_renormalised_over_the_nucleus(hf, reference):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from training.engines.hf import _top_p_filter
+from training.engines.sampling import top_p_filter
 from training.engines.hf_static import hash_uniforms, row_keys, sample_rows
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0, 1.5])
@@ -37,7 +37,7 @@ def test_draws_follow_the_softmax_of_the_scaled_logits():
 
 def test_top_p_draws_stay_in_the_nucleus_with_renormalised_log_probs():
     tokens, logprobs = _draw(1.0, 0.8)
-    want = _top_p_filter(LOGITS[None], 0.8)[0].softmax(-1)
+    want = top_p_filter(LOGITS[None], 0.8)[0].softmax(-1)
     assert 0 < (want == 0).sum() < LOGITS.numel()
     assert _chi_square(tokens, want) < 30.0
     torch.testing.assert_close(logprobs, want.log()[tokens])

@@ -133,38 +133,66 @@ def test_bad_domain_and_missing_rescore_file(capsys, tmp_path):
 
 
 def test_agent_tools_and_modes_with_a_scripted_model():
+    """The evaluation agent is the training episode's: upstream's adaptation, basic and none modes."""
+    from evaluation.tau2_run import Tau2Job, Tau2Setup, episode_parts
+    from orchestrator.episodes.tau2_agent import PolicyAgent
+    from orchestrator.context import TokenCounter
+    from orchestrator.records import LLMResponse, Rollout, ToolCall
     from tau2.data_model.message import UserMessage
     from tau2.registry import registry
-
-    from evaluation.tau2_agent import AgentConfig, OrchestratorAgent
-    from orchestrator.records import LLMResponse, ToolCall
+    from tau2.run import get_tasks
 
     env = registry.get_env_constructor("airline")()
     calls = []
 
     def llm(model, messages, tools=None, price_model=None, **kw):
-        calls.append((model, price_model, sorted(t["function"]["name"] for t in tools or [])))
+        calls.append((model, price_model, sorted(t["function"]["name"] for t in tools or []), messages[0]["content"]))
         if any(t["function"]["name"] == "call_expert" for t in tools or []):
-            return LLMResponse(model, "", [ToolCall("call_expert", {"model": script.pop(0)})], Usage(100, 10), cost=1e-5)
-        return LLMResponse(model, "Let me check.", [], Usage(200, 20), cost=3e-5)
+            return LLMResponse(model, "", [ToolCall("call_expert", {"expert": script.pop(0)})], Usage(100, 10), cost=1e-5)
+        return LLMResponse(model, "<think>hmm</think>Let me check.", [], Usage(200, 20), cost=3e-5)
 
     catalog = load_catalog()
     script = ["expert-1", "expert-9"]
-    agent = OrchestratorAgent(env.get_tools(), env.get_policy(),
-                              AgentConfig(model="orch", price_model="Qwen3-8B", catalog=catalog, mode="basic", llm=llm))
-    names = {s["function"]["name"] for s in agent.schemas}
-    assert "call_expert" in names and "transfer_to_human_agents" not in names and "book_reservation" in names
-    state = agent.get_init_state()
-    msg, state = agent.generate_next_message(UserMessage(role="user", content="hi"), state)
-    # basic tools: the expert is the orchestrator model itself, served and priced as it
-    assert [c[:2] for c in calls] == [("orch", "Qwen3-8B"), ("orch", "Qwen3-8B")]
-    assert "call_expert" not in calls[1][2]                      # the expert gets the domain tools only
-    assert msg.content == "Let me check." and msg.cost == pytest.approx(4e-5)
-    assert msg.raw_data["expert"] == {"alias": "expert-1", "model": "Qwen3-8B", "cost": 3e-5}
-    # an alias the catalog does not have goes to tau2's environment as is (it answers "tool not found")
-    msg, state = agent.generate_next_message(UserMessage(role="user", content="again"), state)
-    assert msg.content is None and msg.tool_calls[0].name == "call_expert" and len(calls) == 3
+    job = Tau2Job("airline/0", "airline", next(t for t in get_tasks("airline", "base") if t.id == "0"))
 
-    plain = OrchestratorAgent(env.get_tools(), env.get_policy(),
-                              AgentConfig(model="orch", price_model="Qwen3-8B", catalog=catalog, mode="none", llm=llm))
+    def agent(mode):
+        task, policy, runtime, config = episode_parts(
+            Tau2Setup(model="orch", price_model="Qwen3-8B", catalog=catalog, user_model="u", mode=mode, llm=llm), job)
+        return PolicyAgent(env.get_tools(), env.get_policy(), policy=policy, runtime=runtime, catalog=catalog,
+                           config=config, rollout=Rollout(task.id), counter=TokenCounter(),
+                           experts=task.metadata["call_expert"])
+
+    basic = agent("basic")
+    names = {s["function"]["name"] for s in basic.schemas}
+    assert "call_expert" in names and "transfer_to_human_agents" not in names and "book_reservation" in names
+    expert_schema = next(s for s in basic.schemas if s["function"]["name"] == "call_expert")
+    assert expert_schema["function"]["parameters"]["required"] == ["expert"]          # upstream's argument name
+    # upstream's policy adaptation: the transfer paragraph becomes the call-expert policy
+    assert "transfer_to_human_agents" not in basic.system_prompt and "call_expert" in basic.system_prompt
+    assert "<message> </message>" in basic.system_prompt
+    assert "transfer_to_human_agents" in basic.expert_system_prompt
+    state = basic.get_init_state()
+    msg, state = basic.generate_next_message(UserMessage(role="user", content="hi"), state)
+    # basic tools: the expert is the orchestrator model itself, served as it, priced as the alias's model
+    assert [c[0] for c in calls] == ["orch", "orch"] and calls[1][1] == "gpt-5"
+    assert "call_expert" not in calls[1][2] and "transfer_to_human_agents" in calls[1][2]   # tau2's own tools
+    assert msg.content == "Let me check." and msg.raw_data["expert"]["alias"] == "expert-1"   # no <think> for the user
+    # an alias the catalog does not have goes to tau2's environment as is (it answers "tool not found")
+    msg, state = basic.generate_next_message(UserMessage(role="user", content="again"), state)
+    assert msg.content is None and msg.tool_calls[0].name == "call_expert" and len(calls) == 3
+    assert not basic.rollout.turns[1].valid
+
+    plain = agent("none")
     assert "call_expert" not in {s["function"]["name"] for s in plain.schemas}
+    assert "transfer_to_human_agents" in plain.system_prompt
+
+
+def test_user_sees_only_the_message_after_think():
+    from orchestrator.episodes.tau2_agent import expert_policy, user_visible
+
+    assert user_visible("<think>plan</think>\n<message>Hello there</message>") == "Hello there"
+    assert user_visible("<think>a</think> plain words") == "plain words"
+    assert user_visible('ok <tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>') == "ok"
+    policy = "Intro.\nYou should transfer the user to a human agent if needed, call transfer_to_human_agents.\nRest."
+    assert expert_policy(policy).split("\n")[0] == "Intro." and "call_expert" in expert_policy(policy)
+    assert "human agent" not in expert_policy(policy) and expert_policy(policy).endswith("Rest.")

@@ -196,7 +196,7 @@ def test_the_world_is_the_data_synthesis_people_domain(tmp_path):
     """The quickstart's people are the records `data_synthesis.synthesize --domain-dir people`
     writes to that domain's db.json (issue #6: the embedded default comes from the pipeline)."""
     from data_synthesis.synthesize import main as synthesize
-    from orchestrator.toyworld import build_people
+    from data_synthesis.toyworld import build_people
 
     assert synthesize(["--domain-dir", "people", "--out", str(tmp_path / "people"), "--num-tasks", "5",
                        "--seed", "3"]) == 0

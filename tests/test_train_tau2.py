@@ -76,7 +76,7 @@ def _gold(task: Task):
 
 def _episode(task, calls, evaluator, runtime=None, max_turns=12):
     runtime = runtime or ToolRuntime(catalog=load_catalog())
-    return run_episode(task, Scripted(calls), runtime, LoopConfig(max_turns=max_turns, tau2_evaluator=evaluator))
+    return run_episode(task, Scripted(calls), runtime, LoopConfig(max_turns=max_turns, tau2_evaluator=evaluator, tau2_user="solo"))
 
 
 def _check_gold_one_wrong_zero(tasks: list[Task]) -> None:
@@ -130,7 +130,7 @@ def test_call_expert_executes_the_experts_proposal(world):
     weak = next((a for a, m in aliases.items() if m not in ("gpt-5", "gpt-5-mini")), None)
     gold, _ = _gold(task)
     if strong:
-        r = _episode(task, [("call_expert", {"model": strong})] * (len(gold) + 1), "builtin", runtime)
+        r = _episode(task, [("call_expert", {"expert": strong})] * (len(gold) + 1), "builtin", runtime)
         assert (r.finished, r.outcome) == (True, 1.0)
         assert [t.action.name for t in r.turns] == [name for name, _ in gold] + ["done"]
         assert all(t.expert.alias == strong and t.expert.cost > 0 for t in r.turns)
@@ -138,16 +138,16 @@ def test_call_expert_executes_the_experts_proposal(world):
         assert r.cost == pytest.approx(sum(t.policy_cost + t.expert.cost for t in r.turns))
         assert r.turns[0].observation.startswith(f"[{strong} called {gold[0][0]}(")
     if weak:
-        r = _episode(task, [("call_expert", {"model": weak})], "builtin", runtime)
+        r = _episode(task, [("call_expert", {"expert": weak})], "builtin", runtime)
         assert (r.finished, r.outcome, r.final_answer) == (True, 0.0, "I cannot help with that.")
 
 
 def test_invalid_calls_are_recorded_not_executed_and_answered_with_the_error(world):
     task = _tau2_tasks(world)[0]
     gold, said = _gold(task)
-    policy = Scripted([("no_such_tool", {}), (gold[0][0], {**gold[0][1], "bogus": 1}), ("call_expert", {"model": "expert-9"}),
+    policy = Scripted([("no_such_tool", {}), (gold[0][0], {**gold[0][1], "bogus": 1}), ("call_expert", {"expert": "expert-9"}),
                        ("transfer_to_human_agents", {"summary": "x"})] + gold + [("done", {"message": said})])
-    r = run_episode(task, policy, ToolRuntime(catalog=load_catalog()), LoopConfig(max_turns=20, tau2_evaluator="builtin"))
+    r = run_episode(task, policy, ToolRuntime(catalog=load_catalog()), LoopConfig(max_turns=20, tau2_evaluator="builtin", tau2_user="solo"))
     assert [t.valid for t in r.turns[:4]] == [False] * 4
     assert "unknown tool 'no_such_tool'" in r.turns[0].invalid_reason
     assert "unknown argument(s) ['bogus']" in r.turns[1].invalid_reason
@@ -190,18 +190,20 @@ def test_grammar_constrained_tiny_policy_emits_valid_calls_and_trains_only_its_o
     from orchestrator.policy import TokenPolicy
     from training.engines.hf import HFEngine
     from training.samples import build_turn_samples
+    from orchestrator.episodes.tau2_solo import task_grammar
     from training.rollouts import SeededEngine, mask_forced_tokens
 
     tok = AutoTokenizer.from_pretrained(tiny_policy)
     engine = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_policy), tok, device="cpu")
     runtime = scripted_runtime(world["school"])
     task = _tau2_tasks(world)[0]
-    config = LoopConfig(max_turns=4, max_tokens=400, constrained=True, tau2_evaluator="builtin")
+    config = LoopConfig(max_turns=4, max_tokens=400, constrained=True, tau2_evaluator="builtin", tau2_user="solo")
     rollouts = [run_episode(task, TokenPolicy(SeededEngine(engine, seed), "Qwen3-8B"), runtime, config)
                 for seed in (1, 2)]
     turns = [t for r in rollouts for t in r.turns]
     assert turns and all(t.valid for t in turns), [t.invalid_reason for t in turns]   # grammar: every call valid
-    mask_forced_tokens([task, task], [[r] for r in rollouts], runtime.catalog, tok)
+    assert all(t.constraint == {"grammar": task_grammar(task, runtime.catalog)} for t in turns)  # recorded
+    mask_forced_tokens([[r] for r in rollouts], tok)
     for t in turns:     # the closing EOS was forced, the tool name was a choice, much was forced
         assert t.loss_mask[-1] == 0 and 0 < sum(t.loss_mask) < len(t.response_ids)
     samples = build_turn_samples(rollouts, [1.0, -1.0])
@@ -228,7 +230,8 @@ def test_mixed_qa_and_tau2_run_trains_and_logs_tau2_rewards(world, tiny_policy, 
 
     cfg = load_config(None, overrides(tmp_path, tiny_policy, world["train"], **{
         "rollout.tasks_per_step": 4, "rollout.max_turns": 3, "rollout.max_tokens": 96, "rollout.context_tokens": 12000,
-        "algorithm.micro_batch_size": 2, "logging.rollouts_every": 1, "run.seed": 1}))
+        "algorithm.micro_batch_size": 2, "logging.rollouts_every": 1, "run.seed": 1,
+        "rollout.tau2_user": "solo"}))   # the scripted experts play the solo episode
     run(cfg, runtime=scripted_runtime(world["school"]))
     found = list_checkpoints(tmp_path / "run" / "checkpoints")
     assert [p.name for p in found] == ["step-00000001", "step-00000002"]
@@ -257,7 +260,7 @@ def test_an_invalid_expert_proposal_is_recorded_and_not_executed(world):
 
     task = _tau2_tasks(world)[0]
     alias = next(iter(task.tools["call_expert"]))
-    proposals = iter([ToolCall("call_expert", {"model": alias}), ToolCall("drop_table", {}), None])
+    proposals = iter([ToolCall("call_expert", {"expert": alias}), ToolCall("drop_table", {}), None])
 
     def llm(model, messages, **kw):
         call = next(proposals)
@@ -265,7 +268,7 @@ def test_an_invalid_expert_proposal_is_recorded_and_not_executed(world):
                            usage=Usage(50, 5))
 
     runtime = ToolRuntime(catalog=load_catalog(), llm=llm)
-    r = _episode(task, [("call_expert", {"model": alias})] * 3, "builtin", runtime, max_turns=3)
+    r = _episode(task, [("call_expert", {"expert": alias})] * 3, "builtin", runtime, max_turns=3)
     assert [t.valid for t in r.turns] == [True] * 3 and all(t.action is None for t in r.turns)
     assert "invalid proposal: unknown tool 'call_expert'" in r.turns[0].expert.error   # experts get no call_expert
     assert "invalid proposal: unknown tool 'drop_table'" in r.turns[1].expert.error
@@ -275,7 +278,7 @@ def test_an_invalid_expert_proposal_is_recorded_and_not_executed(world):
 
 def test_transcript_drops_the_oldest_tool_output_first_when_over_budget():
     from orchestrator.context import Budgets, TokenCounter
-    from orchestrator.domain_episode import OMITTED, Transcript
+    from orchestrator.episodes.tau2_solo import OMITTED, Transcript
 
     counter = TokenCounter()                                  # ~4 characters per token
     t = Transcript("s" * 40, "r" * 40, Budgets(doc_tokens=25, context_tokens=10_000), counter)
@@ -295,8 +298,8 @@ def test_grammar_decision_mask_counts_the_admitted_tokens(tiny_policy, world):
 
     from transformers import AutoTokenizer
 
-    from data_synthesis.domain import load_domain
-    from orchestrator.domain_episode import episode_tools
+    from orchestrator.domain import load_domain
+    from orchestrator.episodes.tau2_solo import episode_tools
     from orchestrator.toolcall import call_grammar
     from training.engines.grammar import token_grammar
 
@@ -326,8 +329,8 @@ def test_rollout_max_string_chars_sets_the_grammar_cap_and_the_mask_replay_uses_
     from transformers import AutoTokenizer
     from xgrammar.testing import _is_grammar_accept_string
 
-    from data_synthesis.domain import load_domain
-    from orchestrator.domain_episode import episode_tools, task_grammar
+    from orchestrator.domain import load_domain
+    from orchestrator.episodes.tau2_solo import episode_tools, task_grammar
     from orchestrator.toolcall import call_grammar
     from training.config import ConfigError, load_config
     from training.rollouts import mask_forced_tokens
@@ -350,10 +353,12 @@ def test_rollout_max_string_chars_sets_the_grammar_cap_and_the_mask_replay_uses_
     tok = AutoTokenizer.from_pretrained(tiny_policy)
     ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     masks = {}
-    for cap in (None, 100):
+    for cap in (None, 100):     # the turn records the grammar it was decoded under; the replay uses it
+        grammar = task_grammar(task, load_catalog(), *([cap] if cap else []))
         rollout = Rollout(task_id=task.id, kind="tau2",
-                          turns=[Turn(index=0, prompt_ids=[1], response_ids=list(ids), loss_mask=[1] * len(ids))])
-        mask_forced_tokens([task], [[rollout]], load_catalog(), tok, max_string_chars=cap)
+                          turns=[Turn(index=0, prompt_ids=[1], response_ids=list(ids), loss_mask=[1] * len(ids),
+                                      constraint={"grammar": grammar})])
+        mask_forced_tokens([[rollout]], tok)
         masks[cap] = rollout.turns[0].loss_mask
     assert masks[100][-1] == 0 and masks[None][-1] == 1
     with pytest.raises(ConfigError, match="rollout.max_string_chars"):

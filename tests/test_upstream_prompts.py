@@ -20,8 +20,8 @@ from orchestrator.context import (
     EpisodeState,
     Prompts,
     TokenCounter,
-    build_messages,
 )
+from orchestrator.prompt_style import turn_messages
 from orchestrator.records import LLMResponse
 from orchestrator.runtime import ExpertSettings, ToolRuntime
 from orchestrator.upstream_prompts import (
@@ -86,7 +86,7 @@ def state_with(n_docs=2, doc_len=1500, code_out_len=50, n_code=1):
 
 def render(style, state):
     prompts = Prompts.load(UPSTREAM_PROMPTS_DIR / style.removeprefix("upstream-"), style=style)
-    return build_messages(state, prompts, Budgets(), C)
+    return turn_messages(state, prompts, Budgets(), C)
 
 
 @pytest.mark.parametrize("style, reference", [("upstream-hle", upstream_hle_user), ("upstream-frames", upstream_frames_user)])

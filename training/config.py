@@ -84,6 +84,9 @@ class RolloutConfig:
     constrained: bool = False           # constrained decoding: every turn is a valid call
     max_string_chars: int = ARG_MAX_CHARS   # constrained function calls (tau2): longest string argument
     concurrency: int = 64               # episodes in flight (threads); tool calls overlap
+    tau2_user: Literal["simulator", "solo"] = "simulator"   # tau2 tasks: tau2's user simulator (upstream) | no user
+    tau2_user_model: str = "smollm2-135m"   # the user simulator (configs/models.yaml); upstream: gpt-5
+    tau2_max_steps: int = 40            # tau2 max_steps per conversation (every message counts); upstream 40
 
 
 @dataclass

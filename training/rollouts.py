@@ -3,7 +3,7 @@ concurrently, each through its own seeded view of the shared engine; the expert 
 decision masks of constrained turns.
 
     groups = collect_rollouts(tasks, engine, runtime, loop_config, ...)   # G rollouts per task
-    mask_forced_tokens(tasks, groups, catalog, tokenizer, ...)           # loss mask = decisions only
+    mask_forced_tokens(groups, tokenizer, eos_ids)                       # loss mask = decisions only
 """
 from __future__ import annotations
 
@@ -146,42 +146,28 @@ def choice_token_ids(tokenizer, choices: Sequence[str], eos_ids: Sequence[int] |
     return [tokenizer(c, add_special_tokens=False)["input_ids"] + [e] for c in choices for e in ends]
 
 
-def mask_forced_tokens(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]], catalog, tokenizer,
-                       eos_ids: Sequence[int] | None = None, max_string_chars: int | None = None) -> None:
-    """Set each turn's `loss_mask` to its `decision_mask` (constrained rollouts only).
-    Function-calling turns were constrained by a grammar: its decision mask is replayed
-    with xgrammar (`training.engines.grammar`).  `eos_ids`: the ids the engine stops on
-    (`training.engines.common.eos_token_ids`; default the tokenizer's), so a choice between
-    EOS ids counts as the decision it was at generation.  `max_string_chars`: the grammar's
-    string-argument cap at generation (rollout.max_string_chars; default ARG_MAX_CHARS)."""
-    from orchestrator.loop import task_catalog
-    from orchestrator.toolcall import allowed_call_strings
-
-    cache: dict[str, list[list[int]]] = {}
-    for task, group in zip(tasks, groups):
-        if task.kind == "tau2":
-            _mask_grammar_turns(task, group, catalog, tokenizer, eos_ids, max_string_chars)
-            continue
-        view = task_catalog(catalog, task)
-        allowed = {t.name: list(t.aliases) for t in view.tools if t.kind in ("search", "code", "answer")}
-        key = json.dumps(allowed, sort_keys=True)
-        if key not in cache:
-            cache[key] = choice_token_ids(tokenizer, allowed_call_strings(allowed), eos_ids)
+def mask_forced_tokens(groups: Sequence[Sequence[Rollout]], tokenizer, eos_ids: Sequence[int] | None = None) -> None:
+    """Set each constrained turn's `loss_mask` to its decision mask under the constraint the
+    episode recorded on the turn (`Turn.constraint`): `choices` through `decision_mask`, a
+    `grammar` replayed with xgrammar (`training.engines.grammar`).  Nothing is rebuilt from the
+    task, so the mask is that of exactly the constraint that sampled the tokens.  `eos_ids`:
+    the ids the engine stops on (`training.engines.common.eos_token_ids`; default the
+    tokenizer's), so a choice between EOS ids counts as the decision it was at generation."""
+    ends = list(eos_ids) if eos_ids else [tokenizer.eos_token_id]
+    choices: dict[str, list[list[int]]] = {}
+    replay = None
+    for group in groups:
         for rollout in group:
             for turn in rollout.turns:
-                if turn.response_ids:
-                    turn.loss_mask = decision_mask(turn.response_ids, cache[key])
-
-
-def _mask_grammar_turns(task: Task, group: Sequence[Rollout], catalog, tokenizer,
-                        eos_ids: Sequence[int] | None, max_string_chars: int | None) -> None:
-    from orchestrator.domain_episode import task_grammar
-    from orchestrator.toolcall import ARG_MAX_CHARS
-    from training.engines.grammar import token_grammar
-
-    grammar = task_grammar(task, catalog, max_string_chars or ARG_MAX_CHARS)
-    replay = token_grammar(tokenizer, len(tokenizer), list(eos_ids) if eos_ids else [tokenizer.eos_token_id])
-    for rollout in group:
-        for turn in rollout.turns:
-            if turn.response_ids:
-                turn.loss_mask = replay.decision_mask(grammar, turn.response_ids)
+                if not turn.response_ids or not turn.constraint:
+                    continue
+                if turn.constraint.get("choices") is not None:
+                    key = json.dumps(turn.constraint["choices"])
+                    if key not in choices:
+                        choices[key] = choice_token_ids(tokenizer, turn.constraint["choices"], ends)
+                    turn.loss_mask = decision_mask(turn.response_ids, choices[key])
+                elif turn.constraint.get("grammar") is not None:
+                    if replay is None:
+                        from training.engines.grammar import token_grammar
+                        replay = token_grammar(tokenizer, len(tokenizer), ends)
+                    turn.loss_mask = replay.decision_mask(turn.constraint["grammar"], turn.response_ids)

@@ -62,7 +62,7 @@ def task_from_record(row: dict[str, Any], where: str, default_preference: dict[s
     Records written by data_synthesis (`TrainingExample`, recognised by their `instruction`
     field) are adapted through `TrainingExample.loop_task_kwargs`: the policy reads the
     instruction (question + tools, prices and preference in words).  A `kind: tau2` record
-    needs `metadata.tau2_task` and `metadata.domain_dir` (TrainingExample: `tau2_task`,
+    needs `metadata.tau2_task` and `metadata.domain_dir` or `metadata.tau2_domain` (TrainingExample: `tau2_task`,
     `domain_dir`); a relative `domain_dir` is taken from `base` (the data file's folder)."""
     if "instruction" in row and "preference_name" in row:
         from pydantic import ValidationError
@@ -100,15 +100,21 @@ def task_from_record(row: dict[str, Any], where: str, default_preference: dict[s
 
 
 def _resolve_domain(task: Task, where: str, base: Path | None) -> None:
-    """Make a tau2 task's `domain_dir` absolute and load its domain once (errors name the record)."""
-    from data_synthesis.schema import SchemaError
-    from orchestrator.domain_episode import task_domain
+    """Make a tau2 task's `domain_dir` absolute, load its domain once and check its tau2 task
+    with tau2's own model when tau2 is installed (errors name the record)."""
+    from orchestrator.domain import SchemaError
+    from orchestrator.domain_outcome import tau2_installed
+    from orchestrator.episodes.tau2 import tau2_task_of
+    from orchestrator.episodes.tau2_solo import task_domain
 
     domain_dir = task.metadata.get("domain_dir")
     if isinstance(domain_dir, str) and domain_dir and not Path(domain_dir).is_absolute() and base is not None:
         task.metadata["domain_dir"] = str((base / domain_dir).resolve())
     try:
-        task_domain(task)
+        if not task.metadata.get("tau2_domain"):
+            task_domain(task)
+        if tau2_installed():
+            tau2_task_of(task)
     except (ValueError, SchemaError) as exc:
         raise ValueError(f"{where}: {exc} (domain_dir is relative to the data file's folder; "
                          "`python -m data_synthesis.synthesize --out OUT` writes OUT/dataset/ beside the domain)") from None

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 # ChatML, the format SmolLM2 and Qwen use; tool schemas go into the system message
-# (orchestrator.policy.render_prompt does that for templates that ignore `tools`).
+# (orchestrator.chat_template.render_prompt does that for templates that ignore `tools`).
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] "
           "+ '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
           "{% endif %}")

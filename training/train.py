@@ -28,7 +28,6 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == _HERE:
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
-import math  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -51,6 +50,8 @@ from training.metrics_log import MetricsLogger  # noqa: E402
 from training.ppo import check_logprob_path, ppo_update  # noqa: E402
 from training.precision import Precision  # noqa: E402
 from training.preflight import check_device  # noqa: E402
+from training.policy_setup import (load_policy, make_optimizer, make_scheduler, pad_token_id,  # noqa: E402,F401
+                                   reference_path)
 from training.rollouts import MemoizedLLM, Preempted, collect_rollouts, mask_forced_tokens  # noqa: E402
 from training.samples import build_turn_samples, mini_batch_count  # noqa: E402
 from training.scoring import make_judge, rollout_metrics, score_groups  # noqa: E402
@@ -58,45 +59,14 @@ from training.tasks import TaskSampler, load_tasks  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- set-up pieces
-def load_policy(path: str, dtype: str, device: str, *, frozen: bool = False):
-    """(model, tokenizer) for `model.dtype` = `dtype` (training/precision.py): the trained
-    policy in its parameter dtype (float32 master weights for bfloat16), a `frozen` one
-    (the KL reference) in the compute dtype."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if not Path(path).exists():
-        raise ConfigError(f"model.path: {path!r} does not exist (a Hugging Face model folder)")
-    precision = Precision.of(dtype)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=precision.frozen if frozen else precision.params)
-    model = model.to(device)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    return model.eval(), tokenizer   # eval: no dropout, so training log-probs match sampling
-
-
-def make_optimizer(model, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW over the policy's parameters (float32 for model.dtype bfloat16, see
-    training/precision.py); the fused CUDA kernel on a GPU (one launch, not one per tensor)."""
-    o = cfg.optim
-    return torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
-                             weight_decay=o.weight_decay, fused=torch.device(cfg.run.device).type == "cuda")
-
-
-def make_scheduler(optimizer, kind: str, warmup: int, total: int):
-    def factor(step: int) -> float:
-        if warmup and step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, total - warmup)
-        return {"constant": 1.0, "linear": max(0.0, 1 - progress),
-                "cosine": 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))}[kind]
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
 def rollout_loop_config(cfg: TrainConfig, temperature: float | None = None) -> LoopConfig:
     """The episode settings `rollout.*` gives (training rollouts and the quickstart's evaluation)."""
     return LoopConfig(max_turns=cfg.rollout.max_turns,
                       temperature=cfg.rollout.temperature if temperature is None else temperature,
                       max_tokens=cfg.rollout.max_tokens, constrained=cfg.rollout.constrained,
                       max_string_chars=cfg.rollout.max_string_chars,
+                      tau2_user=cfg.rollout.tau2_user, tau2_user_model=cfg.rollout.tau2_user_model,
+                      tau2_max_steps=cfg.rollout.tau2_max_steps,
                       budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
 
 
@@ -209,15 +179,6 @@ class LocalLearner:
         getattr(self.engine, "close", lambda: None)()
 
 
-def reference_path(cfg: TrainConfig) -> str:
-    """The frozen KL reference's folder: the initial policy (model.reference: same) or another."""
-    return cfg.model.path if cfg.model.reference == "same" else cfg.model.reference
-
-
-def pad_token_id(tokenizer) -> int:
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-
 # ---------------------------------------------------------------------------- the loop
 @dataclass
 class Session:
@@ -274,10 +235,8 @@ def open_session(cfg: TrainConfig, tasks: list[Task], total_steps: int, learner,
 def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollout]]) -> dict[str, Any]:
     """Steps 2-6 on one batch of rollout groups: score, filter, samples, PPO update, sync."""
     cfg = s.cfg
-    if cfg.rollout.constrained:   # forced tokens were the constraint's choice, not the policy's
-        mask_forced_tokens(batch, groups, s.runtime.catalog, s.learner.tokenizer,
-                           eos_token_ids(s.learner.tokenizer, cfg.model.path),   # the engine's stop ids
-                           max_string_chars=cfg.rollout.max_string_chars)
+    # forced tokens were the constraint's choice, not the policy's (each turn records its constraint)
+    mask_forced_tokens(groups, s.learner.tokenizer, eos_token_ids(s.learner.tokenizer, cfg.model.path))
     scored = score_groups(batch, groups, s.judge, estimator=cfg.algorithm.advantage,
                           min_group_std=cfg.algorithm.min_group_std, boost=cfg.algorithm.correct_sample_boost)
     samples = build_turn_samples(scored.rollouts, scored.advantages)
@@ -361,6 +320,19 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
         learner.close()
     s.logger.close()
     return metrics
+
+
+def run_distributed(cfg, dist=None, *, runtime=None,
+                    judge: Callable[[Task, Rollout], bool] | None = None, policy=None) -> dict[str, Any]:
+    """`run` with the Ray actors `cfg.distributed` (or `dist`, a DistributedConfig) describes.
+
+    `runtime`/`judge` override the config's tools and judge (tests); `policy`: an already
+    started RayPolicy to use (and leave running), else one is started and shut down here.
+    """
+    from training.distributed.run import RayLearner
+
+    return run(cfg, runtime=runtime, judge=judge, make_learner=lambda c, checkpoint, state, total: RayLearner.start(
+        c, checkpoint, state, total, dist=dist, policy=policy))
 
 
 def _append_rollouts(path: Path, step: int, tasks: list[Task], groups: list[list[Rollout]]) -> None:

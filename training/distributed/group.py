@@ -179,7 +179,7 @@ class RayPolicy:
                 cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads)
                 for j in range(dist.rollout_workers)]
         master = ray.get(self.trainers[0].address.remote())
-        from training.train import reference_path
+        from training.policy_setup import reference_path
 
         reference = reference_path(cfg) if cfg.algorithm.kl_coef > 0 else None
         optim = {"lr": cfg.optim.lr, "betas": cfg.optim.betas, "eps": cfg.optim.eps,

@@ -11,10 +11,8 @@ SIGTERM -> checkpoint + exit 143 are one piece of code.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from orchestrator.loop import Task
-from orchestrator.records import Rollout
 from training import checkpoint as ckpt
 from training.distributed.config import DistributedConfig
 from training.samples import mini_batch_count
@@ -48,7 +46,7 @@ class RayLearner:
         from transformers import AutoTokenizer
 
         from training.distributed.group import RayPolicy
-        from training.train import reference_path
+        from training.policy_setup import reference_path
 
         dist = dist or cfg.distributed
         layout = {"trainer_workers": dist.trainer_workers, "zero_stage": dist.zero_stage}
@@ -78,7 +76,7 @@ class RayLearner:
             self.policy.skip_update()   # the LR schedule advances once per step, as in train.py
             return {}
         cfg = self.cfg
-        from training.train import pad_token_id
+        from training.policy_setup import pad_token_id
 
         update = self.policy.update(samples, pad_id=pad_token_id(self.tokenizer), temperature=cfg.rollout.temperature,
                                     micro_batch_size=cfg.algorithm.micro_batch_size,
@@ -100,16 +98,3 @@ class RayLearner:
         self.engine.close()
         if self.owned:
             self.policy.shutdown()
-
-
-def run_distributed(cfg, dist: DistributedConfig | None = None, *, runtime=None,
-                    judge: Callable[[Task, Rollout], bool] | None = None, policy=None) -> dict[str, Any]:
-    """`training.train.run` with the actors `cfg.distributed` (or `dist`) describes.
-
-    `runtime`/`judge` override the config's tools and judge (tests); `policy`: an already
-    started RayPolicy to use (and leave running), else one is started and shut down here.
-    """
-    from training.train import run
-
-    return run(cfg, runtime=runtime, judge=judge, make_learner=lambda c, checkpoint, state, total: RayLearner.start(
-        c, checkpoint, state, total, dist=dist, policy=policy))

@@ -47,7 +47,7 @@ class TrainWorker:
         import deepspeed
         from transformers import AutoModelForCausalLM
 
-        from training.train import make_scheduler
+        from training.policy_setup import make_scheduler
         from training.ppo import check_logprob_path
 
         os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", LOCAL_SIZE="1",

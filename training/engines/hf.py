@@ -22,6 +22,7 @@ import torch
 
 from orchestrator.engine import Generation, SamplingParams
 from training.engines.common import completes_stop, decode, eos_token_ids, row_seeds, validate_request
+from training.engines.sampling import top_p_filter
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +56,6 @@ def _load_folder_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     if not files:
         raise FileNotFoundError(f"update_weights: no *.safetensors or pytorch_model*.bin in {folder}")
     return {k: v for f in files for k, v in torch.load(f, map_location="cpu", weights_only=True).items()}
-
-
-def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Set to -inf every token outside the nucleus of mass `top_p` (top-1 always kept). [A, V]"""
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    probs = sorted_logits.softmax(dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs           # mass of strictly better tokens
-    drop_sorted = mass_before >= top_p
-    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
 
 
 def _inverse_cdf_sample(probs: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
@@ -248,7 +239,7 @@ class HFEngine:
         else:
             scaled = logits / params.temperature
             if params.top_p < 1:
-                scaled = _top_p_filter(scaled, params.top_p)
+                scaled = top_p_filter(scaled, params.top_p)
             logprobs = scaled.log_softmax(dim=-1)                             # [A, V]
             tokens = _inverse_cdf_sample(logprobs.exp(), gens)
         picked = logprobs.gather(-1, tokens[:, None])[:, 0]                  # [A]

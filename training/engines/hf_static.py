@@ -20,7 +20,7 @@ rows, so the grouped KV cache is read once per step instead of being repeated pe
 `decode_attention_split` instead, one fused split-KV Triton kernel (split_kv_attention.py).
 
 Same sampling distribution and log-probs as the step-by-step loop (`HFEngine._next_tokens`:
-softmax(top_p(logits / T)), through the same `_top_p_filter`).  What differs is how a token
+softmax(top_p(logits / T)), through the same `top_p_filter`).  What differs is how a token
 is drawn: Gumbel-max (`sample_rows`), token = argmax(logits / T + G) with G = -log(-log(U)),
 U a counter-based hash of (the row's seed, the step, the token id) in torch integer ops, so
 the whole draw is one fused pass over the vocabulary inside the compiled forward (no
@@ -218,7 +218,7 @@ def sample_rows(logits: torch.Tensor, temperature: float, top_p: float, keys: to
     T > 0: Gumbel-max, argmax(scaled + G), G = -log(-log(U)) with U = `hash_uniforms(keys,
     step)`: an exact draw from softmax(scaled) (up to U's 24-bit resolution), and pointwise
     work plus two row reductions, which the compiler fuses into one pass over the logits."""
-    from training.engines.hf import _top_p_filter
+    from training.engines.sampling import top_p_filter
 
     if temperature == 0:
         scaled = logits
@@ -226,7 +226,7 @@ def sample_rows(logits: torch.Tensor, temperature: float, top_p: float, keys: to
     else:
         scaled = logits / temperature
         if top_p < 1:
-            scaled = _top_p_filter(scaled, top_p)
+            scaled = top_p_filter(scaled, top_p)
         gumbel = -torch.log(-torch.log(hash_uniforms(keys, step, logits.shape[-1])))
         tokens = (scaled + gumbel).argmax(dim=-1)                             # [A]
     picked = scaled.gather(-1, tokens[:, None])[:, 0] - scaled.logsumexp(dim=-1)

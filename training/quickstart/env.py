@@ -1,6 +1,6 @@
 """The quickstart's local tool-use world: tasks, tools that differ in price AND capability.
 
-World (orchestrator/toyworld.py over the data-synthesis `people` domain): 200 fictional people;
+World (data_synthesis/toyworld.py over the data-synthesis `people` domain): 200 fictional people;
 three kinds of question, each solvable only through the right tool:
 - lookup, city ("In which city was Mira Tallow born?") and year ("In which year ..."): only
   `search` brings the fact into the context;
@@ -38,7 +38,7 @@ from typing import Any
 from orchestrator.catalog import load_catalog
 from orchestrator.loop import Task
 from orchestrator.runtime import ToolRuntime
-from orchestrator.toyworld import build_people, build_tasks
+from data_synthesis.toyworld import build_people, build_tasks
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 # tool -> the aliases of tools.json offered in every quickstart task

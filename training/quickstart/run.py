@@ -110,13 +110,8 @@ def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judg
 
     Few episodes run at once (`concurrency`): a tool call's latency is its wall time, and on
     2 cores every extra concurrent expert call would stretch the others'."""
-    from orchestrator.quickstart import summarise
-    from training.train import (
-        _strip_tokens,
-        load_policy,
-        make_engine_for,
-        rollout_loop_config,
-    )
+    from evaluation.quickstart_loop import summarise
+    from training.train import _strip_tokens, load_policy, make_engine_for, rollout_loop_config
 
     model, tokenizer = load_policy(str(model_dir), cfg.model.dtype, cfg.run.device)
     engine = make_engine_for(cfg, model, tokenizer)

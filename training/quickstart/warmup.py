@@ -14,7 +14,7 @@ So the warmed-up policy is "a prompted orchestrator that knows which tool to use
 cost and preference behaviour that follows is learned by GRPO from the reward alone.
 
 Each demonstrated turn is what the loop shows at run time: the context rebuilt by
-`orchestrator.context.build_messages`, rendered by `orchestrator.policy.render_prompt`,
+`orchestrator.context.build_messages`, rendered by `orchestrator.chat_template.render_prompt`,
 and the canonical tokens of an allowed call + EOS.  Only the positions where constrained
 decoding leaves a choice carry a loss, as in the GRPO phase.
 """
@@ -29,7 +29,7 @@ import torch
 
 from orchestrator.context import Budgets, CodeBlock, Document, EpisodeState, Prompts, TokenCounter, build_messages
 from orchestrator.loop import Task, task_catalog
-from orchestrator.policy import render_prompt
+from orchestrator.chat_template import render_prompt
 from orchestrator.toolcall import allowed_call_strings, format_tool_call
 from training.samples import TurnSample, collate_samples
 from training.rollouts import choice_token_ids, decision_mask

@@ -1,8 +1,9 @@
 """In-process generation with transformers for a local model folder (or hub id).
 
 Each (path, dtype, device) is loaded once per process and shared between threads.
-Prompts are rendered with the tokenizer's chat template and tokenized without extra
-special tokens (as vLLM does), so `usage.prompt_tokens` matches a vLLM server of the
+Prompts are rendered by `orchestrator.chat_template.prompt_ids`, the renderer training uses
+(the tokenizer's chat template; tools written into the system message when the template
+ignores them), tokenized without extra special tokens (as vLLM does), so `usage.prompt_tokens` matches a vLLM server of the
 same model.  `usage.completion_tokens` counts generated ids including the end-of-
 sequence token when one is produced (vLLM counts it too).  temperature == 0 is greedy.
 
@@ -102,9 +103,8 @@ class TransformersBackend:
                                endpoint=self.endpoint, retryable=False) from None
 
     def _render(self, tokenizer, request: BackendRequest) -> list[int]:
-        text = tokenizer.apply_chat_template(request.messages, tools=request.tools or None,
-                                             add_generation_prompt=True, tokenize=False)
-        return tokenizer(text, add_special_tokens=False).input_ids
+        from orchestrator.chat_template import prompt_ids   # the renderer training uses (TokenPolicy)
+        return prompt_ids(tokenizer, request.messages, request.tools)
 
     def _generate_kwargs(self, request: BackendRequest, tokenizer, eos: list[int]) -> dict:
         unknown = set(request.extra) - set(SUPPORTED_EXTRA)

