@@ -104,6 +104,21 @@ def resolve_price_model(args: argparse.Namespace, catalog) -> str:
     return price_model
 
 
+def check_profile(catalog, profile: str | None, tools: Path | None) -> None:
+    """--profile must be in tools.json and serve every alias with a model of the registry.
+
+    Without a profile nothing is checked here: each alias model is called as itself and a
+    missing key or server fails that call, recorded per turn.
+    """
+    if not profile:
+        return
+    if profile not in catalog.profiles:
+        raise CLIError(f"--profile {profile!r}: not in tools.json profiles {sorted(catalog.profiles)}")
+    from orchestrator.gateway.registry import load_registry
+
+    catalog.check_served(load_registry().models, profile, source=str(tools or "tools.json"))
+
+
 def git_commit() -> str | None:
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,

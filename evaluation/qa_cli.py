@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evaluation.cli import (CLIError, add_common_args, check_common, default_output, prepare_output,
+from evaluation.cli import (CLIError, add_common_args, check_common, check_profile, default_output, prepare_output,
                             resolve_price_model, use_endpoint)
 from evaluation.judge import Judge, JudgeError
 from evaluation.loaders import LoaderError, load_benchmark
@@ -117,14 +117,12 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     check_common(args)
     embedded = resolve(args, benchmark)
     catalog = load_catalog(args.tools)
-    if args.profile:
-        if args.profile not in catalog.profiles:
-            raise CLIError(f"--profile {args.profile!r}: not in tools.json profiles {sorted(catalog.profiles)}")
     out_dir = args.output or default_output(benchmark, args.model, args.mode)
     out_dir.mkdir(parents=True, exist_ok=True)
     price_model = resolve_price_model(args, catalog)
     if args.endpoint:
         use_endpoint(args, out_dir, price_model)
+    check_profile(catalog, args.profile, args.tools)
     data = args.data
     if embedded:
         data, args.index = embedded_world(out_dir, args.limit or EMBEDDED["tasks"])

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from evaluation.cli import (CLIError, add_common_args, check_common, default_output, prepare_output,
+from evaluation.cli import (CLIError, add_common_args, check_common, check_profile, default_output, prepare_output,
                             resolve_price_model, use_endpoint)
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, read_records, run_tasks
 from orchestrator.catalog import CatalogError, load_catalog
@@ -87,13 +87,12 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not domains:
         raise CLIError(f"--domains {args.domains}: unknown {unknown}; choose from {list(DOMAINS)}")
     catalog = load_catalog(args.tools)
-    if args.profile and args.profile not in catalog.profiles:
-        raise CLIError(f"--profile {args.profile!r}: not in tools.json profiles {sorted(catalog.profiles)}")
     out_dir = args.output or default_output("tau2", args.model, args.mode)
     out_dir.mkdir(parents=True, exist_ok=True)
     price_model = resolve_price_model(args, catalog)
     if args.endpoint:
         use_endpoint(args, out_dir, price_model)
+    check_profile(catalog, args.profile, args.tools)
     task_ids = [t.strip() for t in args.task_ids.split(",")] if args.task_ids else None
     try:
         jobs = load_jobs(domains, task_ids, args.limit)
