@@ -8,12 +8,13 @@ constrained decoding so every turn is a valid tool call. No key, no GPU, no serv
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from evaluation.cli import (CLIError, add_common_args, check_common, check_profile, default_output, prepare_output,
-                            resolve_price_model, use_endpoint)
+from evaluation.cli import (CLIError, add_common_args, check_common, check_profile, content_hash, default_output,
+                            index_fingerprint, prepare_output, resolve_price_model, use_endpoint)
 from evaluation.judge import Judge, JudgeError
 from evaluation.loaders import LoaderError, load_benchmark
 from evaluation.qa import MODES, QASetup, solve
@@ -42,14 +43,15 @@ def build_parser(benchmark: str) -> argparse.ArgumentParser:
     parser.add_argument("--mode", choices=MODES, default="all",
                         help="all: full tool set; basic: every alias is the orchestrator itself; none: answer directly")
     add_common_args(parser)
-    parser.set_defaults(max_turns=None, max_tokens=None)   # resolved below: the embedded default is smaller
+    parser.set_defaults(max_turns=None, max_tokens=None, concurrency=None)   # resolved in resolve()
     t = parser.add_argument_group("retrieval, experts and judge")
     t.add_argument("--retriever", help="retrieval service base URL(s), comma-separated (POST /retrieve)")
     t.add_argument("--index", type=Path, help="index folder (retrieval/build_index.py) searched in-process")
     t.add_argument("--topk", type=int, default=3, help="documents per search")
     t.add_argument("--expert-max-tokens", type=int, help="completion tokens per expert call (default 2048)")
-    t.add_argument("--constrained", action="store_true",
-                   help="constrain the orchestrator to valid tool calls (vllm / transformers backends)")
+    t.add_argument("--constrained", action=argparse.BooleanOptionalAction, default=None,
+                   help="constrain the orchestrator to valid tool calls (vllm / transformers backends; "
+                        "default: on for an in-process orchestrator)")
     t.add_argument("--judge-model", help="LLM judge, a configs/models.yaml name, or 'exact' / 'contains' for "
                                          "rules only (default: --model; the embedded default: contains)")
     t.add_argument("--judge-prompt", type=Path, help="judge prompt file (default: evaluation/prompts/judge.txt)")
@@ -79,19 +81,75 @@ def embedded_world(out_dir: Path, n_tasks: int) -> tuple[Path, Path]:
     return tasks, index
 
 
-def resolve(args: argparse.Namespace, benchmark: str) -> bool:
-    """Fill the defaults that differ for the embedded default; return whether it is used."""
+def _registry_entry(name: str):
+    from orchestrator.gateway.registry import load_registry
+
+    try:
+        return load_registry().entry(name)
+    except Exception:   # an unknown name is reported by resolve_price_model with the gateway's message
+        return None
+
+
+def _in_process(name: str) -> bool:
+    entry = _registry_entry(name)
+    return entry is not None and entry.backend == "transformers"
+
+
+def _missing_keys(catalog) -> list[str]:
+    """Env vars the tool aliases' own models (the paper's experts) need and that are unset."""
+    missing = set()
+    for tool in catalog.tools_for("qa"):
+        for spec in tool.aliases.values():
+            entry = _registry_entry(spec.model)
+            env = entry.key_env() if entry is not None else None
+            if env and not os.environ.get(env):
+                missing.add(env)
+    return sorted(missing)
+
+
+def resolve(args: argparse.Namespace, benchmark: str, catalog) -> str:
+    """Fill every default the user left open; return one line saying what was chosen and why.
+
+    - profile: as given; else `local` for the embedded world, for an in-process orchestrator, or
+      when the paper's experts have no key here; else `paper`.
+    - CPU-sized budgets (EMBEDDED) when the orchestrator is an in-process model: 4 turns of 64
+      constrained tokens, 64-token experts, a rule judge (a 135M model cannot judge);
+      otherwise the paper's 50 turns, 1,024 tokens, 2,048-token experts, --model as judge.
+    - concurrency: 1 when any model of the run is in-process (tasks would share one model on
+      the CPU and time out), else 16.
+    """
     embedded = benchmark == "frames" and args.data is None
-    small = embedded and args.model == "smollm2-135m"
+    orch_local = _in_process(args.model) and not args.endpoint
+    why = "given"
+    if args.profile is None:
+        missing = _missing_keys(catalog)
+        if embedded or orch_local or missing:
+            args.profile = EMBEDDED["profile"]
+            why = ("embedded world" if embedded else "in-process orchestrator" if orch_local
+                   else f"no {', '.join(missing)} set")
+        else:
+            args.profile = "paper"
+            why = "keys present"
+    small = orch_local
     args.max_turns = args.max_turns or (EMBEDDED["max_turns"] if small else 50)
     args.max_tokens = args.max_tokens or (EMBEDDED["max_tokens"] if small else 1024)
     args.expert_max_tokens = args.expert_max_tokens or (EMBEDDED["expert_max_tokens"] if small else 2048)
-    if embedded:
-        args.profile = args.profile or EMBEDDED["profile"]
-        args.constrained = args.constrained or small
-    if small and embedded and not args.judge_model:
-        args.judge_model = "contains"   # a 135M model cannot judge; see evaluation/judge.py
-    return embedded
+    args.constrained = small if args.constrained is None else args.constrained
+    if small and not args.judge_model:
+        # rules only: FRAMES answers are phrases found in a reply; HLE's are exact strings / letters
+        args.judge_model = "contains" if benchmark == "frames" else "exact"
+    served = {args.model} | {catalog.served_model(spec.model, args.profile)
+                             for tool in catalog.tools_for("qa") for spec in tool.aliases.values()}
+    if args.mode == "none":
+        served = {args.model}
+    shared_local = sorted(m for m in served if _in_process(m) and not (m == args.model and args.endpoint))
+    if args.concurrency is None:
+        args.concurrency = 1 if shared_local else 16
+    return (f"setting: {'embedded default' if small else 'paper budgets'}; profile {args.profile} ({why}); "
+            f"{args.max_turns} turns of {args.max_tokens} tokens{', constrained' if args.constrained else ''}; "
+            f"experts {args.expert_max_tokens} tokens; judge {args.judge_model or args.model}; "
+            f"concurrency {args.concurrency}"
+            + (f" (in-process {', '.join(shared_local)})" if shared_local else ""))
 
 
 def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever) -> QASetup:
@@ -115,8 +173,10 @@ def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever) 
 
 def run(benchmark: str, args: argparse.Namespace) -> int:
     check_common(args)
-    embedded = resolve(args, benchmark)
     catalog = load_catalog(args.tools)
+    embedded = benchmark == "frames" and args.data is None
+    choice = resolve(args, benchmark, catalog)
+    print(choice)
     out_dir = args.output or default_output(benchmark, args.model, args.mode)
     out_dir.mkdir(parents=True, exist_ok=True)
     price_model = resolve_price_model(args, catalog)
@@ -133,16 +193,21 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     retriever = make_retriever(args)
     if retriever is None and args.mode != "none":
         print("warning: no --retriever/--index: every search call will fail (recorded per turn)", file=sys.stderr)
+    setup = build_setup(args, catalog, price_model, retriever)
     config: dict[str, Any] = {
         "benchmark": benchmark, "data": str(data), "split": args.split, "model": args.model,
         "price_model": price_model, "mode": args.mode, "profile": args.profile, "endpoint": args.endpoint,
-        "tools": str(args.tools or "tools.json"), "prompts": str(args.prompts or "orchestrator/prompts"),
-        "retriever": args.retriever or (str(args.index) if args.index else None), "max_turns": args.max_turns,
-        "max_tokens": args.max_tokens, "temperature": args.temperature, "constrained": args.constrained,
-        "judge_model": args.judge_model or args.model, "tasks_loaded": len(loaded.tasks),
-        "skipped": loaded.skipped, "malformed": [str(m) for m in loaded.malformed]}
-    prepare_output(out_dir, config, args.resume)
-    setup = build_setup(args, catalog, price_model, retriever)
+        "endpoint_model": args.endpoint_model, "setting": choice,
+        "tools": str(args.tools or "tools.json"), "catalog_sha256": content_hash(catalog.model_dump(mode="json")),
+        "prompts": str(args.prompts or "orchestrator/prompts"), "prompts_sha256": content_hash(setup.prompts.templates),
+        "retriever": args.retriever or (str(args.index) if args.index else None),
+        "index_sha256": index_fingerprint(args.index) if args.index and not args.retriever else None,
+        "topk": args.topk, "max_turns": args.max_turns, "max_tokens": args.max_tokens,
+        "expert_max_tokens": args.expert_max_tokens, "temperature": args.temperature,
+        "constrained": args.constrained, "judge_model": setup.judge.model,
+        "judge_prompt_sha256": content_hash(setup.judge.template), "concurrency": args.concurrency,
+        "tasks_loaded": len(loaded.tasks), "skipped": loaded.skipped, "malformed": [str(m) for m in loaded.malformed]}
+    prepare_output(out_dir, config, args.resume, force=args.force)
     with ResultsFile(out_dir / RESULTS_NAME, resume=args.resume, retry_errors=args.retry_errors) as results:
         for msg in results.repair.messages(results.path):
             print(msg, file=sys.stderr)

@@ -10,7 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from evaluation.cli import (CLIError, add_common_args, check_common, check_profile, default_output, prepare_output,
+from evaluation.cli import (CLIError, add_common_args, check_common, check_profile, content_hash,
+                            default_output, prepare_output,
                             resolve_price_model, use_endpoint)
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, read_records, run_tasks
 from orchestrator.catalog import CatalogError, load_catalog
@@ -103,8 +104,10 @@ def run(args: argparse.Namespace) -> int:
     config = {"benchmark": "tau2", "domains": domains, "model": args.model, "price_model": price_model,
               "mode": args.mode, "profile": args.profile, "endpoint": args.endpoint, "user_model": user_model,
               "max_steps": args.max_turns, "max_errors": args.max_errors, "seed": args.seed,
-              "temperature": args.temperature, "tools": str(args.tools or "tools.json"), "task_ids": task_ids}
-    prepare_output(out_dir, config, args.resume)
+              "temperature": args.temperature, "tools": str(args.tools or "tools.json"), "task_ids": task_ids,
+              "catalog_sha256": content_hash(catalog.model_dump(mode="json")), "max_tokens": args.max_tokens,
+              "expert_max_tokens": args.expert_max_tokens, "user_temperature": args.user_temperature}
+    prepare_output(out_dir, config, args.resume, force=args.force)
     setup = Tau2Setup(agent=AgentConfig(model=args.model, price_model=price_model, catalog=catalog, mode=args.mode,
                                         profile=args.profile, temperature=args.temperature, max_tokens=args.max_tokens,
                                         expert_max_tokens=args.expert_max_tokens),
