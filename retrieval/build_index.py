@@ -72,8 +72,13 @@ def build(corpus: str | Path, out: str | Path, encoder=None, index: str = "flat"
     enc_name = getattr(encoder, "name", encoder) or "minilm"
     state = {"corpus": _fingerprint(corpus, _previous_corpus(out)), "encoder": str(enc_name), "shard_size": shard_size,
              "profile": profile, "max_length": max_length}
-    _check_state(out, state)
+    unchanged = _check_state(out, state)
     report = BuildReport(out, 0)
+    done = _finished(out, index, bm25) if unchanged else None
+    if done is not None:   # built before from the same corpus and settings: nothing to redo
+        report.n_docs = int(done.get("n_docs", 0))
+        report.seconds["reused"] = 0.0
+        return report
 
     t0 = time.perf_counter()
     if not _docstore_ready(out):
@@ -139,10 +144,12 @@ def _same_corpus(old: dict | None, new: dict) -> bool:
     return old["sha256"] == new["sha256"]
 
 
-def _check_state(out: Path, state: dict) -> None:
+def _check_state(out: Path, state: dict) -> bool:
     """Refuse to resume into a folder built from another corpus (by content: size and sha256),
-    or whose embedding shards were made with other encoder settings."""
+    or whose embedding shards were made with other encoder settings; return whether the
+    folder was built with exactly these settings."""
     path = out / STATE_FILE
+    unchanged = False
     if path.exists():
         old = json.loads(path.read_text())
         if _same_corpus(old.get("corpus"), state["corpus"]):
@@ -154,8 +161,24 @@ def _check_state(out: Path, state: dict) -> None:
                 f"{out} holds a build with different {', '.join(changed)} "
                 f"(was {[old.get(k) for k in changed]}, now {[state[k] for k in changed]}); "
                 f"pass a new --out folder or delete {out} to start over")
+        unchanged = not changed
     out.mkdir(parents=True, exist_ok=True)
     _write_json(path, state)
+    return unchanged
+
+
+def _finished(out: Path, index: str, bm25: bool) -> dict | None:
+    """meta.json of a finished build holding what is asked (dense `index`, bm25), else None."""
+    try:
+        meta = json.loads((out / META_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    from retrieval.bm25 import BM25_DIR
+    from retrieval.dense import INDEX_FILE
+
+    dense_ok = index == "none" or (meta.get("index") == index and (out / INDEX_FILE).exists())
+    bm25_ok = not bm25 or (meta.get("bm25") and (out / BM25_DIR).is_dir())
+    return meta if dense_ok and bm25_ok and _docstore_ready(out) else None
 
 
 def _docstore_ready(out: Path) -> bool:
