@@ -8,7 +8,6 @@ constrained decoding so every turn is a valid tool call. No key, no GPU, no serv
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from evaluation.cli import (CLIError, add_common_args, check_common, check_profi
 from evaluation.judge import Judge, JudgeError
 from evaluation.loaders import LoaderError, load_benchmark
 from evaluation.qa import MODES, QASetup, solve
+from evaluation.run_defaults import choose_profile, cpu_sized, size_concurrency
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, run_tasks
 from orchestrator.catalog import CatalogError, load_catalog
 from orchestrator.context import PromptError
@@ -81,56 +81,12 @@ def embedded_world(out_dir: Path, n_tasks: int) -> tuple[Path, Path]:
     return tasks, index
 
 
-def _registry_entry(name: str):
-    from orchestrator.gateway.registry import load_registry
-
-    try:
-        return load_registry().entry(name)
-    except Exception:   # an unknown name is reported by resolve_price_model with the gateway's message
-        return None
-
-
-def _in_process(name: str) -> bool:
-    entry = _registry_entry(name)
-    return entry is not None and entry.backend == "transformers"
-
-
-def _missing_keys(catalog) -> list[str]:
-    """Env vars the tool aliases' own models (the paper's experts) need and that are unset."""
-    missing = set()
-    for tool in catalog.tools_for("qa"):
-        for spec in tool.aliases.values():
-            entry = _registry_entry(spec.model)
-            env = entry.key_env() if entry is not None else None
-            if env and not os.environ.get(env):
-                missing.add(env)
-    return sorted(missing)
-
-
 def resolve(args: argparse.Namespace, benchmark: str, catalog) -> str:
-    """Fill every default the user left open; return one line saying what was chosen and why.
-
-    - profile: as given; else `local` for the embedded world, for an in-process orchestrator, or
-      when the paper's experts have no key here; else `paper`.
-    - CPU-sized budgets (EMBEDDED) when the orchestrator is an in-process model: 4 turns of 64
-      constrained tokens, 64-token experts, a rule judge (a 135M model cannot judge);
-      otherwise the paper's 50 turns, 1,024 tokens, 2,048-token experts, --model as judge.
-    - concurrency: 1 when any model of the run is in-process (tasks would share one model on
-      the CPU and time out), else 16.
-    """
+    """Fill every default the user left open (evaluation/run_defaults.py); return the line that
+    says what was chosen and why."""
     embedded = benchmark == "frames" and args.data is None
-    orch_local = _in_process(args.model) and not args.endpoint
-    why = "given"
-    if args.profile is None:
-        missing = _missing_keys(catalog)
-        if embedded or orch_local or missing:
-            args.profile = EMBEDDED["profile"]
-            why = ("embedded world" if embedded else "in-process orchestrator" if orch_local
-                   else f"no {', '.join(missing)} set")
-        else:
-            args.profile = "paper"
-            why = "keys present"
-    small = orch_local
+    why = choose_profile(args, catalog, embedded)
+    small = cpu_sized(args)
     args.max_turns = args.max_turns or (EMBEDDED["max_turns"] if small else 50)
     args.max_tokens = args.max_tokens or (EMBEDDED["max_tokens"] if small else 1024)
     args.expert_max_tokens = args.expert_max_tokens or (EMBEDDED["expert_max_tokens"] if small else 2048)
@@ -138,18 +94,11 @@ def resolve(args: argparse.Namespace, benchmark: str, catalog) -> str:
     if small and not args.judge_model:
         # rules only: FRAMES answers are phrases found in a reply; HLE's are exact strings / letters
         args.judge_model = "contains" if benchmark == "frames" else "exact"
-    served = {args.model} | {catalog.served_model(spec.model, args.profile)
-                             for tool in catalog.tools_for("qa") for spec in tool.aliases.values()}
-    if args.mode == "none":
-        served = {args.model}
-    shared_local = sorted(m for m in served if _in_process(m) and not (m == args.model and args.endpoint))
-    if args.concurrency is None:
-        args.concurrency = 1 if shared_local else 16
+    shared = size_concurrency(args, catalog)
     return (f"setting: {'embedded default' if small else 'paper budgets'}; profile {args.profile} ({why}); "
             f"{args.max_turns} turns of {args.max_tokens} tokens{', constrained' if args.constrained else ''}; "
             f"experts {args.expert_max_tokens} tokens; judge {args.judge_model or args.model}; "
-            f"concurrency {args.concurrency}"
-            + (f" (in-process {', '.join(shared_local)})" if shared_local else ""))
+            f"concurrency {args.concurrency}" + (f" (in-process {', '.join(shared)})" if shared else ""))
 
 
 def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever) -> QASetup:
