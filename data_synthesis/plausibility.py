@@ -10,10 +10,13 @@
   -> America/Los_Angeles is rejected).  A dependency counts when it holds in every group of
   at least two records sharing the determining value, over at least `min_groups` groups.
 
-The same-as-base check of evolved tasks lives in tasks.synthesize_tasks (it needs the base).
+- `evolved_copy`: an evolved ("harder") task must add at least one gold action its base does
+  not have (a new action, or one with other arguments); a reworded or reordered copy, or one
+  that only repeats a step, is not harder.  Applied where tasks are evolved (tasks.py, llm_tasks.py).
 """
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from typing import Any
@@ -27,6 +30,13 @@ MIN_GROUPS = 3
 def _instructions(task: dict) -> dict:
     instr = (task.get("user_scenario") or {}).get("instructions") or {}
     return instr if isinstance(instr, dict) else {"reason_for_call": str(instr)}
+
+
+def evolved_copy(base: list[dict], evolved: list[dict]) -> str | None:
+    key = lambda a: json.dumps([a["name"], a.get("arguments") or {}], sort_keys=True, default=str)  # noqa: E731
+    if not {key(a) for a in evolved} - {key(a) for a in base}:
+        return "implausible: evolved task adds no action to its base"
+    return None
 
 
 def code_repr(task: dict) -> str | None:

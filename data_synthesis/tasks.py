@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+from data_synthesis.plausibility import evolved_copy
 from data_synthesis.templates import CONFIRM, Draft, TaskFactory
 from data_synthesis.verify import Deduper, Tally, replay_reason, task_shape_reason
 
@@ -119,9 +120,10 @@ def synthesize_tasks(factory: TaskFactory, task_filter: TaskFilter, domain: str,
         candidates = [draft]
         if rng.random() < EVOLVE_FRACTION:
             harder = factory.evolve(draft)
-            if harder is not None and harder.actions == draft.actions:   # a reworded copy, not harder
+            copy = harder is not None and evolved_copy(draft.actions, harder.actions)
+            if copy:   # a reworded copy, not a harder task
                 task_filter.tally.generated += 1
-                task_filter.tally.drop("implausible: evolved task has the same actions as its base")
+                task_filter.tally.drop(copy)
             elif harder is not None:
                 candidates.append(harder)
         for cand in candidates:

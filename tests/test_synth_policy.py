@@ -113,13 +113,26 @@ def test_plausibility_checks_by_hand():
     assert not any(k[1:] == ("medication", "status") for k in deps.map)
 
 
-def test_evolved_tasks_differ_from_their_base(clinic):
-    src, root = clinic
-    out = root / "evolved"
-    assert main(["--domain-dir", str(src), "--out", str(out), "--num-tasks", "20", "--seed", "1", "--no-dataset"]) == 0
-    tasks = json.loads((out / "tasks.json").read_text())
-    by_actions = {json.dumps(t["evaluation_criteria"]["actions"], sort_keys=True) for t in tasks}
-    assert len(by_actions) == len(tasks)
-    for t in tasks:
-        if task_meta(t)["evolved"]:
-            assert len(t["evaluation_criteria"]["actions"]) >= 2
+def test_evolved_tasks_differ_from_their_base(tmp_path):
+    """An evolution that only rewords its base, or repeats one of its steps, is dropped and counted."""
+    import pickle
+    from dataclasses import replace
+
+    from data_synthesis.domain import load_tools_module
+    from data_synthesis.offline import resolve_source, write_environment
+    from data_synthesis.tasks import TaskFilter, synthesize_tasks
+    from data_synthesis.templates import TaskFactory
+
+    source = resolve_source("school", seed=0)
+    tools = write_environment(source, tmp_path)
+    module = load_tools_module(tmp_path / "tools.py")
+    frozen = pickle.dumps(source.db)
+    task_filter = TaskFilter(lambda db, name, args: getattr(module, name)(db, **args), source.db,
+                             lambda: pickle.loads(frozen), dict(module.TOOL_TYPES))
+    factory = TaskFactory(source.schema, tools, source.db, seed=0)
+    # every evolution repeats the base's last step and rewords the request
+    factory.evolve = lambda d: replace(d, actions=d.actions + [d.actions[-1]], evolved=d.evolved + ["copy"],
+                                       wants=["Please, as a matter of some urgency: " + w for w in d.wants])
+    tasks = synthesize_tasks(factory, task_filter, "school", 15)
+    assert len(tasks) == 15 and not any(task_meta(t)["evolved"] for t in tasks)   # today: copies are kept
+    assert task_filter.tally.dropped["implausible: evolved task adds no action to its base"] > 0
