@@ -33,7 +33,9 @@ def _instructions(task: dict) -> dict:
 
 
 def evolved_copy(base: list[dict], evolved: list[dict]) -> str | None:
-    key = lambda a: json.dumps([a["name"], a.get("arguments") or {}], sort_keys=True, default=str)  # noqa: E731
+    def key(a: dict) -> str:
+        return json.dumps([a["name"], a.get("arguments") or {}], sort_keys=True, default=str)
+
     if not {key(a) for a in evolved} - {key(a) for a in base}:
         return "implausible: evolved task adds no action to its base"
     return None

@@ -20,11 +20,12 @@ REMOTE_CONCURRENCY = 16
 
 
 def _entry(name: str):
+    from orchestrator.gateway.errors import GatewayConfigError
     from orchestrator.gateway.registry import load_registry
 
     try:
         return load_registry().entry(name)
-    except Exception:   # an unknown name is reported by resolve_price_model with the gateway's message
+    except GatewayConfigError:   # unknown name / bad registry: resolve_price_model says so with the gateway's message
         return None
 
 

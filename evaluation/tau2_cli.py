@@ -10,9 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from evaluation.cli import (CLIError, add_common_args, check_common, check_profile, content_hash,
-                            default_output, prepare_output,
-                            resolve_price_model, use_endpoint)
+from evaluation.cli import (CLIError, add_common_args, check_common, check_profile, content_hash, default_output,
+                            prepare_output, resolve_price_model, use_endpoint)
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, read_records, run_tasks
 from orchestrator.catalog import CatalogError, load_catalog
 from orchestrator.gateway.errors import GatewayConfigError

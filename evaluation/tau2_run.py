@@ -208,7 +208,9 @@ def rescore(path: str | Path, task_set: str | Path | None = None) -> dict[str, A
             recovered += stored is not None and abs(stored - m_reward) <= 1e-6
     stored_pass1 = (compute_metrics(results).pass_hat_ks.get(1)
                     if all(s.reward_info for s in results.simulations) else None)
-    success = lambda rewards: sum(map(is_successful, rewards)) / len(rewards) if rewards else None  # noqa: E731
+    def success(rewards: list[float]) -> float | None:
+        return sum(map(is_successful, rewards)) / len(rewards) if rewards else None
+
     return {"file": str(path), "domain": domain, "simulations": len(fresh.simulations), "tasks": len(tasks),
             "pass1": success(labelled), "stored_pass1": stored_pass1, "changed": changed,
             "matched_pass1": success(matched), "matched": len(matched), "unmatched": report.unmatched,

@@ -11,7 +11,8 @@ import difflib
 import json
 import sys
 from pathlib import Path
-from typing import Iterable, Literal
+from collections.abc import Iterable
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 

@@ -1,6 +1,4 @@
 """What run_hle.py / run_frames.py choose when the user gives no profile, budgets or concurrency."""
-import pytest
-
 from evaluation.qa_cli import build_parser, resolve
 from orchestrator.catalog import load_catalog
 

@@ -1,7 +1,6 @@
 """ToolScale synthesis on a domain it never saw: its own policy.md is used and obeyed, and the
 tasks read like user requests (data_synthesis/policy_rules.py, data_synthesis/plausibility.py)."""
 import json
-import random
 
 import pytest
 
