@@ -83,18 +83,11 @@ class Catalog(_Strict):
                                      f"{_closest(spec.model, self.prices)}; add it there")
         if self.orchestrator_price_model and self.orchestrator_price_model not in self.prices:
             raise ValueError(f"orchestrator_price_model: {self.orchestrator_price_model!r} has no entry in 'prices'")
-        alias_models = {spec.model for tool in self.tools for spec in tool.aliases.values()}
         for name, mapping in self.profiles.items():
             for model in mapping:
                 if model not in self.prices:
                     raise ValueError(f"profiles.{name}.{model}: unknown model{_closest(model, self.prices)}; "
                                      f"profile keys must be models listed in 'prices'")
-            # A profile that maps some models must map every alias model: one left out would be
-            # served as itself (e.g. a paid API under `local`), which fails only at run time.
-            missing = sorted(alias_models - set(mapping)) if mapping else []
-            if missing:
-                raise ValueError(f"profiles.{name}: no mapping for {missing}, used by tool aliases; "
-                                 f"add each to the profile (e.g. \"{missing[0]}\": \"smollm2-135m\")")
         return self
 
     def check_served(self, known_models: Iterable[str], profile: str | None = None,
@@ -103,13 +96,21 @@ class Catalog(_Strict):
 
         With profile=None every profile is checked (the catalog CLI); a run checks the one it uses,
         including an empty profile such as `paper`, which serves each alias model as itself.
+        A profile that maps some models must map every alias model: one left out would be served
+        as itself (e.g. a paid API under `local`), which fails only at run time.  (Not checked when
+        parsing: per-task catalogs of training examples offer other models under the same profiles.)
         """
         known = set(known_models)
         names = sorted(self.profiles) if profile is None else [profile]
+        alias_models = {spec.model for tool in self.tools for spec in tool.aliases.values()}
         for name in names:
             if name not in self.profiles:
                 raise CatalogError(f"{source}: profile {name!r} is not defined; "
                                    f"defined: {sorted(self.profiles)}")
+            missing = sorted(alias_models - set(self.profiles[name])) if self.profiles[name] else []
+            if missing:
+                raise CatalogError(f"{source}: $.profiles.{name}: no mapping for {missing}, used by tool aliases; "
+                                   f"add each to the profile (e.g. \"{missing[0]}\": \"smollm2-135m\")")
             for served_by, target in sorted(self.profiles[name].items()):
                 if target not in known:
                     raise CatalogError(f"{source}: $.profiles.{name}.{served_by}: {target!r} is not a model "

@@ -88,10 +88,6 @@ def test_cli_ok_and_bad(tmp_path):
     (lambda d: d["prices"]["gpt-5"].update(input="1.25"),
      "$.prices.gpt-5.input: '1.25' is a string; write the number without quotes"),
     (lambda d: d["fees"].update(web_search="0.01"), "$.fees.web_search: '0.01' is a string"),
-    # a new model behind an alias that the local profile does not map
-    (lambda d: (d["prices"].update({"new-model": {"input": 1, "output": 1}}),
-                d["tools"][0]["aliases"].update({"search-4": {"model": "new-model", "latency_s": 1}})),
-     "$.profiles.local: no mapping for ['new-model'], used by tool aliases"),
 ])
 def test_catalog_mistakes_named(mutate, expected):
     data = shipped()
@@ -118,6 +114,13 @@ def test_profile_targets_must_be_registry_models():
     with pytest.raises(CatalogError, match=r"profiles\.local\.gpt-5: 'smollm-135m' is not a model in the model "
                                            r"registry.*did you mean 'smollm2-135m'"):
         cat.check_served(known)
+    # a new model behind an alias that the local profile does not map
+    data = shipped()
+    data["prices"]["new-model"] = {"input": 1, "output": 1}
+    data["tools"][0]["aliases"]["search-4"] = {"model": "new-model", "latency_s": 1}
+    for profile in (None, "local"):
+        with pytest.raises(CatalogError, match=r"\$\.profiles\.local: no mapping for \['new-model'\], used by tool aliases"):
+            parse_catalog(data).check_served(known, profile)
     # a profile in use must serve every alias: an empty profile serves each model as itself
     data = shipped()
     data["prices"]["my-api-model"] = {"input": 1, "output": 1}
