@@ -18,7 +18,7 @@ from orchestrator.domain import load_domain
 from data_synthesis.llm_env import ask_policy, ask_records, ask_schema, ask_tables, ask_tools
 from data_synthesis.llm_steps import StepRunner
 from data_synthesis.llm_tasks import LLMTaskWriter, synthesize_llm_tasks, tool_lines
-from data_synthesis.offline import DomainResult, atomic_write, dump_json, resolve_source
+from data_synthesis.offline import DomainResult, DomainSource, atomic_write, dump_json, resolve_source, task_checks
 from data_synthesis.policy import render_policy
 from data_synthesis.schema import SchemaError, dump_schema
 from data_synthesis.tasks import TaskFilter
@@ -60,6 +60,7 @@ class LLMPipeline:
     def build(self, name_or_dir: str, out: Path, num_tasks: int, description: str = "",
               records: int | None = None, progress: Callable[[int], None] | None = None) -> DomainResult:
         out = Path(out)
+        source = None
         try:
             source = resolve_source(name_or_dir, seed=self.seed, records=records)
             schema, db, origin = source.schema, source.db, source.origin + " (LLM tools, policy, tasks)"
@@ -74,17 +75,22 @@ class LLMPipeline:
         generic = derive_tools(schema)
         tools_src, tools_report = ask_tools(self.runner, schema, db, generic)
         atomic_write(out / "tools.py", tools_src)
-        atomic_write(out / "policy.md", render_policy(schema, generic))  # placeholder until the LLM's passes
+        given = source.policy if source is not None else None
+        atomic_write(out / "policy.md", given or render_policy(schema, generic))  # placeholder until the LLM's passes
         domain = load_domain(out)
-        policy = ask_policy(self.runner, schema, description, tool_lines(domain), list(domain.tool_types))
+        policy = given or ask_policy(self.runner, schema, description, tool_lines(domain), list(domain.tool_types))
         if policy is not None:
             atomic_write(out / "policy.md", policy)
-        task_filter = TaskFilter(domain.call, domain.db, domain.fresh_db, domain.tool_types)
+        checks, policy_summary = task_checks(DomainSource(schema, db, origin, given), generic, domain.tool_types)
+        task_filter = TaskFilter(domain.call, domain.db, domain.fresh_db, domain.tool_types, checks)
+        if given:   # the domain's own policy is the one the tasks must follow
+            description = f"{description}\n\nThe domain's policy; every task must follow it:\n{given}".strip()
         writer = LLMTaskWriter(self.runner, domain, TaskFactory(schema, generic, db, self.seed), description, self.seed)
         tasks = synthesize_llm_tasks(writer, task_filter, num_tasks, progress=progress)
         atomic_write(out / "tasks.json", dump_json(tasks))
         extra = {"origin": origin, "domain": schema.domain, "steps": self.runner.summary(),
                  "summary": {"llm_model": self.runner.model, "llm_calls": self.runner.calls,
                              "llm_cost_usd": round(self.runner.cost, 6), "llm_tools": tools_report,
-                             "policy": "llm" if policy is not None else "offline template"}}
+                             "policy": "the domain's policy.md" if given else "llm" if policy is not None
+                             else "offline template", **{k: v for k, v in policy_summary.items() if k != "policy"}}}
         return DomainResult(out, tasks, task_filter.tally.as_dict(), len(domain.tool_types), extra)

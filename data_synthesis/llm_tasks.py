@@ -16,6 +16,7 @@ from typing import Callable
 
 from orchestrator.domain import Domain, parse_args_doc
 from data_synthesis.llm_steps import CheckFailed, StepRunner, extract_json, prompt
+from data_synthesis.plausibility import evolved_copy
 from data_synthesis.tasks import TaskFilter, to_tau2_task
 from data_synthesis.templates import Draft, TaskFactory
 from data_synthesis.verify import replay_reason
@@ -139,7 +140,12 @@ def synthesize_llm_tasks(writer: LLMTaskWriter, task_filter: TaskFilter, n: int,
         candidates = [draft]
         if writer.rng.random() < evolve_fraction:
             harder = writer.evolve(draft)
-            candidates += [harder] if harder is not None else []
+            copy = harder is not None and evolved_copy(draft.actions, harder.actions)
+            if copy:
+                task_filter.tally.generated += 1
+                task_filter.tally.drop(copy)
+            elif harder is not None:
+                candidates.append(harder)
         for cand in candidates:
             task = to_tau2_task(cand, writer.domain.name, f"{writer.domain.name}_llm_{len(kept):04d}")
             if len(kept) < n and task_filter.admit(task):

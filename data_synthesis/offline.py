@@ -5,7 +5,9 @@
     result = build_domain(source, Path("out/school"), num_tasks=200, seed=0)
 
 The output folder is a domain folder: schema.yaml, db.json, tools.py, policy.md,
-tasks.json (see docs/data_synthesis.md).
+tasks.json (see docs/data_synthesis.md).  A folder's own policy.md is the domain's policy:
+it is copied, not replaced by the template, and tasks that break its plainly stated rules
+(data_synthesis/policy_rules.py) or read implausibly (plausibility.py) are dropped and counted.
 """
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ from typing import Callable
 
 from data_synthesis.fake import generate_db
 from data_synthesis.infer import infer_schema
+from data_synthesis.plausibility import Plausibility
 from data_synthesis.policy import render_policy
+from data_synthesis.policy_rules import PolicyCheck, parse_policy
 from data_synthesis.schema import Schema, SchemaError, load_schema, shipped_schemas, dump_schema
 from data_synthesis.tasks import TaskFilter, synthesize_tasks
 from data_synthesis.templates import TaskFactory
@@ -34,6 +38,7 @@ class DomainSource:
     schema: Schema
     db: dict
     origin: str
+    policy: str | None = None       # the domain folder's own policy.md, when it has one
 
 
 @dataclass
@@ -87,14 +92,15 @@ def resolve_source(domain_dir: str | Path, seed: int = 0, fake: bool = False,
     has_db, has_schema = (path / "db.json").exists(), (path / "schema.yaml").exists()
     if not has_db and not has_schema:
         raise SchemaError(f"{path}: holds neither db.json nor schema.yaml; a domain needs one of them")
+    policy = (path / "policy.md").read_text() if (path / "policy.md").is_file() else None
     if has_db:
         db = load_db(path / "db.json")
         schema = load_schema(path / "schema.yaml") if has_schema else infer_schema(db, path.name, str(path / "db.json"))
         if fake:
-            return DomainSource(schema, make_db(schema), f"Faker records, schema of {path}")
-        return DomainSource(schema, db, f"existing records of {path / 'db.json'}")
+            return DomainSource(schema, make_db(schema), f"Faker records, schema of {path}", policy)
+        return DomainSource(schema, db, f"existing records of {path / 'db.json'}", policy)
     schema = load_schema(path / "schema.yaml")
-    return DomainSource(schema, make_db(schema), f"schema {path / 'schema.yaml'}")
+    return DomainSource(schema, make_db(schema), f"schema {path / 'schema.yaml'}", policy)
 
 
 def write_environment(source: DomainSource, out: Path) -> list:
@@ -103,8 +109,20 @@ def write_environment(source: DomainSource, out: Path) -> list:
     atomic_write(out / "schema.yaml", dump_schema(source.schema))
     atomic_write(out / "db.json", dump_json(source.db))
     atomic_write(out / "tools.py", render_tools_py(source.schema, tools))
-    atomic_write(out / "policy.md", render_policy(source.schema, tools))
+    atomic_write(out / "policy.md", source.policy if source.policy else render_policy(source.schema, tools))
     return tools
+
+
+def task_checks(source: DomainSource, tools: list, kinds: dict[str, str]) -> tuple[list, dict]:
+    """The checks every task must pass besides replay (the domain's policy.md rules, plausibility),
+    and what the summary says of the policy."""
+    checks = [Plausibility(source.schema, tools, source.db, kinds).reason]
+    if not source.policy:
+        return checks, {"policy": "offline template"}
+    rules = parse_policy(source.policy, source.schema)
+    if rules:
+        checks.insert(0, PolicyCheck(rules, source.schema, tools, source.db).reason)
+    return checks, {"policy": "the domain's policy.md", "policy_rules": rules.describe()}
 
 
 def build_domain(source: DomainSource, out: Path, num_tasks: int, seed: int = 0,
@@ -121,8 +139,10 @@ def build_domain(source: DomainSource, out: Path, num_tasks: int, seed: int = 0,
             raise ValueError(f"unknown tool {name!r}")
         return getattr(module, name)(db, **arguments)
 
-    task_filter = TaskFilter(call, source.db, lambda: pickle.loads(frozen), kinds)
+    checks, policy = task_checks(source, tools, kinds)
+    task_filter = TaskFilter(call, source.db, lambda: pickle.loads(frozen), kinds, checks)
     factory = TaskFactory(source.schema, tools, source.db, seed)
     tasks = synthesize_tasks(factory, task_filter, source.schema.domain, num_tasks, progress)
     atomic_write(out / "tasks.json", dump_json(tasks))
-    return DomainResult(out, tasks, task_filter.tally.as_dict(), len(tools), {"origin": source.origin})
+    return DomainResult(out, tasks, task_filter.tally.as_dict(), len(tools),
+                        {"origin": source.origin, "summary": policy})

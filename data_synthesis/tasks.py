@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+from data_synthesis.plausibility import evolved_copy
 from data_synthesis.templates import CONFIRM, Draft, TaskFactory
 from data_synthesis.verify import Deduper, Tally, replay_reason, task_shape_reason
 from orchestrator.episodes.tau2_solo import instructions_text  # the one definition (tests import it from here too)
@@ -70,8 +71,9 @@ class TaskFilter:
     """Shape check -> replay -> de-duplication, counting what is dropped and why."""
 
     def __init__(self, call: Callable[[dict, str, dict], Any], pristine: dict, fresh_db: Callable[[], dict],
-                 tool_kinds: dict[str, str]):
+                 tool_kinds: dict[str, str], checks: list[Callable[[dict], str | None]] | None = None):
         self.call, self.pristine, self.fresh_db, self.kinds = call, pristine, fresh_db, tool_kinds
+        self.checks = list(checks or [])   # policy.md rules, plausibility: reason or None
         self.dedup = Deduper()
         self.tally = Tally()
 
@@ -81,6 +83,7 @@ class TaskFilter:
                    for a in (task.get("evaluation_criteria") or {}).get("actions") or []]
         write = any(self.kinds.get(a["name"]) == "write" for a in actions)
         reason = (task_shape_reason(task, set(self.kinds))
+                  or next((r for r in (check(task) for check in self.checks) if r), None)
                   or replay_reason(self.call, self.pristine, self.fresh_db, actions, write)
                   or self.dedup.reason(actions, instructions_text(task)))
         if reason:
@@ -113,7 +116,11 @@ def synthesize_tasks(factory: TaskFactory, task_filter: TaskFilter, domain: str,
         candidates = [draft]
         if rng.random() < EVOLVE_FRACTION:
             harder = factory.evolve(draft)
-            if harder is not None:
+            copy = harder is not None and evolved_copy(draft.actions, harder.actions)
+            if copy:   # a reworded copy, not a harder task
+                task_filter.tally.generated += 1
+                task_filter.tally.drop(copy)
+            elif harder is not None:
                 candidates.append(harder)
         for cand in candidates:
             if len(kept) >= n:

@@ -73,9 +73,15 @@ def write_world(out: Path, n_people: int = 200, n_lookup: int = 6, n_arith: int 
     out.mkdir(parents=True, exist_ok=True)
     people = build_people(n_people, seed)
     corpus, tasks = out / "corpus.jsonl", out / "tasks.jsonl"
-    corpus.write_text("".join(json.dumps({"id": p.id, "contents": p.passage()}) + "\n" for p in people))
-    tasks.write_text("".join(json.dumps(asdict(t)) + "\n" for t in build_tasks(people, n_lookup, n_arith, seed)))
+    _write_if_changed(corpus, "".join(json.dumps({"id": p.id, "contents": p.passage()}) + "\n" for p in people))
+    _write_if_changed(tasks, "".join(json.dumps(asdict(t)) + "\n" for t in build_tasks(people, n_lookup, n_arith, seed)))
     return corpus, tasks
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Leave a file that already holds `text` untouched (an index over it stays current)."""
+    if not (path.exists() and path.read_text() == text):
+        path.write_text(text)
 
 
 def load_tasks(path: Path) -> list[Task]:

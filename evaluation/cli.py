@@ -2,21 +2,28 @@
 
 A run folder holds `results.jsonl` (one record per task), `run_config.json` (the resolved
 settings), and after the run `summary.json`, `viewer.html` and `cost_accuracy.png`.
-`--resume` continues a run only with the settings it was started with.
+`--resume` continues a run only with the settings it was started with: every key of
+run_config.json but the few in NOT_COMPARED (what is run, not how) must be equal, else the
+resume is refused naming each difference; `--resume --force` continues anyway and writes the
+differences to the run's log, `run.log`, one line per start.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-# Settings that change what a task's record means: a resumed run must keep them.
-RESUME_KEYS = ("benchmark", "data", "split", "model", "price_model", "mode", "profile", "endpoint",
-               "domains", "user_model")
+# run_config.json keys that may change on --resume: which tasks run, how fast, provenance.
+# Every other key (models, profile, judge and prompt hashes, catalog hash, budgets, decoding,
+# retrieval) changes what a record means, so a resume must keep it.
+NOT_COMPARED = ("git_commit", "tasks_loaded", "skipped", "malformed", "task_ids", "concurrency", "setting")
+RUN_LOG = "run.log"
 
 
 class CLIError(ValueError):
@@ -45,6 +52,8 @@ def add_common_args(parser: argparse.ArgumentParser, default_model: str = "smoll
     r.add_argument("--concurrency", type=int, default=16, help="tasks in flight at once (default: %(default)s)")
     r.add_argument("--output", type=Path, help="run folder (default: runs/<benchmark>-<model>-<mode>)")
     r.add_argument("--resume", action="store_true", help="continue the run in --output, skipping finished tasks")
+    r.add_argument("--force", action="store_true", help="with --resume: continue although settings changed "
+                                                         "(each change is written to the run's run.log)")
     r.add_argument("--retry-errors", action="store_true", help="with --resume: run the tasks that ended in error again")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--no-report", action="store_true", help="skip the report at the end")
@@ -55,6 +64,8 @@ def check_common(args: argparse.Namespace) -> None:
                              ("--max-tokens", args.max_tokens, 1), ("--limit", args.limit, 1)):
         if value is not None and value < low:
             raise CLIError(f"{flag} must be >= {low}, got {value}")
+    if args.force and not args.resume:
+        raise CLIError("--force needs --resume (it continues a run whose settings changed)")
     if args.retry_errors and not args.resume:
         raise CLIError("--retry-errors needs --resume (it re-runs the error records of an existing run)")
     if args.endpoint_model and not args.endpoint:
@@ -106,6 +117,21 @@ def resolve_price_model(args: argparse.Namespace, catalog) -> str:
     return price_model
 
 
+def check_profile(catalog, profile: str | None, tools: Path | None) -> None:
+    """--profile must be in tools.json and serve every alias with a model of the registry.
+
+    Without a profile nothing is checked here: each alias model is called as itself and a
+    missing key or server fails that call, recorded per turn.
+    """
+    if not profile:
+        return
+    if profile not in catalog.profiles:
+        raise CLIError(f"--profile {profile!r}: not in tools.json profiles {sorted(catalog.profiles)}")
+    from orchestrator.gateway.registry import load_registry
+
+    catalog.check_served(load_registry().models, profile, source=str(tools or "tools.json"))
+
+
 def git_commit() -> str | None:
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
@@ -114,17 +140,42 @@ def git_commit() -> str | None:
         return None
 
 
-def prepare_output(out_dir: Path, config: dict[str, Any], resume: bool) -> None:
+def content_hash(obj: Any) -> str:
+    """sha256 of a JSON-able value (canonical: sorted keys), or of a str as is."""
+    text = obj if isinstance(obj, str) else json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def index_fingerprint(index: Path) -> str | None:
+    """What an index folder was built from and how (its build state and meta, corpus by content)."""
+    parts = {}
+    for name in ("build_state.json", "meta.json"):
+        path = Path(index) / name
+        if path.exists():
+            data = json.loads(path.read_text())
+            if isinstance(data.get("corpus"), dict):   # the corpus by content, wherever it lies
+                data["corpus"] = {k: v for k, v in data["corpus"].items() if k in ("bytes", "sha256")}
+            parts[name] = data
+    return content_hash(parts) if parts else None
+
+
+def prepare_output(out_dir: Path, config: dict[str, Any], resume: bool, force: bool = False) -> None:
     """Create the run folder and write run_config.json; on --resume check nothing changed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "run_config.json"
+    event = "start"
     if resume and path.exists():
         old = json.loads(path.read_text())
-        changed = [k for k in RESUME_KEYS if old.get(k) != config.get(k)]
-        if changed:
-            diffs = ", ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in changed)
+        keys = sorted((set(old) | set(config)) - set(NOT_COMPARED))
+        changed = [k for k in keys if old.get(k) != config.get(k)]
+        diffs = "; ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in changed)
+        if changed and not force:
             raise CLIError(f"--resume {out_dir}: the run was started with other settings ({diffs}); "
-                           f"use the same flags or another --output")
+                           f"use the same flags, another --output, or --resume --force to continue anyway "
+                           f"(the change is recorded in {RUN_LOG})")
+        event = f"resume, forced over changed settings: {diffs}" if changed else "resume"
+    with (out_dir / RUN_LOG).open("a", encoding="utf-8") as log:
+        log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {event}\n")
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({**config, "git_commit": git_commit()}, indent=2, default=str) + "\n")
     os.replace(tmp, path)

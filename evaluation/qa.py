@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from evaluation.judge import Judge
 from evaluation.loaders import BenchmarkTask
+from evaluation.runner import TaskFailed
 from orchestrator.catalog import Catalog
 from orchestrator.context import Prompts
 from orchestrator.extract import extract_answer
@@ -110,6 +111,11 @@ def _solve_direct(setup: QASetup, task: BenchmarkTask) -> dict[str, Any]:
             "tool_calls": {}, "expert_models": {}, "turns": [turn]}
 
 
+def _partial(setup: QASetup, task: BenchmarkTask, record: dict[str, Any]) -> dict[str, Any]:
+    return {"question": task.question, "reference": task.answer, **record, "mode": setup.mode,
+            "model": setup.price_model, "meta": task.meta}
+
+
 def solve(setup: QASetup, task: BenchmarkTask) -> dict[str, Any]:
     """Run one task and judge it; raises (-> an error record) when the policy or judge fails."""
     started = time.perf_counter()
@@ -119,11 +125,14 @@ def solve(setup: QASetup, task: BenchmarkTask) -> dict[str, Any]:
         tools = basic_tools(setup.catalog, setup.price_model) if setup.mode == "basic" else None
         rollout = run_episode(Task(task.id, task.question, task.answer, tools=tools, metadata=task.meta),
                               setup.policy, setup.runtime, setup.loop)
-        if rollout.stop_reason.startswith("error"):
-            raise RuntimeError(f"{rollout.stop_reason} (after {len(rollout.turns)} turns)")
         record = rollout_record(rollout)
+        if rollout.stop_reason.startswith("error"):
+            raise TaskFailed(f"{rollout.stop_reason} (after {len(rollout.turns)} turns)", _partial(setup, task, record))
     episode_s = time.perf_counter() - started
-    verdict = setup.judge(task.question, record["prediction"], task.answer)
+    try:
+        verdict = setup.judge(task.question, record["prediction"], task.answer)
+    except Exception as exc:   # the episode's spending stays on the error record
+        raise TaskFailed(f"judge: {type(exc).__name__}: {exc}", _partial(setup, task, record)) from exc
     out = {"id": task.id, "status": "ok", "question": task.question, "reference": task.answer,
            **record, "correct": verdict.correct, "verdict": verdict.to_dict(),
            "mode": setup.mode, "model": setup.price_model, "meta": task.meta,

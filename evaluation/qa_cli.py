@@ -13,13 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evaluation.cli import (CLIError, add_common_args, check_common, default_output, prepare_output,
-                            resolve_price_model, use_endpoint)
+from evaluation.cli import (CLIError, add_common_args, check_common, check_profile, content_hash, default_output,
+                            index_fingerprint, prepare_output, resolve_price_model, use_endpoint)
 from evaluation.error_streak import ErrorStreak
 from evaluation.eval_profile import EvalProfileError, EvalSettings, load_eval_profile
 from evaluation.judge import JUDGE_STYLES, Judge, JudgeError
 from evaluation.loaders import LoaderError, load_benchmark
 from evaluation.qa import MODES, QASetup, solve
+from evaluation.run_defaults import choose_profile, cpu_sized, size_concurrency
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, run_tasks
 from orchestrator.catalog import CatalogError, load_catalog
 from orchestrator.context import PromptError
@@ -45,8 +46,8 @@ def build_parser(benchmark: str) -> argparse.ArgumentParser:
     parser.add_argument("--mode", choices=MODES, default="all",
                         help="all: full tool set; basic: every alias is the orchestrator itself; none: answer directly")
     add_common_args(parser)
-    # resolved below from the profile (configs/eval_profiles.yaml); the embedded default is smaller
-    parser.set_defaults(max_turns=None, max_tokens=None, temperature=None)
+    # resolved in resolve() from the profile (configs/eval_profiles.yaml) and the backend (run_defaults.py)
+    parser.set_defaults(max_turns=None, max_tokens=None, temperature=None, concurrency=None)
     t = parser.add_argument_group("retrieval, experts and judge")
     t.add_argument("--retriever", help="retrieval service base URL(s), comma-separated (POST /retrieve)")
     t.add_argument("--index", type=Path, help="index folder (retrieval/build_index.py) searched in-process")
@@ -54,8 +55,9 @@ def build_parser(benchmark: str) -> argparse.ArgumentParser:
                                             "50 for HLE, 150 for FRAMES; else 3)")
     t.add_argument("--expert-max-tokens", type=int, help="completion tokens per expert call, every expert "
                                                          "(default: per expert, from the profile)")
-    t.add_argument("--constrained", action="store_true",
-                   help="constrain the orchestrator to valid tool calls (vllm / transformers backends)")
+    t.add_argument("--constrained", action=argparse.BooleanOptionalAction, default=None,
+                   help="constrain the orchestrator to valid tool calls (vllm / transformers backends; "
+                        "default: on for an in-process orchestrator)")
     t.add_argument("--judge-model", help="LLM judge, a configs/models.yaml name, or 'exact' / 'contains' for "
                                          "rules only (default: --model; the embedded default: contains)")
     t.add_argument("--judge-prompt", type=Path, help="judge prompt file (default: the judge style's)")
@@ -90,16 +92,16 @@ def embedded_world(out_dir: Path, n_tasks: int) -> tuple[Path, Path]:
     return tasks, index
 
 
-def resolve(args: argparse.Namespace, benchmark: str) -> tuple[bool, EvalSettings]:
-    """Fill the defaults: from the profile's settings, smaller for the embedded default.
-    Returns whether the embedded default is used, and the profile's settings."""
+def resolve(args: argparse.Namespace, benchmark: str, catalog) -> tuple[bool, EvalSettings, str]:
+    """Fill every default the user left open: the profile and CPU sizing from where the models run
+    (evaluation/run_defaults.py), budgets, top-k and judge from the profile's settings
+    (configs/eval_profiles.yaml).  Returns whether the embedded default is used, the settings,
+    and the line that says what was chosen and why."""
     embedded = benchmark == "frames" and args.data is None
-    small = embedded and args.model == "smollm2-135m"
-    if embedded:
-        args.profile = args.profile or EMBEDDED["profile"]
-        args.constrained = args.constrained or small
     if args.stop_after_errors < 0:
         raise CLIError(f"--stop-after-errors must be >= 0, got {args.stop_after_errors}")
+    why = choose_profile(args, catalog, embedded)
+    small = cpu_sized(args)
     settings = load_eval_profile(args.profile, benchmark)
     orch = settings.orchestrator
     args.max_turns = args.max_turns or (EMBEDDED["max_turns"] if small else orch.max_turns)
@@ -111,11 +113,19 @@ def resolve(args: argparse.Namespace, benchmark: str) -> tuple[bool, EvalSetting
     if args.expert_max_tokens:   # one budget for every expert, over the profile's
         settings.experts = {k: v.model_copy(update={"max_tokens": args.expert_max_tokens})
                             for k, v in (settings.experts or {"default": settings.expert("default")}).items()}
+    args.constrained = small if args.constrained is None else args.constrained
     args.judge_style = args.judge_style or settings.judge.prompt
-    if small and embedded and not args.judge_model:
-        args.judge_model = "contains"   # a 135M model cannot judge; see evaluation/judge.py
+    if small and not args.judge_model:
+        # rules only (a 135M model cannot judge): FRAMES answers are phrases found in a reply; HLE's exact strings
+        args.judge_model = "contains" if benchmark == "frames" else "exact"
     args.judge_model = args.judge_model or settings.judge.model or args.model
-    return embedded, settings
+    shared = size_concurrency(args, catalog)
+    experts = args.expert_max_tokens or "per-profile"
+    line = (f"setting: {'embedded default' if small else 'profile budgets'}; profile {args.profile} ({why}); "
+            f"{args.max_turns} turns of {args.max_tokens} tokens{', constrained' if args.constrained else ''}; "
+            f"experts {experts} tokens; judge {args.judge_model}; "
+            f"concurrency {args.concurrency}" + (f" (in-process {', '.join(shared)})" if shared else ""))
+    return embedded, settings, line
 
 
 def check_keys(args: argparse.Namespace, catalog) -> None:
@@ -169,16 +179,15 @@ def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever, 
 
 def run(benchmark: str, args: argparse.Namespace) -> int:
     check_common(args)
-    embedded, settings = resolve(args, benchmark)
     catalog = load_catalog(args.tools)
-    if args.profile:
-        if args.profile not in catalog.profiles:
-            raise CLIError(f"--profile {args.profile!r}: not in tools.json profiles {sorted(catalog.profiles)}")
+    embedded, settings, choice = resolve(args, benchmark, catalog)
+    print(choice)
     out_dir = args.output or default_output(benchmark, args.model, args.mode)
     out_dir.mkdir(parents=True, exist_ok=True)
     price_model = resolve_price_model(args, catalog)
     if args.endpoint:
         use_endpoint(args, out_dir, price_model)
+    check_profile(catalog, args.profile, args.tools)
     check_keys(args, catalog)
     data = args.data
     if embedded:
@@ -190,18 +199,23 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     retriever = make_retriever(args)
     if retriever is None and args.mode != "none":
         print("warning: no --retriever/--index: every search call will fail (recorded per turn)", file=sys.stderr)
+    setup = build_setup(args, catalog, price_model, retriever, settings, benchmark)
     config: dict[str, Any] = {
         "benchmark": benchmark, "data": str(data), "split": args.split, "model": args.model,
         "price_model": price_model, "mode": args.mode, "profile": args.profile, "endpoint": args.endpoint,
-        "tools": str(args.tools or "tools.json"), "prompts": str(args.prompts or "orchestrator/prompts"),
-        "retriever": args.retriever or (str(args.index) if args.index else None), "max_turns": args.max_turns,
-        "max_tokens": args.max_tokens, "temperature": args.temperature, "constrained": args.constrained,
-        "judge_model": args.judge_model, "judge_style": args.judge_style, "topk": args.topk,
+        "endpoint_model": args.endpoint_model, "setting": choice,
+        "tools": str(args.tools or "tools.json"), "catalog_sha256": content_hash(catalog.model_dump(mode="json")),
+        "prompts": str(args.prompts or "orchestrator/prompts"), "prompts_sha256": content_hash(setup.prompts.templates),
+        "retriever": args.retriever or (str(args.index) if args.index else None),
+        "index_sha256": index_fingerprint(args.index) if args.index and not args.retriever else None,
+        "topk": args.topk, "max_turns": args.max_turns, "max_tokens": args.max_tokens,
+        "expert_max_tokens": args.expert_max_tokens, "temperature": args.temperature,
+        "constrained": args.constrained, "judge_model": setup.judge.model, "judge_style": args.judge_style,
+        "judge_prompt_sha256": content_hash(setup.judge.template), "concurrency": args.concurrency,
         "prompt_style": settings.prompts, "send_eid": settings.send_eid, "search_fee": settings.search_fee,
         "experts": {k: v.model_dump() for k, v in settings.experts.items()}, "tasks_loaded": len(loaded.tasks),
         "skipped": loaded.skipped, "malformed": [str(m) for m in loaded.malformed]}
-    prepare_output(out_dir, config, args.resume)
-    setup = build_setup(args, catalog, price_model, retriever, settings, benchmark)
+    prepare_output(out_dir, config, args.resume, force=args.force)
     with ResultsFile(out_dir / RESULTS_NAME, resume=args.resume, retry_errors=args.retry_errors) as results:
         for msg in results.repair.messages(results.path):
             print(msg, file=sys.stderr)

@@ -11,7 +11,10 @@ Definitions (PAPER.md §3, §8-9):
 - accuracy = correct / answered tasks (tau2: pass^1 = mean success); errors are counted
   apart, and `accuracy_errors_as_wrong` = correct / (answered + errors) is also given;
 - cost per query = mean dollars over answered tasks, shown in cents (orchestrator tokens,
-  expert tokens, code seconds, search fees; the judge's tokens are not included);
+  expert tokens, code seconds, search fees; the judge's tokens are not included); what
+  failed tasks spent before failing is `error_cost_usd` (with `error_tokens`, `error_turns`),
+  and `total_cost_usd` is the whole run's bill;
+- accuracy over zero answered tasks is undefined: `null` in summary.json, "n/a" in the table;
 - latency per query = mean tool wall-clock seconds over answered tasks, shown in minutes;
 - tool mix = share of all tool calls going to each alias, and to each model behind it.
 """
@@ -51,14 +54,21 @@ def summarize(records: list[dict]) -> dict[str, Any]:
         aliases.update(r.get("tool_calls") or {})
         models.update(r.get("expert_models") or {})
     tokens = [r.get("tokens") or {} for r in answered]
+    error_tokens = [r.get("tokens") or {} for r in errors]
     summary = {
         "tasks": len(by_id),
         "answered": len(answered),
         "errors": len(errors),
         "correct": correct,
-        "accuracy": correct / len(answered) if answered else 0.0,
-        "accuracy_errors_as_wrong": correct / len(by_id) if by_id else 0.0,
+        "accuracy": correct / len(answered) if answered else None,     # None: shown as "n/a"
+        "accuracy_errors_as_wrong": correct / len(by_id) if by_id else None,
         "cost_per_query_usd": _mean([float(r.get("cost") or 0.0) for r in answered]),
+        # what failed tasks spent before failing: part of the run's bill, not of the per-query mean
+        "error_cost_usd": sum(float(r.get("cost") or 0.0) for r in errors),
+        "error_turns": sum(len(r.get("turns") or []) for r in errors),
+        "error_tokens": {"prompt": sum(int(t.get("prompt", 0)) for t in error_tokens),
+                         "completion": sum(int(t.get("completion", 0)) for t in error_tokens)},
+        "total_cost_usd": sum(float(r.get("cost") or 0.0) for r in by_id.values()),
         "latency_per_query_s": _mean([float(r.get("latency") or 0.0) for r in answered]),
         "wall_per_query_s": _mean([float(r.get("wall_s") or 0.0) for r in answered]),
         "judge_cost_usd": sum(float((r.get("verdict") or {}).get("cost") or 0.0) for r in answered),
@@ -112,13 +122,15 @@ def print_table(rows: list[tuple[str, dict]], console=None) -> None:
 
     console = console or Console()
     table = Table(title="Evaluation runs")
-    for col in ("run", "tasks", "accuracy %", "errors", "cost / query (¢)", "latency / query (min)", "wall / query (s)"):
+    for col in ("run", "tasks", "accuracy %", "errors", "cost / query (¢)", "errors' cost ($)",
+                "latency / query (min)", "wall / query (s)"):
         table.add_column(col, justify="left" if col == "run" else "right")
     for label, s in rows:
-        acc = f"{100 * s['accuracy']:.1f}"
+        acc = "n/a" if s["accuracy"] is None else f"{100 * s['accuracy']:.1f}"
         if "pass1_by_domain" in s:
             acc += " (" + ", ".join(f"{d} {100 * v:.1f}" for d, v in s["pass1_by_domain"].items()) + ")"
         table.add_row(label, str(s["tasks"]), acc, str(s["errors"]), f"{s['cost_per_query_cents']:.3f}",
+                      f"{s['error_cost_usd']:.4f}",
                       f"{s['latency_per_query_min']:.2f}", f"{s['wall_per_query_s']:.1f}")
     console.print(table)
     for label, s in rows:
@@ -142,6 +154,8 @@ def plot_cost_accuracy(rows: list[tuple[str, dict]], path: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for label, s in rows:
+        if s["accuracy"] is None:   # nothing answered: no point to place
+            continue
         x, y = s["cost_per_query_cents"], 100 * s["accuracy"]
         ax.scatter([x], [y], s=40)
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)

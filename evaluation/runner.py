@@ -9,7 +9,8 @@
 - Each record is appended and flushed (and fsync'ed) the moment its task finishes, by the
   main thread only, through one file handle: no lock, no handle per task.
 - A task whose `solve` raises is recorded with `status: "error"` and the reason; it counts
-  apart from accuracy. `--resume` skips every id already in the file (answered or error);
+  apart from accuracy. Raising `TaskFailed(msg, partial)` keeps what the task spent (cost,
+  tokens, turns) in that record. `--resume` skips every id already in the file (answered or error);
   `--retry-errors` first removes the error records (atomic rewrite) so they run again.
 - A run killed mid-write leaves at most one torn last line: it is reported and cut off on
   resume, and that task runs again. Nothing already written is lost or duplicated.
@@ -170,10 +171,20 @@ class RunStats:
     stopped: str | None = None      # why the run stopped early (`stop_when`), else None
 
 
+class TaskFailed(RuntimeError):
+    """A task that failed part-way; `partial` is what it did before (cost, tokens, turns...),
+    kept in its error record so the money and time it spent still count in the run's totals."""
+
+    def __init__(self, message: str, partial: dict[str, Any]):
+        super().__init__(message)
+        self.partial = partial
+
+
 def error_record(task: HasId, exc: BaseException, wall_s: float) -> dict:
-    """The record of a task whose solve raised: the reason, the last frames, no verdict."""
+    """The record of a task whose solve raised: the reason, the last frames, what it spent, no verdict."""
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return {"id": task.id, "status": "error", "error": f"{type(exc).__name__}: {exc}",
+    partial = getattr(exc, "partial", None) or {}
+    return {**partial, "id": task.id, "status": "error", "error": f"{type(exc).__name__}: {exc}",
             "traceback": "".join(tb[-3:])[-2000:], "correct": None, "wall_s": round(wall_s, 3)}
 
 

@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from evaluation.cli import (CLIError, add_common_args, check_common, default_output, prepare_output,
-                            resolve_price_model, use_endpoint)
+from evaluation.cli import (CLIError, add_common_args, check_common, check_profile, content_hash, default_output,
+                            prepare_output, resolve_price_model, use_endpoint)
 from evaluation.error_streak import ErrorStreak
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, read_records, run_tasks
 from orchestrator.catalog import CatalogError, load_catalog
@@ -39,7 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "is any LLM_CALL model; pass^1 per domain. Or re-score saved tau2 results files.",
         epilog="Docs: docs/evaluation.md")
     parser.add_argument("--rescore", nargs="+", type=Path, metavar="RESULTS.json",
-                        help="re-score tau2 results files with tau2's evaluator and exit")
+                        help="re-score tau2 results files with tau2's evaluator and exit: pass^1 as labelled "
+                             "and with each simulation matched to its task by content")
+    parser.add_argument("--task-set", type=Path, metavar="TASKS.json",
+                        help="with --rescore: the tau2 tasks.json of the version the run used (e.g. tau2 0.1.3's "
+                             "retail, 115 tasks; default: the file's own tasks, else the installed tau2's)")
     d = parser.add_argument_group("tasks")
     d.add_argument("--domains", "--data", dest="domains", default="airline,retail,telecom",
                    help="comma-separated tau2 domains (default: %(default)s)")
@@ -64,16 +68,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def print_rescore(paths: list[Path]) -> int:
-    """Re-score each file; print pass^1 per domain and the tasks whose reward changed."""
+def _pass1(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def print_rescore(paths: list[Path], task_set: Path | None = None) -> int:
+    """Re-score each file; print pass^1 per domain (as labelled and as matched by content) and
+    the tasks whose reward changed."""
     from evaluation.tau2_run import rescore
 
+    if task_set is not None and not task_set.exists():
+        raise CLIError(f"--task-set {task_set}: no such file")
     per_domain: dict[str, list[dict]] = {}
     for path in paths:
         if not path.exists():
             raise CLIError(f"--rescore {path}: no such file")
         try:
-            result = rescore(path)
+            result = rescore(path, task_set)
         except (ValueError, KeyError) as exc:
             raise CLIError(f"--rescore {path}: not a tau2 results file it can score ({type(exc).__name__}: "
                            f"{str(exc)[:300]})") from None
@@ -83,11 +94,24 @@ def print_rescore(paths: list[Path]) -> int:
               f"(stored {stored}); reward changed for {len(result['changed'])}")
         for c in result["changed"]:
             print(f"  task {c['task_id']}: stored {c['stored']} -> rescored {c['rescored']}")
+        how = ", ".join(f"{k} {v}" for k, v in sorted(result["match_how"].items()))
+        print(f"  matched by content ({how}): pass^1 {_pass1(result['matched_pass1'])} over {result['matched']} "
+              f"simulations, {result['unmatched']} unmatched; {result['mislabelled']} labels disagree with their "
+              f"content; stored reward recovered for {result['matched_reward_recovered']}/{result['matched']}")
+        if result["mislabelled"]:
+            shown = ", ".join(f"{r['label']}->{r['task_id'] if r['task_id'] is not None else '?'}"
+                              for r in result["relabelled"][:10])
+            print(f"  warning: task_id labels do not match the conversations (label->task: {shown}"
+                  f"{', ...' if result['mislabelled'] > 10 else ''}); the labelled pass^1 grades them against other "
+                  f"tasks. Is this file from another tau2 task set? (--task-set)")
     for domain, results in sorted(per_domain.items()):
         n = sum(r["simulations"] for r in results)
-        pass1 = sum(r["pass1"] * r["simulations"] for r in results) / max(n, 1)
+        pass1 = sum((r["pass1"] or 0.0) * r["simulations"] for r in results) / max(n, 1)
         changed = sum(len(r["changed"]) for r in results)
-        print(f"{domain}: pass^1 {pass1:.4f} over {n} simulations; {changed} changed reward")
+        m = sum(r["matched"] for r in results)
+        m_pass1 = sum((r["matched_pass1"] or 0.0) * r["matched"] for r in results) / m if m else None
+        print(f"{domain}: pass^1 {pass1:.4f} over {n} simulations; {changed} changed reward; as matched "
+              f"{_pass1(m_pass1)} over {m} ({sum(r['unmatched'] for r in results)} unmatched)")
     return 0
 
 
@@ -103,13 +127,12 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not domains:
         raise CLIError(f"--domains {args.domains}: unknown {unknown}; choose from {list(DOMAINS)}")
     catalog = load_catalog(args.tools)
-    if args.profile and args.profile not in catalog.profiles:
-        raise CLIError(f"--profile {args.profile!r}: not in tools.json profiles {sorted(catalog.profiles)}")
     out_dir = args.output or default_output("tau2", args.model, args.mode)
     out_dir.mkdir(parents=True, exist_ok=True)
     price_model = resolve_price_model(args, catalog)
     if args.endpoint:
         use_endpoint(args, out_dir, price_model)
+    check_profile(catalog, args.profile, args.tools)
     task_ids = [t.strip() for t in args.task_ids.split(",")] if args.task_ids else None
     try:
         jobs = load_jobs(domains, task_ids, args.limit)
@@ -121,8 +144,10 @@ def run(args: argparse.Namespace) -> int:
     config = {"benchmark": "tau2", "domains": domains, "model": args.model, "price_model": price_model,
               "mode": args.mode, "profile": args.profile, "endpoint": args.endpoint, "user_model": user_model,
               "max_steps": args.max_turns, "max_errors": args.max_errors, "seed": args.seed,
-              "temperature": args.temperature, "tools": str(args.tools or "tools.json"), "task_ids": task_ids}
-    prepare_output(out_dir, config, args.resume)
+              "temperature": args.temperature, "tools": str(args.tools or "tools.json"), "task_ids": task_ids,
+              "catalog_sha256": content_hash(catalog.model_dump(mode="json")), "max_tokens": args.max_tokens,
+              "expert_max_tokens": args.expert_max_tokens, "user_temperature": args.user_temperature}
+    prepare_output(out_dir, config, args.resume, force=args.force)
     setup = Tau2Setup(model=args.model, price_model=price_model, catalog=catalog, mode=args.mode,
                       profile=args.profile, temperature=args.temperature, max_tokens=args.max_tokens,
                       expert_max_tokens=args.expert_max_tokens, user_model=user_model, user_temperature=args.user_temperature, max_steps=args.max_turns,
@@ -150,7 +175,9 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return print_rescore(args.rescore) if args.rescore else run(args)
+        if args.task_set and not args.rescore:
+            raise CLIError("--task-set needs --rescore")
+        return print_rescore(args.rescore, args.task_set) if args.rescore else run(args)
     except (CLIError, CatalogError, RunError, GatewayConfigError, json.JSONDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

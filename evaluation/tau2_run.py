@@ -188,23 +188,67 @@ def write_tau2_results(out_dir: Path, records: list[dict], setup: Tau2Setup) -> 
     return paths
 
 
-def rescore(path: str | Path) -> dict[str, Any]:
-    """Re-score a tau2 results file with tau2's evaluator; compare with the stored rewards."""
+def load_task_set(path: str | Path) -> list[Tau2Task]:
+    """A tau2 tasks file (a JSON list of tasks, e.g. data/tau2/domains/retail/tasks.json of the tau2
+    version a run used: 0.1.3's retail has 115 tasks, today's 114)."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of tau2 tasks (a domain's tasks.json)")
+    return [Tau2Task.model_validate(t) for t in data]
+
+
+def _score(sim: SimulationRun, task: Tau2Task | None, domain: str, solo: bool) -> float:
+    if task is None:
+        return 0.0
+    return evaluate_simulation(simulation=sim, task=task, domain=domain, evaluation_type=EvaluationType.ALL,
+                               solo_mode=solo).reward
+
+
+def rescore(path: str | Path, task_set: str | Path | None = None) -> dict[str, Any]:
+    """Re-score a tau2 results file with tau2's evaluator, as labelled and as matched by content.
+
+    Tasks: `task_set` (a tasks.json of the tau2 version the run used) if given, else the file's
+    own tasks (the run's task set), else the installed tau2's.  "labelled" grades
+    each simulation against the task its `task_id` names (0 when the set has no such task);
+    "matched" against the task its content shows (evaluation/tau2_match.py), over matched
+    simulations only.  `changed` lists labelled rewards that differ from the stored ones.
+    """
     from tau2.scripts.evaluate_trajectories import is_solo_mode
+
+    from evaluation.tau2_match import match_simulations
 
     results = Results.load(Path(path))
     domain = results.info.environment_info.domain_name
-    tasks = {t.id: t for t in results.tasks}
+    if task_set is not None:
+        tasks = {t.id: t for t in load_task_set(task_set)}
+    elif results.tasks:
+        tasks = {t.id: t for t in results.tasks}
+    else:
+        from tau2.run import get_tasks
+
+        tasks = {t.id: t for t in get_tasks(task_set_name=domain)}
     solo = is_solo_mode(results)
     fresh = results.model_copy(deep=True)
-    changed = []
-    for sim in fresh.simulations:
+    report = match_simulations(results.simulations, tasks)
+    changed, labelled, matched, recovered = [], [], [], 0
+    for sim, match in zip(fresh.simulations, report.matches):
         stored = sim.reward_info.reward if sim.reward_info else None
-        sim.reward_info = evaluate_simulation(simulation=sim, task=tasks[sim.task_id], domain=domain,
-                                              evaluation_type=EvaluationType.ALL, solo_mode=solo)
-        if stored is None or abs(stored - sim.reward_info.reward) > 1e-6:
-            changed.append({"task_id": sim.task_id, "stored": stored, "rescored": sim.reward_info.reward})
+        reward = _score(sim, tasks.get(sim.task_id), domain, solo)
+        labelled.append(reward)
+        if stored is None or abs(stored - reward) > 1e-6:
+            changed.append({"task_id": sim.task_id, "stored": stored, "rescored": reward})
+        if match.task_id is not None:
+            m_reward = reward if match.task_id == sim.task_id else _score(sim, tasks[match.task_id], domain, solo)
+            matched.append(m_reward)
+            recovered += stored is not None and abs(stored - m_reward) <= 1e-6
     stored_pass1 = (compute_metrics(results).pass_hat_ks.get(1)
                     if all(s.reward_info for s in results.simulations) else None)
-    return {"file": str(path), "domain": domain, "simulations": len(fresh.simulations),
-            "pass1": compute_metrics(fresh).pass_hat_ks.get(1), "stored_pass1": stored_pass1, "changed": changed}
+    def success(rewards: list[float]) -> float | None:
+        return sum(map(is_successful, rewards)) / len(rewards) if rewards else None
+
+    return {"file": str(path), "domain": domain, "simulations": len(fresh.simulations), "tasks": len(tasks),
+            "pass1": success(labelled), "stored_pass1": stored_pass1, "changed": changed,
+            "matched_pass1": success(matched), "matched": len(matched), "unmatched": report.unmatched,
+            "mislabelled": report.mislabelled, "match_how": report.counts(), "matched_reward_recovered": recovered,
+            "relabelled": [{"label": m.label, "task_id": m.task_id, "how": m.how}
+                           for m in report.matches if not m.label_ok]}

@@ -7,9 +7,11 @@ One price table lives here; every dollar figure in the project is computed by
 """
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -28,20 +30,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Numbers must be JSON numbers: a price written as "1.25" is a typo, not a value to coerce.
 class Price(_Strict):
-    input: float = Field(ge=0, description="$ per 1M prompt tokens")
-    output: float = Field(ge=0, description="$ per 1M completion tokens")
+    input: float = Field(ge=0, strict=True, description="$ per 1M prompt tokens")
+    output: float = Field(ge=0, strict=True, description="$ per 1M completion tokens")
 
 
 class Fees(_Strict):
-    code_per_second: float = Field(0.0, ge=0)
-    web_search: float = Field(0.0, ge=0)
-    web_extract_page: float = Field(0.0, ge=0)
+    code_per_second: float = Field(0.0, ge=0, strict=True)
+    web_search: float = Field(0.0, ge=0, strict=True)
+    web_extract_page: float = Field(0.0, ge=0, strict=True)
 
 
 class AliasSpec(_Strict):
     model: str = Field(min_length=1)
-    latency_s: float = Field(ge=0, description="listed mean latency shown to the policy")
+    latency_s: float = Field(ge=0, strict=True, description="listed mean latency shown to the policy")
     description: str | None = None
 
 
@@ -78,14 +81,52 @@ class Catalog(_Strict):
                     raise ValueError(f"{where}: alias also used by tool {seen_aliases[alias]!r}; aliases must be unique")
                 seen_aliases[alias] = tool.name
                 if spec.model not in self.prices:
-                    raise ValueError(f"{where}.model: {spec.model!r} has no entry in 'prices'; add it there")
+                    raise ValueError(f"{where}.model: {spec.model!r} has no entry in 'prices'"
+                                     f"{_closest(spec.model, self.prices)}; add it there")
         if self.orchestrator_price_model and self.orchestrator_price_model not in self.prices:
             raise ValueError(f"orchestrator_price_model: {self.orchestrator_price_model!r} has no entry in 'prices'")
         for name, mapping in self.profiles.items():
             for model in mapping:
                 if model not in self.prices:
-                    raise ValueError(f"profiles.{name}.{model}: unknown model; profile keys must be models listed in 'prices'")
+                    raise ValueError(f"profiles.{name}.{model}: unknown model{_closest(model, self.prices)}; "
+                                     f"profile keys must be models listed in 'prices'")
         return self
+
+    def check_served(self, known_models: Iterable[str], profile: str | None = None,
+                     source: str = "tools.json") -> None:
+        """Raise CatalogError unless every model `profile` serves is a name in the model registry.
+
+        With profile=None every profile is checked (the catalog CLI); a run checks the one it uses,
+        including an empty profile such as `paper`, which serves each alias model as itself.
+        A profile that maps some models must map every alias model: one left out would be served
+        as itself (e.g. a paid API under `local`), which fails only at run time.  (Not checked when
+        parsing: per-task catalogs of training examples offer other models under the same profiles.)
+        """
+        known = set(known_models)
+        names = sorted(self.profiles) if profile is None else [profile]
+        alias_models = {spec.model for tool in self.tools for spec in tool.aliases.values()}
+        for name in names:
+            if name not in self.profiles:
+                raise CatalogError(f"{source}: profile {name!r} is not defined; "
+                                   f"defined: {sorted(self.profiles)}")
+            missing = sorted(alias_models - set(self.profiles[name])) if self.profiles[name] else []
+            if missing:
+                raise CatalogError(f"{source}: $.profiles.{name}: no mapping for {missing}, used by tool aliases; "
+                                   f"add each to the profile (e.g. \"{missing[0]}\": \"smollm2-135m\")")
+            for served_by, target in sorted(self.profiles[name].items()):
+                if target not in known:
+                    raise CatalogError(f"{source}: $.profiles.{name}.{served_by}: {target!r} is not a model "
+                                       f"in the model registry (configs/models.yaml){_closest(target, known)}")
+            if profile is None:
+                continue   # serving alias models as themselves is checked only for a profile in use
+            for tool in self.tools:
+                for alias, spec in tool.aliases.items():
+                    served = self.served_model(spec.model, name)
+                    if served not in known:
+                        raise CatalogError(
+                            f"{source}: profile {name!r} cannot serve alias {alias} (model {spec.model!r}): "
+                            f"{served!r} is not in the model registry (configs/models.yaml); map it in "
+                            f"$.profiles.{name} or add it to the registry")
 
     # ---- lookups -------------------------------------------------------------------
     def tool(self, name: str) -> ToolSpec:
@@ -165,14 +206,49 @@ def _json_path(loc: tuple) -> str:
     return path
 
 
+def _closest(name: str, known: Iterable[str]) -> str:
+    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _known_fields(root: type[BaseModel], loc: tuple) -> list[str]:
+    """The field names allowed where `loc` (the path of an unknown key) points."""
+    model: type[BaseModel] | None = root
+    for part in loc[:-1]:
+        if model is None or isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        if field is None:   # a dict key (alias / model name): its value type is the next model
+            continue
+        ann = field.annotation
+        model = None
+        for arg in (ann, *getattr(ann, "__args__", ())):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                model = arg
+            for inner in getattr(arg, "__args__", ()):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    model = inner
+    return list(model.model_fields) if model else []
+
+
 def parse_catalog(data: object, source: str = "<tools.json>") -> Catalog:
-    """Validate already-parsed JSON; raise CatalogError with one line naming the problem."""
+    """Validate already-parsed JSON; raise CatalogError with one line naming the problem.
+
+    An unknown key is reported first (with the closest known one): a misspelled key also
+    makes the right one "missing", and the misspelling is the thing to fix.
+    """
     try:
         return Catalog.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         loc = _json_path(tuple(p for p in err["loc"] if p != "__root__"))
         msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "float_type" and isinstance(err.get("input"), str):
+            msg = f"{err['input']!r} is a string; write the number without quotes"
+        if err["type"] == "extra_forbidden":
+            key = str(err["loc"][-1])
+            msg = f"unknown key {key!r}{_closest(key, _known_fields(Catalog, err['loc']))}"
         if loc == "$" and ":" in msg:  # cross-field checks name their own path
             loc, msg = "$." + msg.split(":", 1)[0], msg.split(":", 1)[1].strip()
         more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
@@ -200,6 +276,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         cat = load_catalog(argv[0])
+    except CatalogError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        from orchestrator.gateway.registry import load_registry
+
+        cat.check_served(load_registry().models, source=argv[0])
     except CatalogError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -12,6 +12,7 @@ different --index later reuses the embeddings); (4) the BM25 Lucene index with -
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -69,10 +70,15 @@ def build(corpus: str | Path, out: str | Path, encoder=None, index: str = "flat"
         raise BuildError("--index none builds nothing; add --bm25 or pick a dense index kind")
     out = Path(out)
     enc_name = getattr(encoder, "name", encoder) or "minilm"
-    state = {"corpus": _fingerprint(corpus), "encoder": str(enc_name), "shard_size": shard_size,
+    state = {"corpus": _fingerprint(corpus, _previous_corpus(out)), "encoder": str(enc_name), "shard_size": shard_size,
              "profile": profile, "max_length": max_length}
-    _check_state(out, state)
+    unchanged = _check_state(out, state)
     report = BuildReport(out, 0)
+    done = _finished(out, index, bm25) if unchanged else None
+    if done is not None:   # built before from the same corpus and settings: nothing to redo
+        report.n_docs = int(done.get("n_docs", 0))
+        report.seconds["reused"] = 0.0
+        return report
 
     t0 = time.perf_counter()
     if not _docstore_ready(out):
@@ -105,20 +111,49 @@ def build(corpus: str | Path, out: str | Path, encoder=None, index: str = "flat"
     return report
 
 
-def _fingerprint(corpus: str | Path) -> dict:
+def _fingerprint(corpus: str | Path, known: dict | None = None) -> dict:
+    """The corpus by content: size and sha256.  The hash of `known` (an earlier fingerprint)
+    is reused while path, size and mtime are unchanged, so an unchanged big corpus is not
+    read again; a rewritten file with the same bytes keeps its fingerprint."""
     path = Path(corpus)
     if not path.is_file():
         raise CorpusError(f"{path}: corpus file not found; pass --corpus a JSONL file of {{\"id\", \"contents\"}} lines")
     st = path.stat()
-    return {"path": str(path.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+    fp = {"path": str(path.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+    if known and known.get("sha256") and all(known.get(k) == fp[k] for k in ("path", "bytes", "mtime_ns")):
+        return {**fp, "sha256": known["sha256"]}
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return {**fp, "sha256": digest.hexdigest()}
 
 
-def _check_state(out: Path, state: dict) -> None:
-    """Refuse to resume into a folder built from another corpus, or whose embedding shards
-    were made with other encoder settings."""
+def _previous_corpus(out: Path) -> dict | None:
+    try:
+        return json.loads((out / STATE_FILE).read_text()).get("corpus")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _same_corpus(old: dict | None, new: dict) -> bool:
+    if not isinstance(old, dict) or old.get("bytes") != new["bytes"]:
+        return False
+    if old.get("sha256") is None:   # a build state written before content hashes: path and mtime decide
+        return old.get("path") == new["path"] and old.get("mtime_ns") == new["mtime_ns"]
+    return old["sha256"] == new["sha256"]
+
+
+def _check_state(out: Path, state: dict) -> bool:
+    """Refuse to resume into a folder built from another corpus (by content: size and sha256),
+    or whose embedding shards were made with other encoder settings; return whether the
+    folder was built with exactly these settings."""
     path = out / STATE_FILE
+    unchanged = False
     if path.exists():
         old = json.loads(path.read_text())
+        if _same_corpus(old.get("corpus"), state["corpus"]):
+            old["corpus"] = state["corpus"]   # same content; path or mtime may differ
         changed = [k for k in state if old.get(k) != state[k]]
         has_shards = any((out / SHARD_DIR).glob("shard-*.npy"))
         if "corpus" in changed or (changed and has_shards):
@@ -126,8 +161,24 @@ def _check_state(out: Path, state: dict) -> None:
                 f"{out} holds a build with different {', '.join(changed)} "
                 f"(was {[old.get(k) for k in changed]}, now {[state[k] for k in changed]}); "
                 f"pass a new --out folder or delete {out} to start over")
+        unchanged = not changed
     out.mkdir(parents=True, exist_ok=True)
     _write_json(path, state)
+    return unchanged
+
+
+def _finished(out: Path, index: str, bm25: bool) -> dict | None:
+    """meta.json of a finished build holding what is asked (dense `index`, bm25), else None."""
+    try:
+        meta = json.loads((out / META_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    from retrieval.bm25 import BM25_DIR
+    from retrieval.dense import INDEX_FILE
+
+    dense_ok = index == "none" or (meta.get("index") == index and (out / INDEX_FILE).exists())
+    bm25_ok = not bm25 or (meta.get("bm25") and (out / BM25_DIR).is_dir())
+    return meta if dense_ok and bm25_ok and _docstore_ready(out) else None
 
 
 def _docstore_ready(out: Path) -> bool:

@@ -44,7 +44,7 @@ def test_llm_cost_by_hand():
     (lambda d: d["tools"][2].update(kind="magic"), "$.tools[2].kind"),
     (lambda d: d["tools"][2]["aliases"].update({"search-1": {"model": "gpt-5", "latency_s": 1}}), "alias also used by tool 'search'"),
     (lambda d: d["profiles"]["local"].update({"gpt-6": "x"}), "profiles.local.gpt-6: unknown model"),
-    (lambda d: d["tools"][0].update(colour="red"), "$.tools[0].colour: Extra inputs are not permitted"),
+    (lambda d: d["tools"][0].update(colour="red"), "$.tools[0].colour: unknown key 'colour'"),
 ])
 def test_broken_catalog_one_line_error(mutate, expected):
     data = shipped()
@@ -75,3 +75,68 @@ def test_cli_ok_and_bad(tmp_path):
     res = run_cli(str(bad))
     assert res.returncode == 1
     assert res.stderr.strip().count("\n") == 0 and "invalid JSON" in res.stderr and str(bad) in res.stderr
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    # a misspelled key names the misspelling and the key meant, not the "missing" right key
+    (lambda d: d["tools"][0]["aliases"]["search-1"].update(
+        latancy_s=d["tools"][0]["aliases"]["search-1"].pop("latency_s")),
+     "$.tools[0].aliases.search-1.latancy_s: unknown key 'latancy_s' (did you mean 'latency_s'?)"),
+    (lambda d: d.update(profils=d.pop("profiles")), "$.profils: unknown key 'profils' (did you mean 'profiles'?)"),
+    (lambda d: d["prices"].update({"gpt5": d["prices"].pop("gpt-5")}), "(did you mean 'gpt5'?)"),
+    # a price written as a string is refused, not coerced
+    (lambda d: d["prices"]["gpt-5"].update(input="1.25"),
+     "$.prices.gpt-5.input: '1.25' is a string; write the number without quotes"),
+    (lambda d: d["fees"].update(web_search="0.01"), "$.fees.web_search: '0.01' is a string"),
+])
+def test_catalog_mistakes_named(mutate, expected):
+    data = shipped()
+    mutate(data)
+    with pytest.raises(CatalogError) as err:
+        parse_catalog(data, "my_tools.json")
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_integer_prices_still_accepted():
+    data = shipped()
+    data["prices"]["gpt-5"]["input"] = 1
+    assert parse_catalog(data).price("gpt-5").input == 1.0
+
+
+def test_profile_targets_must_be_registry_models():
+    from orchestrator.gateway.registry import load_registry
+
+    known = load_registry().models
+    load_catalog().check_served(known)                 # the shipped catalog: every profile resolves
+    data = shipped()
+    data["profiles"]["local"]["gpt-5"] = "smollm-135m"
+    cat = parse_catalog(data)
+    with pytest.raises(CatalogError, match=r"profiles\.local\.gpt-5: 'smollm-135m' is not a model in the model "
+                                           r"registry.*did you mean 'smollm2-135m'"):
+        cat.check_served(known)
+    # a new model behind an alias that the local profile does not map
+    data = shipped()
+    data["prices"]["new-model"] = {"input": 1, "output": 1}
+    data["tools"][0]["aliases"]["search-4"] = {"model": "new-model", "latency_s": 1}
+    for profile in (None, "local"):
+        with pytest.raises(CatalogError, match=r"\$\.profiles\.local: no mapping for \['new-model'\], used by tool aliases"):
+            parse_catalog(data).check_served(known, profile)
+    # a profile in use must serve every alias: an empty profile serves each model as itself
+    data = shipped()
+    data["prices"]["my-api-model"] = {"input": 1, "output": 1}
+    data["tools"][0]["aliases"]["search-4"] = {"model": "my-api-model", "latency_s": 1}
+    data["profiles"]["local"]["my-api-model"] = "smollm2-135m"
+    data["profiles"]["local-vllm"]["my-api-model"] = "smollm2-135m-vllm"
+    cat = parse_catalog(data)
+    cat.check_served(known, "local")
+    with pytest.raises(CatalogError, match=r"profile 'paper' cannot serve alias search-4 \(model 'my-api-model'\)"):
+        cat.check_served(known, "paper")
+
+
+def test_cli_checks_profiles_against_registry(tmp_path):
+    data = shipped()
+    data["profiles"]["local"]["gpt-5"] = "no-such-model"
+    bad = tmp_path / "tools.json"
+    bad.write_text(json.dumps(data))
+    res = run_cli(str(bad))
+    assert res.returncode == 1 and "$.profiles.local.gpt-5: 'no-such-model' is not a model" in res.stderr

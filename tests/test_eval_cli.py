@@ -181,3 +181,85 @@ def test_endpoint_flag_serves_the_orchestrator_from_a_url(env, backend):
     registry = (env["tmp"] / "endpoint2" / "models.yaml").read_text()
     assert f"base_url: {backend.base_url}" in registry and "mock-expert" in registry
     assert records(env["tmp"] / "endpoint2")["f1"]["correct"] and backend.requests > before
+
+
+def _changed_tools(env):
+    tools = json.loads(env["tools"].read_text())
+    tools["prices"]["gpt-5"]["output"] = 11.0
+    path = env["tmp"] / "tools2.json"
+    path.write_text(json.dumps(tools))
+    return path
+
+
+def _changed_prompts(env):
+    folder = env["tmp"] / "prompts"
+    folder.mkdir(exist_ok=True)
+    (folder / "system.txt").write_text((REPO / "orchestrator" / "prompts" / "system.txt").read_text() + "\nBe brief.")
+    return folder
+
+
+def _changed_judge_prompt(env):
+    path = env["tmp"] / "judge.txt"
+    path.write_text((REPO / "evaluation" / "prompts" / "judge.txt").read_text() + "\nBe strict.")
+    return path
+
+
+@pytest.mark.parametrize("flags, key", [
+    (lambda env: ["--judge-model", "mock-orch"], "judge_model"),
+    (lambda env: ["--judge-prompt", _changed_judge_prompt(env)], "judge_prompt_sha256"),
+    (lambda env: ["--tools", _changed_tools(env)], "catalog_sha256"),
+    (lambda env: ["--prompts", _changed_prompts(env)], "prompts_sha256"),
+    (lambda env: ["--max-turns", 7], "max_turns"),
+    (lambda env: ["--max-tokens", 99], "max_tokens"),
+    (lambda env: ["--expert-max-tokens", 99], "expert_max_tokens"),
+    (lambda env: ["--constrained"], "constrained"),
+    (lambda env: ["--topk", 5], "topk"),
+    (lambda env: ["--temperature", 0.0], "temperature"),
+])
+def test_resume_refuses_any_setting_that_changes_records(env, flags, key):
+    out = env["tmp"] / "run"
+    base = ["--data", env["data"], "--output", out, "--limit", 1, "--no-report"]
+    assert run("run_frames.py", env, *base).returncode == 0
+    first = json.loads((out / "run_config.json").read_text())
+    proc = run("run_frames.py", env, *base, "--limit", 2, "--resume", *flags(env))
+    assert proc.returncode == 2 and f"{key}: " in proc.stderr and "--force" in proc.stderr
+    assert json.loads((out / "run_config.json").read_text()) == first     # untouched by the refused resume
+    # --force continues and writes what changed to the run's log
+    proc = run("run_frames.py", env, *base, "--limit", 2, "--resume", "--force", *flags(env))
+    assert proc.returncode == 0 and "(1 already done)" in proc.stdout
+    log = (out / "run.log").read_text().splitlines()
+    assert len(log) == 2 and " start" in log[0] and "forced over changed settings" in log[1] and f"{key}: " in log[1]
+
+
+def test_resume_of_the_same_command_always_works(env):
+    out = env["tmp"] / "run"
+    base = ["--data", env["data"], "--output", out, "--limit", 1, "--no-report"]
+    assert run("run_frames.py", env, *base).returncode == 0
+    for _ in range(2):
+        proc = run("run_frames.py", env, *base, "--resume")
+        assert proc.returncode == 0, proc.stderr
+    assert (out / "run.log").read_text().count(" resume\n") == 2
+    proc = run("run_frames.py", env, *base, "--force")
+    assert proc.returncode == 2 and "--force needs --resume" in proc.stderr
+
+
+def test_embedded_world_resumes_without_rebuilding(tmp_path):
+    """Each start of the embedded default writes its world again; the index is kept (by content)."""
+    import os
+
+    from evaluation.qa_cli import embedded_world
+
+    tasks, index = embedded_world(tmp_path, 4)
+    corpus = tmp_path / "world" / "corpus.jsonl"
+    state = (index / "build_state.json").read_text()
+    built = {p.name: p.stat().st_mtime_ns for p in index.iterdir() if p.is_file() and p.name != "build_state.json"}
+    os.utime(corpus, ns=(1, 1))                      # same bytes, other mtime (a copy, a checkout)
+    embedded_world(tmp_path, 4)                       # today: BuildError "different corpus"
+    embedded_world(tmp_path, 4)
+    assert {n: (index / n).stat().st_mtime_ns for n in built} == built      # nothing rebuilt
+    assert json.loads((index / "build_state.json").read_text())["corpus"]["sha256"] == \
+        json.loads(state)["corpus"]["sha256"]
+    corpus.write_text(corpus.read_text().replace("a", "b", 1))   # a real change is still refused
+    from retrieval.build_index import BuildError, build
+    with pytest.raises(BuildError, match="different corpus"):
+        build(corpus=corpus, out=index, progress=False)

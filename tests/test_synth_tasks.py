@@ -164,7 +164,9 @@ def test_tasks_validate_against_the_real_tau2_task_model(school):
 def test_offline_toolkit_loads_each_toolscale_db_and_tasks_replay(tmp_path, name):
     result = build_domain(resolve_source(TOOLSCALE / name, seed=0), tmp_path, num_tasks=12, seed=0)
     domain = load_domain(tmp_path)
-    assert len(result.tasks) == 12 and set(domain.db) == set(json.loads((TOOLSCALE / name / "db.json").read_text()))
+    assert result.tasks and set(domain.db) == set(json.loads((TOOLSCALE / name / "db.json").read_text()))
+    if len(result.tasks) < 12:   # basketball: its policy.md wants an authenticated player for every write
+        assert any(reason.startswith("policy.md:") for reason in result.tally["dropped"])
     for task in result.tasks:
         acts = [{"name": a["name"], "arguments": a["arguments"]} for a in task["evaluation_criteria"]["actions"]]
         assert replay_reason(domain.call, domain.db, domain.fresh_db, acts, task_meta(task)["kind"] == "write") is None

@@ -91,7 +91,7 @@ def test_rescore_agrees_with_our_recorded_rewards_and_finds_a_tampered_one(tau2_
     assert f"{ours}: airline: 2 simulations, pass^1 0.5000 (stored 0.5000); reward changed for 0" in out
     assert f"{tampered}: airline: 2 simulations, pass^1 0.5000 (stored 1.0000); reward changed for 1" in out
     assert "task 2: stored 1.0 -> rescored 0.0" in out
-    assert "airline: pass^1 0.5000 over 4 simulations; 1 changed reward" in out
+    assert "airline: pass^1 0.5000 over 4 simulations; 1 changed reward; as matched 0.5000 over 4" in out
 
 
 def test_rescore_of_a_file_written_by_tau2s_own_runner(tau2_run, capsys, tmp_path):
@@ -196,3 +196,53 @@ def test_user_sees_only_the_message_after_think():
     policy = "Intro.\nYou should transfer the user to a human agent if needed, call transfer_to_human_agents.\nRest."
     assert expert_policy(policy).split("\n")[0] == "Intro." and "call_expert" in expert_policy(policy)
     assert "human agent" not in expert_policy(policy) and expert_policy(policy).endswith("Rest.")
+
+
+def test_rescore_matches_mislabelled_simulations_by_content(tau2_run, capsys):
+    """Our own run, relabelled as published runs are (each simulation's task_id swapped for
+    another task's): labelled scoring grades conversations against the wrong tasks; matched
+    scoring finds each one's task and gives the true pass^1 back."""
+    ours = tau2_run["out"] / "tau2_airline.json"
+    data = json.loads(ours.read_text())
+    true = {s["task_id"]: s["reward_info"]["reward"] for s in data["simulations"]}
+    for sim in data["simulations"]:
+        sim["task_id"] = {"0": "2", "2": "0"}[sim["task_id"]]
+    mislabelled = tau2_run["tmp"] / "mislabelled.json"
+    mislabelled.write_text(json.dumps(data))
+
+    from evaluation.tau2_run import rescore
+
+    r = rescore(mislabelled)
+    true_pass1 = sum(v == 1.0 for v in true.values()) / len(true)
+    assert r["matched_pass1"] == true_pass1 == 0.5
+    assert (r["matched"], r["unmatched"], r["mislabelled"]) == (2, 0, 2)
+    assert r["matched_reward_recovered"] == 2                   # each gets its stored reward back
+    # task 2's conversation is known by its stored checks (2_0..2_3), task 0's by elimination
+    assert r["match_how"] == {"actions": 1, "elimination": 1}
+    assert sorted((m["label"], m["task_id"]) for m in r["relabelled"]) == [("0", "2"), ("2", "0")]
+    # as labelled, task 0's conversation is graded against task 2's certificate: it fails
+    assert r["changed"] and any(c["task_id"] == "2" and c["rescored"] == 0.0 for c in r["changed"])
+
+    assert main(["--rescore", str(mislabelled)]) == 0
+    out = capsys.readouterr().out
+    assert "2 labels disagree with their content" in out and "warning: task_id labels do not match" in out
+
+
+def test_rescore_with_a_task_set_file(tau2_run, capsys, tmp_path):
+    """--task-set: the tasks of the tau2 version the run used (here: the file's own two, renumbered)."""
+    from evaluation.tau2_run import rescore
+
+    ours = tau2_run["out"] / "tau2_airline.json"
+    data = json.loads(ours.read_text())
+    renumber = {"0": "10", "2": "12"}
+    tasks = [dict(t, id=renumber[t["id"]]) for t in data["tasks"]]
+    for t in tasks:
+        for a in (t["evaluation_criteria"] or {}).get("actions") or []:
+            a["action_id"] = renumber[a["action_id"].split("_")[0]] + "_" + a["action_id"].split("_")[1]
+    task_set = tmp_path / "tasks.json"
+    task_set.write_text(json.dumps(tasks))
+    r = rescore(ours, task_set)
+    assert r["tasks"] == 2 and r["matched_pass1"] == 0.5 and r["mislabelled"] == 2   # labels are the old ids
+    assert sorted((m["label"], m["task_id"]) for m in r["relabelled"]) == [("0", "10"), ("2", "12")]
+    assert main(["--task-set", str(task_set)]) == 2
+    assert "--task-set needs --rescore" in capsys.readouterr().err
