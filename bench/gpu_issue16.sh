@@ -4,7 +4,8 @@
 #   bash bench/gpu_issue16.sh regress    # policy-update MFU and decode share of the bound (item 4)
 #   bash bench/gpu_issue16.sh rollouts   # 128 rollouts x 8 turns through collect_rollouts + the static decoder
 # Needs wheels in .whl/ (TRL 1.16.0, datasets 5.2.0, dill, multiprocess, transformers 5.19.0,
-# pydantic + its deps: docs/benchmarks.md lists them); logs and JSON go to $OUT.
+# pydantic + its deps, and the gateway's httpx2/httpcore2/truststore/h11/h2/hpack/hyperframe/tenacity,
+# which the device image lacks: docs/benchmarks.md lists them); logs and JSON go to $OUT.
 set -u
 export PYTHONUNBUFFERED=1 TQDM_DISABLE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
 OUT=${OUT:-.}
