@@ -86,7 +86,7 @@ def test_replicas_come_from_the_endpoints_file_and_a_dead_one_is_skipped(tmp_pat
 def test_bad_request_is_not_retried_and_says_why(server_url):
     client = RetrievalClient([server_url])
     started = time.monotonic()
-    with pytest.raises(RetrievalError, match=r"HTTP 422\): topk: Input should be less than or equal to 100"):
+    with pytest.raises(RetrievalError, match=r"HTTP 422\): topk: Input should be less than or equal to 200"):
         client.retrieve(["x"], topk=1000)
     assert time.monotonic() - started < 1.0
     with pytest.raises(TypeError, match="list of strings"):
