@@ -200,7 +200,7 @@ def _interpreter_binds(roots: tuple[str, ...]) -> list[str]:
     for root in roots:
         for parent in reversed(Path(root).parents):
             name = str(parent)
-            if name != "/" and name not in made and not name.startswith("/usr"):
+            if name not in ("/", "/tmp", "/dev/shm") and name not in made and not name.startswith("/usr"):
                 args += ["--perms", "0755", "--dir", name]
                 made.add(name)
         args += ["--ro-bind", root, root]
@@ -256,13 +256,15 @@ def _bwrap_plan(interp: Interpreter, scratch: str, limits: Limits) -> Plan:
         pass_fds = (fd,)
     except SeccompUnavailable as exc:
         warnings.append(f"{exc}: memfd, keyrings, io_uring, ptrace, bpf and nested namespaces are not denied")
-    args += _system_binds() + _interpreter_binds(interp.roots)
+    args += _system_binds()
     # tmpfs lives in RAM outside RLIMIT_AS: cap /tmp and /dev/shm (else half the RAM each).
     tmpfs_size = str(limits.max_file_mb * 1024 * 1024)
     args += ["--proc", "/proc", "--dev", "/dev",
              "--size", tmpfs_size, "--perms", "1777", "--tmpfs", "/tmp",
-             "--size", tmpfs_size, "--perms", "1777", "--tmpfs", "/dev/shm",
-             "--bind", scratch, SCRATCH_INSIDE_BWRAP, "--chdir", SCRATCH_INSIDE_BWRAP, "--"]
+             "--size", tmpfs_size, "--perms", "1777", "--tmpfs", "/dev/shm"]
+    # after the tmpfs mounts (bwrap applies them in order): a venv under /tmp stays visible
+    args += _interpreter_binds(interp.roots)
+    args += ["--bind", scratch, SCRATCH_INSIDE_BWRAP, "--chdir", SCRATCH_INSIDE_BWRAP, "--"]
     cgroup = _cgroup_for(limits, warnings)
     prefix = cgroup.enter_argv() if cgroup else []
     return Plan(argv=prefix + rlimits + args + tail + [interp.path], level="bwrap",
