@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 TINY = [
@@ -19,3 +22,21 @@ def write_jsonl(path: Path, rows: list) -> Path:
     """One line per row: dicts as JSON, strings as they are (to write malformed lines)."""
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
     return path
+
+
+@contextmanager
+def live(app):
+    """Run `app` under a real uvicorn on a free localhost port; yields the base URL."""
+    import uvicorn
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

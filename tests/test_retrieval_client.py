@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from contextlib import contextmanager
 
 import pytest
-from _retrieval_world import write_jsonl
+from _retrieval_world import live, write_jsonl
 
 from retrieval.build_index import build
 from retrieval.client import RetrievalClient, RetrievalError, Retrieved
@@ -33,20 +32,8 @@ def index_dir(tmp_path_factory):
 
 @contextmanager
 def live_server(index_dir):
-    import uvicorn
-    service = RetrievalService(Searcher(index_dir))
-    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with live(create_app(RetrievalService(Searcher(index_dir)))) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
-from _retrieval_world import TINY, write_jsonl
+from _retrieval_world import TINY, live, write_jsonl
 from fastapi.testclient import TestClient
 
 from retrieval.build_index import build
@@ -166,25 +166,6 @@ def test_oversized_chunked_body_is_413(client):
 
 
 # ---- concurrency ----------------------------------------------------------------------
-@contextmanager
-def live(app):
-    """Run `app` under a real uvicorn on a free localhost port; yields the base URL."""
-    import uvicorn
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-
-
 @pytest.mark.parametrize("workers", [1, 2])
 def test_concurrent_requests_are_micro_batched_and_answered_correctly(searcher, workers):
     calls = []

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 import zlib
 from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
+from _retrieval_world import live
 from retrieval.searcher import Query, Searcher
 from retrieval.shards import ShardedService, merge_hits, split_index
 
@@ -93,23 +92,10 @@ def test_split_refuses_more_shards_than_documents(full_index, tmp_path):
 
 @contextmanager
 def shard_server(folder):
-    import uvicorn
-
     from retrieval.server import create_app
     from retrieval.service import RetrievalService
-    service = RetrievalService(Searcher(folder, encoder=HashEncoder()))
-    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with live(create_app(RetrievalService(Searcher(folder, encoder=HashEncoder())))) as url:
+        yield url
 
 
 def test_router_over_two_shard_servers_answers_like_the_full_index(full_index, two_shards):
