@@ -61,13 +61,19 @@ def write_vectors(folder: Path, n: int, dim: int, shard: int, seed: int = 0) -> 
 
 
 def measure(folder: Path, n: int, dim: int, shard: int, kind: str, queries: np.ndarray, singles: int, batched: int,
-            exact: np.ndarray | None, nlist: int | None) -> tuple[dict, np.ndarray]:
+            exact: np.ndarray | None, nlist: int | None, threads: tuple[int, int] = (1, 1)) -> tuple[dict, np.ndarray]:
+    """`threads`: FAISS threads for (the build, the searches)."""
+    import faiss
+
+    from retrieval import dense
     from retrieval.dense import INDEX_FILE, DenseIndex, build_faiss, ivf_lists
 
+    faiss.omp_set_num_threads(threads[0])
     t0 = time.perf_counter()
     built = build_faiss(folder, n, dim, shard, kind, progress=False, nlist=nlist)
     build_s = time.perf_counter() - t0
     del built
+    faiss.omp_set_num_threads(threads[1])
     size = (folder / INDEX_FILE).stat().st_size
     index = DenseIndex(folder, {"index": kind, "n_docs": n, "shard_size": shard})
     index.search(queries[:2], 10)                    # first touch of the index pages
@@ -82,9 +88,10 @@ def measure(folder: Path, n: int, dim: int, shard: int, kind: str, queries: np.n
     batched_qps = batched / (time.perf_counter() - t0)
     found = np.asarray(found)
     recall = 1.0 if exact is None else float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found, exact)]))
-    settings = {"flat": "exact", "hnsw": "M 32, efConstruction 200, efSearch 128",
+    settings = {"flat": "exact",
+                "hnsw": f"M {dense.HNSW_M}, efConstruction {dense.HNSW_EF_CONSTRUCTION}, efSearch {dense.HNSW_EF_SEARCH}",
                 "ivfpq": f"nlist {nlist or ivf_lists(n)}, {dim // 4} x 8-bit codes, nprobe 32, re-score 80"}[kind]
-    row = {"n": n, "dim": dim, "kind": kind, "settings": settings, "build_s": build_s, "bytes_per_vector": size / n,
+    row = {"n": n, "dim": dim, "kind": kind, "settings": settings, "build_threads": threads[0], "build_s": build_s, "bytes_per_vector": size / n,
            "index_mib": size / 2**20, "single_p50_ms": pct(single, 50), "single_p99_ms": pct(single, 99),
            "singles": singles, "batched_qps": batched_qps, "recall@10_vs_flat": recall, "load": load()}
     del index
@@ -99,16 +106,24 @@ def main() -> int:
     p.add_argument("--kinds", nargs="+", default=["flat", "hnsw", "ivfpq"])
     p.add_argument("--hnsw-max", type=int, default=100_000, help="largest size hnsw is built at")
     p.add_argument("--max-nlist", type=int, default=2048, help="cap on ivfpq's list count")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="FAISS threads for the searches")
+    p.add_argument("--build-threads", type=int, help="FAISS threads for the builds (default: --threads)")
+    p.add_argument("--ef-construction", type=int,
+                   help="hnsw's efConstruction for this run (default: retrieval.dense's, 200)")
     p.add_argument("--work", type=Path, default=Path("/tmp/retrieval-scaling"))
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     import faiss
 
+    from retrieval import dense
     from retrieval.dense import ivf_lists
+    if args.ef_construction:
+        dense.HNSW_EF_CONSTRUCTION = args.ef_construction
+    threads = (args.build_threads or args.threads, args.threads)
     faiss.omp_set_num_threads(args.threads)
     rows = []
-    print(f"load average at the start: {load()}", flush=True)
+    print(f"machine: {os.cpu_count()} cores; FAISS {faiss.__version__}; build threads {threads[0]}, "
+          f"search threads {threads[1]}; load average at the start: {load()}", flush=True)
     for n in args.sizes:
         folder = args.work / f"n{n}"
         shutil.rmtree(folder, ignore_errors=True)
@@ -124,7 +139,7 @@ def main() -> int:
                 print(f"n={n}: hnsw skipped (--hnsw-max {args.hnsw_max})", flush=True)
                 continue
             nlist = min(ivf_lists(n), args.max_nlist) if kind == "ivfpq" else None
-            row, found = measure(folder, n, args.dim, shard, kind, queries, singles, batched, exact, nlist)
+            row, found = measure(folder, n, args.dim, shard, kind, queries, singles, batched, exact, nlist, threads)
             if kind == "flat":
                 exact = found
             rows.append(row)
@@ -133,7 +148,7 @@ def main() -> int:
                 args.json.write_text(json.dumps(rows, indent=1))
         shutil.rmtree(folder, ignore_errors=True)
     print(f"load average at the end: {load()}", flush=True)
-    cols = ["n", "kind", "settings", "build_s", "bytes_per_vector", "single_p50_ms", "single_p99_ms", "batched_qps",
+    cols = ["n", "kind", "settings", "build_threads", "build_s", "bytes_per_vector", "single_p50_ms", "single_p99_ms", "batched_qps",
             "recall@10_vs_flat", "load"]
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
