@@ -2,7 +2,7 @@
 local model reads.  Training (`TokenPolicy`), the gateway's in-process transformers backend
 (`run_hle.py`, `run_frames.py`, `run_tau2.py` on a local checkpoint) and the quickstart's
 warm-up all render through `prompt_ids`, so a checkpoint is evaluated on the exact prompt
-format it was trained on (tests/test_chat_template.py compares the ids).
+format it was trained on (tests/orchestrator/test_chat_template.py compares the ids).
 
 Templates that ignore `tools` (e.g. SmolLM2's) get the hermes tool block written into the
 system message, as Qwen's template writes it; the ids are the text tokenized without extra

@@ -8,7 +8,7 @@
 # (CPUS cores, MEMORY_MB memory, no cgroup plugins: they fail inside containers), starts
 # munged, slurmctld and slurmd directly (no systemd needed) and waits until `sinfo` shows
 # the node idle.  Exit status 0: Slurm is up.  Anything else: it could not start here, and
-# tests/test_slurm.py then skips with the reason this script printed.  Never fails CI by
+# tests/training/test_slurm.py then skips with the reason this script printed.  Never fails CI by
 # itself when called as `slurm/ci_setup_local_slurm.sh || true`.
 #
 # Environment (all optional):

@@ -23,3 +23,13 @@ def test_old_babysitter_command_still_runs_and_names_the_new_one():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "--config" in proc.stdout and "python -m training.babysitter" in proc.stdout
+
+
+def test_tests_mirror_the_package_layout():
+    """A test of `orchestrator/gateway/` lives in tests/orchestrator/gateway/; only repo-level
+    tests (layout, imports, docker, LLM_CALL.py, bench/) sit in tests/ itself."""
+    misplaced = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                 if p.parent != ROOT / "tests" and not (ROOT / p.parent.relative_to(ROOT / "tests")).is_dir()]
+    assert not misplaced, f"test folders with no package folder of the same path: {misplaced}"
+    assert not list((ROOT / "tests").rglob("__init__.py")), \
+        "tests/ folders carry no __init__.py (they would shadow the packages they are named after)"

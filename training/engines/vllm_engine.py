@@ -10,7 +10,7 @@
   vLLM's `reload_weights`, then resets the prefix cache (its KV came from the old weights).
   On the CPU backend the linear weights are repacked at load, and a *tied* `lm_head` (the
   embeddings, as in SmolLM2 and Qwen3-0.6B) is not repacked by the reload, so we re-run
-  vLLM's CPU GEMM dispatch on it; tests/test_engines.py proves the result equals
+  vLLM's CPU GEMM dispatch on it; tests/training/engines/test_engines.py proves the result equals
   transformers on the new weights.  On GPU the same reload is used (not tested here: this
   machine has no CUDA vLLM).  `weight_sync="rebuild"` instead saves the weights and
   re-creates the engine (slower, independent of vLLM internals).

@@ -3,7 +3,7 @@
 OpenAI-style inputs are converted: system messages become `system`, tools become
 {name, description, input_schema}, assistant tool_calls become `tool_use` blocks and
 `tool` messages become `tool_result` blocks.  Tested against a fake local HTTP server
-that speaks the Messages API (tests/test_gateway_backends.py), not against Anthropic.
+that speaks the Messages API (tests/orchestrator/gateway/test_gateway_backends.py), not against Anthropic.
 """
 from __future__ import annotations
 

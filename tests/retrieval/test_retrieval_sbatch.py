@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "slurm" / "retrieval.sbatch"
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

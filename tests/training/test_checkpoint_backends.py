@@ -1,7 +1,7 @@
 """A checkpoint of one backend (`distributed.backend` none / ray) resumed with the other is
 refused before anything starts, with a message naming the checkpoint, its backend and the
 two ways on.  (A real Ray checkpoint refused by the single-process trainer: see
-tests/test_distributed_cpu.py; here a checkpoint with a Ray run's trainer state, which is
+tests/training/test_distributed_cpu.py; here a checkpoint with a Ray run's trainer state, which is
 what the refusal reads.)"""
 from __future__ import annotations
 

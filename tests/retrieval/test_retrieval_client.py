@@ -109,7 +109,7 @@ def test_server_cli_registers_in_the_endpoints_file_and_unregisters_on_stop(inde
     endpoints = tmp_path / "endpoints.json"
     proc = subprocess.Popen([sys.executable, "-m", "retrieval.server", "--index", str(index_dir), "--port", "0",
                              "--endpoints-file", str(endpoints)], stderr=subprocess.PIPE, text=True,
-                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     try:
         deadline = time.monotonic() + 120
         while not (endpoints.exists() and json.loads(endpoints.read_text()).get("retrieval")):

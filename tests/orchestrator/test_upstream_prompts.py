@@ -29,7 +29,7 @@ from orchestrator.upstream_prompts import (
     extract_answer_upstream,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 UPSTREAM_TOOLS = REPO.parent / "shared" / "benchmarks" / "upstream" / "tools.json"
 C = TokenCounter()
 

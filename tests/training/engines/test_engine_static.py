@@ -1,7 +1,7 @@
 """HFEngine's static-cache decoding (training/engines/hf_static.py), run eagerly on the CPU
 (`decode="static"`; on CUDA the same steps are compiled and replayed as CUDA graphs:
 bench/gpu_decode.py).  Checked against transformers' `generate` and forward passes, and
-against the step-by-step loop, on the tiny model of tests/test_engines.py."""
+against the step-by-step loop, on the tiny model of tests/training/engines/test_engines.py."""
 from __future__ import annotations
 
 import pytest

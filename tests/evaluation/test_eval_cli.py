@@ -16,7 +16,7 @@ from evaluation.mock_backend import MockBackend, registry_yaml
 from orchestrator.catalog import load_catalog
 from orchestrator.records import Usage
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED_FRAMES = REPO.parent / "shared" / "benchmarks" / "frames" / "frames.jsonl"
 RECORDS = [{"id": "f1", "question": "Which city hosts the Louvre?", "answer": "Paris"},
            {"id": "f2", "question": "What is the capital of Japan?", "answer": "Tokyo"},

@@ -19,7 +19,7 @@ from _train_world import build_policy, overrides  # noqa: E402
 
 from evaluation.mock_backend import MockBackend, registry_yaml  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 

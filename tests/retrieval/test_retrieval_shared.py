@@ -22,7 +22,7 @@ from retrieval.searcher import Query, Searcher
 from retrieval.server import create_app
 from retrieval.service import RetrievalService
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "corpus"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks" / "corpus"
 CORPUS = SHARED / "sample_data.jsonl"
 pytestmark = [pytest.mark.usefixtures("one_cpu_thread"),   # conftest.py
               pytest.mark.skipif(not CORPUS.exists(), reason=f"{CORPUS} not found: the shared benchmark "

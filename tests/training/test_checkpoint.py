@@ -17,7 +17,7 @@ from torch import nn
 from training import checkpoint as ckpt
 from training.checkpoint import CheckpointError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class TinyModel(nn.Module):

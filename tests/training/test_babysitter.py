@@ -1,6 +1,6 @@
 """The babysitter's decisions (training/babysitter.py) against a scripted Slurm and real HTTP servers.
 
-tests/test_slurm.py runs the same code against a real Slurm; here every branch is driven
+tests/training/test_slurm.py runs the same code against a real Slurm; here every branch is driven
 on purpose: give-up limits, stalled training, hung services, the endpoints sweep, config
 errors.
 """
@@ -221,7 +221,7 @@ def test_the_example_cluster_config_loads(monkeypatch):
 
     for var in ("SLURM_ACCOUNT", "SLURM_PARTITION", "RUN", "MODELS_DIR"):
         monkeypatch.setenv(var, f"/x/{var.lower()}")
-    cfg = load_babysitter_config(Path(__file__).resolve().parents[1] / "slurm" / "cluster.example.yaml")
+    cfg = load_babysitter_config(Path(__file__).resolve().parents[2] / "slurm" / "cluster.example.yaml")
     assert [j.name for j in cfg.jobs] == ["experts-a", "experts-b", "retrieval", "train"]
     assert cfg.sbatch_args == ["--account=/x/slurm_account", "--partition=/x/slurm_partition"]
     assert cfg.jobs[0].env["MODELS"].split() == ["Qwen3-32B=/x/models_dir/Qwen3-32B:4",

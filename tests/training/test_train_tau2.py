@@ -29,7 +29,7 @@ from orchestrator.toolcall import format_tool_call
 from training.scoring import score_groups
 from training.tasks import load_tasks
 
-TOOLSCALE = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "toolscale" / "domains"
+TOOLSCALE = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks" / "toolscale" / "domains"
 EVALUATORS = ("builtin", "tau2")
 
 

@@ -136,7 +136,7 @@ def test_subprocess_killed_at_random_points_ends_with_one_record_per_task(tmp_pa
     from pathlib import Path
 
     script = tmp_path / "run.py"
-    script.write_text(KILL_SCRIPT.format(repo=str(Path(__file__).resolve().parents[1])))
+    script.write_text(KILL_SCRIPT.format(repo=str(Path(__file__).resolve().parents[2])))
     out = tmp_path / "results.jsonl"
     rng = random.Random(7)
     kills = repaired = 0

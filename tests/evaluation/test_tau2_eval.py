@@ -16,7 +16,7 @@ from evaluation.tau2_cli import main  # noqa: E402
 from orchestrator.catalog import load_catalog  # noqa: E402
 from orchestrator.records import Usage  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")   # litellm's pydantic models at import
 
 

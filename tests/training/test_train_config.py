@@ -10,7 +10,7 @@ import pytest
 
 from training.config import ConfigError, TrainConfig, load_config, save_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "training" / "configs").glob("*.yaml"))
 
 

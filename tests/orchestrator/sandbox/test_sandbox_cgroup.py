@@ -88,7 +88,7 @@ def test_cli_levels_reports_seccomp_and_cgroup_status():
     import json
     import sys
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[3]
     done = subprocess.run([sys.executable, "-m", "orchestrator.sandbox", "--levels"], cwd=repo,
                           capture_output=True, text=True, timeout=120, check=False)
     status = json.loads(done.stdout)

@@ -14,7 +14,7 @@ from data_synthesis.templates import Draft, TaskFactory
 from data_synthesis.toolgen import derive_tools
 from data_synthesis.verify import Deduper, replay_reason
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 TOOLSCALE = SHARED / "benchmarks" / "toolscale" / "domains"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from data_synthesis.synthesize import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(out: Path, hash_seed: str, *extra: str) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ from data_synthesis.contamination import (
 )
 from data_synthesis.dataset import main
 
-FRAMES = Path(__file__).resolve().parents[1] / ".." / "shared" / "benchmarks" / "frames" / "frames.jsonl"
+FRAMES = Path(__file__).resolve().parents[2] / ".." / "shared" / "benchmarks" / "frames" / "frames.jsonl"
 
 
 def _write(path: Path, rows: list[dict]) -> Path:

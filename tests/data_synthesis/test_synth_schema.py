@@ -12,7 +12,7 @@ from data_synthesis.infer import infer_schema, singular
 from orchestrator.domain import load_db
 from data_synthesis.schema import SchemaError, dump_schema, load_schema, parse_schema, shipped_schemas
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 TOOLSCALE = SHARED / "benchmarks" / "toolscale" / "domains"
 needs_toolscale = pytest.mark.skipif(not TOOLSCALE.is_dir(), reason=f"{TOOLSCALE} absent (shared ToolScale domains)")
 
@@ -51,7 +51,7 @@ def test_schema_round_trips_through_yaml(tmp_path):
 ])
 def test_malformed_schema_error_names_the_path(mutate, where):
     import yaml
-    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "data_synthesis/schemas/school.yaml").read_text())
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "data_synthesis/schemas/school.yaml").read_text())
     mutate(data)
     with pytest.raises(SchemaError) as err:
         parse_schema(data, "my.yaml")

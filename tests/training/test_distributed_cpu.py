@@ -296,7 +296,7 @@ def test_zero3_partitioned_lm_head_gives_the_same_logprobs_and_trains(tmp_path):
     plan must describe the full weights."""
     script = tmp_path / "zero3.py"
     script.write_text(ZERO3_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.run([sys.executable, str(script), str(29500 + random.randint(100, 900))],
                           capture_output=True, text=True, timeout=600, env=env)
     assert "ZERO3 OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -23,7 +23,7 @@ import pytest
 
 pytestmark = pytest.mark.slow   # real Slurm jobs (~2-3 min)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOTAL_STEPS = 6
 
 FAKE_SERVICE = """#!/usr/bin/env bash
@@ -109,7 +109,7 @@ def test_cancelled_training_and_service_are_resubmitted_and_training_resumes(tmp
         "jobs": [
             {"name": "train", "kind": "batch", "script": "slurm/train.sbatch", "checkpoints": str(run_dir / "checkpoints"),
              "env": {"CONFIG": str(tmp_path / "train.yaml"), "RUN_DIR": str(run_dir),
-                     "TRAIN_ENTRY": "tests/test_slurm.py", "EXPERT_DELAY": "0.3"}},
+                     "TRAIN_ENTRY": "tests/training/test_slurm.py", "EXPERT_DELAY": "0.3"}},
             {"name": "fake-expert", "kind": "service", "script": str(tmp_path / "fake_service.sbatch"),
              "keys": ["fake-expert"], "start_timeout_s": 120}]}))
     jobs = lambda: json.loads((tmp_path / "sitter" / "jobs.json").read_text())["jobs"]  # noqa: E731
@@ -164,7 +164,7 @@ def test_train_sbatch_starts_ray_with_the_cpus_slurm_gave_the_job(tmp_path):
     slurm = _slurm_or_skip()
     pytest.importorskip("ray", reason="needs ray[default] (pip install 'ray[default]==2.60.*')")
     out = tmp_path / "probe.json"
-    env = {"CONFIG": "/dev/null", "RUN_DIR": str(tmp_path / "run"), "RAY": "on", "TRAIN_ENTRY": "tests/test_slurm.py",
+    env = {"CONFIG": "/dev/null", "RUN_DIR": str(tmp_path / "run"), "RAY": "on", "TRAIN_ENTRY": "tests/training/test_slurm.py",
            "SLURM_TEST_PROBE": str(out), "PYTHON": sys.executable, "REPO": str(REPO)}
     job = slurm.submit("slurm/train.sbatch", ["--cpus-per-task=1", "--time=5", "--signal=B:USR1@10",
                                               f"--output={tmp_path}/%j.out"], env=env, cwd=str(REPO))

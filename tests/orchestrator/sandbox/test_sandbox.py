@@ -21,7 +21,7 @@ import pytest
 from orchestrator.sandbox import LEVELS, SandboxUnavailable, run_python
 from orchestrator.sandbox.isolation import _nobody_can_run, probe
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 

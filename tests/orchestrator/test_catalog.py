@@ -8,7 +8,7 @@ import pytest
 from orchestrator.catalog import CatalogError, load_catalog, parse_catalog
 from orchestrator.records import Usage
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def shipped():

@@ -7,7 +7,7 @@ import pytest
 
 from evaluation.loaders import LoaderError, load_benchmark
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 FRAMES_JSONL = SHARED / "benchmarks" / "frames" / "frames.jsonl"
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.fail_closed import FailClosed, Watch, config_reason, shared_config_reason
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BAD = "GatewayConfigError: models.yaml: models.gpt-5.backend: Input should be 'openai', 'azure'"
 
 
