@@ -61,6 +61,22 @@ def set_cpu_threads(n: int | None) -> None:
 
     torch.set_num_threads(n)
     faiss.omp_set_num_threads(n)
+    faiss.cvar.distance_compute_blas_threshold = blas_threshold(faiss.cvar.distance_compute_blas_threshold, n)
+
+
+# FAISS >= 1.13 switches a flat search to BLAS only when nq * dim >= 128,000 (was nq >= 20), tuned
+# for many OpenMP threads; with one thread per batch worker (our servers' CPU default) a batch of
+# 32 MiniLM queries then scans the index query by query: 4.4 queries/s on a 1M x 384 flat index
+# here, against 18.9 through BLAS (docs/benchmarks.md). FAISS PR #5109 measured the crossover at
+# nq * dim ~ 800 per thread; that is what we set.
+BLAS_PER_THREAD = 800
+_NQ_TIMES_DIM_RULE = 1_000        # a default above this is the nq * dim rule (the old nq rule's is 20)
+
+
+def blas_threshold(current: int, threads: int) -> int:
+    """The flat-search BLAS threshold for `threads` OpenMP threads: FAISS PR #5109's thread-aware
+    value under the nq * dim rule; `current` unchanged under the old nq rule."""
+    return BLAS_PER_THREAD * threads if current > _NQ_TIMES_DIM_RULE else current
 
 
 def resolve_runtime(runtime: str, device: str | None) -> str:

@@ -195,3 +195,32 @@ def test_bm25_index_with_pyserini(tmp_path):
     hits = searcher.search([Query("Mount Everest Himalayas", 3), Query("", 3), Query('AND ( "* ?:', 3)])
     assert hits[0][0]["document"]["id"] == "everest" and hits[0][0]["score"] > 0
     assert hits[1] == [] and isinstance(hits[2], list)
+
+
+def test_cpu_threads_make_batched_flat_search_use_blas_with_the_same_hits():
+    """set_cpu_threads(1) lowers FAISS's BLAS threshold (nq * dim rule) to 800 per thread, so a
+    batch of queries takes the BLAS path; a single query keeps the sequential scan; both return
+    the hits a one-query-at-a-time search returns."""
+    import faiss
+    import numpy as np
+
+    from retrieval.encoders import BLAS_PER_THREAD, blas_threshold, set_cpu_threads
+
+    assert blas_threshold(128_000, 1) == 800 and blas_threshold(128_000, 4) == 3_200
+    assert blas_threshold(20, 1) == 20                       # FAISS's old nq rule: left alone
+    before = faiss.cvar.distance_compute_blas_threshold
+    try:
+        faiss.cvar.distance_compute_blas_threshold = 128_000     # FAISS 1.13+'s default
+        set_cpu_threads(1)
+        assert faiss.cvar.distance_compute_blas_threshold == BLAS_PER_THREAD
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((5_000, 64), dtype=np.float32)
+        index = faiss.IndexFlatIP(64)
+        index.add(x)
+        queries = x[:32] + 0.01 * rng.standard_normal((32, 64), dtype=np.float32)
+        _, batched = index.search(queries, 10)               # 32 * 64 = 2,048 >= 800: BLAS
+        one_by_one = np.concatenate([index.search(q[None], 10)[1] for q in queries])   # 64 < 800
+        assert (batched == one_by_one).all()
+        assert (batched[:, 0] == np.arange(32)).all()
+    finally:
+        faiss.cvar.distance_compute_blas_threshold = before
