@@ -1,8 +1,8 @@
 """The one interface between the loop / trainer and whatever generates tokens.
 
 An `Engine` generates from token ids and returns the sampled token ids and their
-log-probs.  Implementations: in-process transformers (`training/engines/hf.py`) and
-vLLM (`training/engines/vllm_engine.py`); both also accept new weights after a
+log-probs.  Implementations: in-process transformers (`orchestrator/engines/hf.py`) and
+vLLM (`orchestrator/engines/vllm_engine.py`); both also accept new weights after a
 policy step (`update_weights`).
 
 Constrained decoding: `SamplingParams.choices`, when set, restricts the whole

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from orchestrator.engine import Engine, Generation, SamplingParams
-from training.engines.batcher import BatchingEngine
+from orchestrator.engines.batcher import BatchingEngine
 
 
 class EchoEngine:
@@ -131,7 +131,7 @@ def test_seeded_calls_are_not_merged_when_the_engine_takes_no_seeds():
 
 
 def test_update_weights_is_a_barrier_between_old_and_new_requests():
-    from training.engines.batcher import _Request
+    from orchestrator.engines.batcher import _Request
 
     engine = EchoEngine(delay=0.05)
     params = SamplingParams()
@@ -164,7 +164,7 @@ def test_through_the_batcher_an_hf_engine_returns_what_direct_calls_return():
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from orchestrator.embedded import smollm2_path
-    from training.engines.hf import HFEngine
+    from orchestrator.engines.hf import HFEngine
 
     tok = AutoTokenizer.from_pretrained(smollm2_path())
     torch.manual_seed(0)

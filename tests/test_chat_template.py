@@ -15,7 +15,7 @@ def test_training_and_the_gateway_render_the_same_prompt_ids(tmp_path, monkeypat
     from LLM_CALL import get_llm_response
     from orchestrator.gateway.backends import transformers_batching
     from orchestrator.policy import TokenPolicy
-    from training.engines.hf import HFEngine
+    from orchestrator.engines.hf import HFEngine
 
     policy = build_policy(tmp_path / "policy")
     tok = AutoTokenizer.from_pretrained(policy)
