@@ -215,6 +215,22 @@ def test_hf_stop_string_ends_generation_and_stays_in_the_text(hf):
     assert gen.text.endswith(stop)
 
 
+def test_hf_deadline_ends_only_its_own_row_with_finish_timeout(hf):
+    """The gateway's per-request timeout: a row past its deadline stops ("timeout"); a row without
+    one in the same batch generates on, exactly as alone; all rows expired: nothing runs."""
+    import time
+    prompts = prompts_of(hf.tokenizer)[:2]
+    params = SamplingParams(temperature=0, max_tokens=8)
+    alone = hf.generate([prompts[1]], params)[0]
+    cut, free = hf.generate(prompts, params, deadlines=[time.monotonic() - 1, None])
+    assert cut.finish_reason == "timeout" and len(cut.token_ids) == 1     # the prefill's token, then it stops
+    assert free.token_ids == alone.token_ids and free.finish_reason == alone.finish_reason
+    [expired] = hf.generate(prompts[:1], params, deadlines=[time.monotonic() - 1])
+    assert expired.finish_reason == "timeout" and expired.token_ids == []
+    with pytest.raises(ValueError, match="2 deadlines for 1 prompts"):
+        hf.generate(prompts[:1], params, deadlines=[None, None])
+
+
 def test_hf_update_weights_from_state_dict_and_from_folder(hf, reference, folders):
     prompts = prompts_of(hf.tokenizer)
     params = SamplingParams(temperature=0, max_tokens=10)

@@ -13,6 +13,11 @@ Semantics (what a caller can rely on):
   through the engine's `seeds=` argument; engines without it never merge seeded calls;
 - an exception raised for a merged batch is retried per request, so only the request
   that caused it sees it;
+- `generate(..., deadline=t)` passes the request's deadline to the engine per row (HFEngine:
+  a row still generating at `t` ends with finish_reason "timeout"); engines that take no
+  `deadlines=` refuse a deadline;
+- `seeded_alone=True` (the gateway's transformers backend): a request with a seed runs in an
+  engine call of its own, so its reply cannot depend, through padding, on its batch-mates;
 - `update_weights` is a barrier: requests queued before it run on the old weights,
   requests queued after it on the new ones.
 
@@ -38,6 +43,7 @@ class _Request:
     params: SamplingParams | None
     future: Future = field(default_factory=Future)
     weights: object = None
+    deadline: float | None = None            # time.monotonic() by which every row ends
 
 
 @dataclass
@@ -56,9 +62,10 @@ class BatchingEngine:
         max_batch: most prompts per engine call.
         max_wait_ms: after the first request of a batch arrives, how long (milliseconds)
             to wait for more before running it.
+        seeded_alone: run every request that carries a seed in an engine call of its own.
     """
 
-    def __init__(self, engine, max_batch: int = 32, max_wait_ms: float = 5.0):
+    def __init__(self, engine, max_batch: int = 32, max_wait_ms: float = 5.0, seeded_alone: bool = False):
         if max_batch < 1 or max_wait_ms < 0:
             raise ValueError(f"BatchingEngine: max_batch={max_batch} must be >= 1 and "
                              f"max_wait_ms={max_wait_ms} >= 0")
@@ -66,8 +73,10 @@ class BatchingEngine:
         self.tokenizer = engine.tokenizer
         self.max_batch = max_batch
         self.max_wait = max_wait_ms / 1000.0
+        self.seeded_alone = seeded_alone
         self.stats = BatcherStats()
-        self._takes_seeds = "seeds" in inspect.signature(engine.generate).parameters
+        taken = inspect.signature(engine.generate).parameters
+        self._takes_seeds, self._takes_deadlines = "seeds" in taken, "deadlines" in taken
         self._queue: queue.Queue[_Request | None] = queue.Queue()
         self._pending: list[_Request] = []        # taken from the queue, not yet run (worker only)
         self._closed = False
@@ -75,11 +84,18 @@ class BatchingEngine:
         self._worker.start()
 
     # ---------------------------------------------------------------- Engine API
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        """Blocks until this call's generations are ready (one per prompt, in order)."""
+    def generate(self, prompts: list[list[int]], params: SamplingParams, *,
+                 deadline: float | None = None) -> list[Generation]:
+        """Blocks until this call's generations are ready (one per prompt, in order).
+
+        `deadline`: a `time.monotonic()` value by which generation ends (time queued counts)."""
         if not prompts:
             raise ValueError("generate(prompts=...): expected a non-empty list of token-id lists")
-        return self._submit(_Request(prompts=[list(p) for p in prompts], params=params)).result()
+        if deadline is not None and not self._takes_deadlines:
+            raise ValueError(f"generate(deadline=...): {type(self.engine).__name__} takes no deadlines "
+                             "(HFEngine does); leave deadline unset")
+        return self._submit(_Request(prompts=[list(p) for p in prompts], params=params,
+                                     deadline=deadline)).result()
 
     def update_weights(self, state_dict_or_path) -> None:
         """Applies new weights once every request queued before this call has run."""
@@ -111,9 +127,9 @@ class BatchingEngine:
 
     def _key(self, params: SamplingParams):
         """Requests with equal keys may share one engine call."""
-        if self._takes_seeds:
-            return repr(dataclasses.replace(params, seed=None))
-        return repr(params) if params.seed is None else object()   # seeded: never merged
+        if params.seed is not None and (self.seeded_alone or not self._takes_seeds):
+            return object()                      # seeded: never merged
+        return repr(dataclasses.replace(params, seed=None))
 
     def _serve(self) -> None:
         while True:
@@ -175,11 +191,12 @@ class BatchingEngine:
         params = batch[0].params
         self.stats.engine_calls += 1
         self.stats.max_rows_per_call = max(self.stats.max_rows_per_call, len(prompts))
+        kwargs = {}
         if self._takes_seeds:
-            seeds = [s for r in batch for s in row_seeds(r.params, len(r.prompts))]
-            out = self.engine.generate(prompts, params, seeds=seeds)
-        else:
-            out = self.engine.generate(prompts, params)
+            kwargs["seeds"] = [s for r in batch for s in row_seeds(r.params, len(r.prompts))]
+        if any(r.deadline is not None for r in batch):
+            kwargs["deadlines"] = [r.deadline for r in batch for _ in r.prompts]
+        out = self.engine.generate(prompts, params, **kwargs)
         split, start = [], 0
         for r in batch:
             split.append(out[start:start + len(r.prompts)])

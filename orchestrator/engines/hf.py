@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -136,31 +137,37 @@ class HFEngine:
 
     # ---------------------------------------------------------------- public API
     def generate(self, prompts: list[list[int]], params: SamplingParams, *,
-                 seeds: list[int | None] | None = None) -> list[Generation]:
+                 seeds: list[int | None] | None = None,
+                 deadlines: list[float | None] | None = None) -> list[Generation]:
         """Continue each prompt (token ids) once; one `Generation` per prompt, in order.
 
         `seeds` (optional, one per prompt) overrides the per-row seeds `params.seed + i`;
         the batcher uses it to merge seeded calls without changing their samples.
+        `deadlines` (optional, one `time.monotonic()` per prompt, None: none): a row still
+        generating when its deadline passes stops with finish_reason "timeout" (the gateway's
+        per-request timeout); rows with deadlines run the step-by-step loop.
         """
         validate_request(prompts, params, self.vocab_size)
         seeds = row_seeds(params, len(prompts)) if seeds is None else list(seeds)
-        if len(seeds) != len(prompts):
-            raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts")
+        deadlines = [None] * len(prompts) if deadlines is None else list(deadlines)
+        if len(seeds) != len(prompts) or len(deadlines) != len(prompts):
+            raise ValueError(f"generate: {len(seeds)} seeds and {len(deadlines)} deadlines "
+                             f"for {len(prompts)} prompts")
         out: list[Generation] = []
         cast = (torch.autocast(self.device.type, dtype=self.compute_dtype) if self.compute_dtype is not None
                 else contextlib.nullcontext())
         with self._lock, cast:
             for start in range(0, len(prompts), self.max_batch):
                 stop = start + self.max_batch
-                out += self._generate_rows(prompts[start:stop], params, seeds[start:stop])
+                out += self._generate_rows(prompts[start:stop], params, seeds[start:stop], deadlines[start:stop])
         return out
 
-    def _generate_rows(self, prompts, params: SamplingParams, seeds) -> list[Generation]:
-        """The static-cache path where it applies, else the step-by-step loop.  With
-        decode="auto" a failure of the static path (e.g. torch.compile) is logged once and
+    def _generate_rows(self, prompts, params: SamplingParams, seeds, deadlines) -> list[Generation]:
+        """The static-cache path where it applies (no deadlines), else the step-by-step loop.
+        With decode="auto" a failure of the static path (e.g. torch.compile) is logged once and
         the loop serves this and every later request."""
-        if self._static is None or not self._static.supports(prompts, params):
-            return self._generate_batch(prompts, params, seeds)
+        if self._static is None or any(d is not None for d in deadlines) or not self._static.supports(prompts, params):
+            return self._generate_batch(prompts, params, seeds, deadlines)
         try:
             return self._static.generate(prompts, params, seeds)
         except Exception as exc:
@@ -169,7 +176,7 @@ class HFEngine:
             log.warning("HFEngine: static-cache decoding failed (%s: %s); using the step-by-step loop from now on",
                         type(exc).__name__, str(exc)[:300])
             self._static = None
-            return self._generate_batch(prompts, params, seeds)
+            return self._generate_batch(prompts, params, seeds, deadlines)
 
     def update_weights(self, state_dict_or_path) -> None:
         """Copy new weights into the model in place (a state dict or a saved model folder).
@@ -245,10 +252,13 @@ class HFEngine:
         picked = logprobs.gather(-1, tokens[:, None])[:, 0]                  # [A]
         return tokens.tolist(), picked.tolist()
 
-    def _generate_batch(self, prompts, params: SamplingParams, seeds) -> list[Generation]:
+    def _generate_batch(self, prompts, params: SamplingParams, seeds, deadlines=None) -> list[Generation]:
         from transformers import DynamicCache
 
         n, width = len(prompts), max(len(p) for p in prompts)
+        deadlines = [None] * n if deadlines is None else deadlines
+        if all(d is not None and time.monotonic() >= d for d in deadlines):    # expired while queued
+            return [Generation(token_ids=[], logprobs=[], text="", finish_reason="timeout") for _ in prompts]
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((n, width), dtype=torch.long)
         for i, p in enumerate(prompts):                                       # left padding
@@ -283,6 +293,8 @@ class HFEngine:
                         matchers[r].accept_token(picked[k])
                     if picked[k] in self.eos_ids or completes_stop(self.tokenizer, tokens[r], params.stop):
                         finish[r] = "stop"
+                    elif deadlines[r] is not None and time.monotonic() >= deadlines[r]:
+                        finish[r] = "timeout"
                     else:
                         keep.append(k)
                 if not keep:
