@@ -66,7 +66,7 @@ def rollout_loop_config(cfg: TrainConfig, temperature: float | None = None) -> L
                       max_tokens=cfg.rollout.max_tokens, constrained=cfg.rollout.constrained,
                       max_string_chars=cfg.rollout.max_string_chars,
                       tau2_user=cfg.rollout.tau2_user, tau2_user_model=cfg.rollout.tau2_user_model,
-                      tau2_max_steps=cfg.rollout.tau2_max_steps,
+                      tau2_max_steps=cfg.rollout.tau2_max_steps, tau2_user_max_tokens=cfg.rollout.tau2_user_max_tokens,
                       budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
 
 
