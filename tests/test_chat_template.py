@@ -12,14 +12,13 @@ from orchestrator.toolcall import allowed_call_strings
 
 
 def test_training_and_the_gateway_render_the_same_prompt_and_generate_the_same_ids(tmp_path, monkeypatch):
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from LLM_CALL import get_llm_response
     from orchestrator.engines.batcher import BatchingEngine
     from orchestrator.engines.hf import HFEngine
     from orchestrator.policy import TokenPolicy
-
-    import torch
 
     policy = build_policy(tmp_path / "policy")
     tok = AutoTokenizer.from_pretrained(policy)

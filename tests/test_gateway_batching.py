@@ -8,11 +8,11 @@ import threading
 import time
 
 import pytest
+from test_gateway_fakes import write_registry
 
 from LLM_CALL import LLMCallError, get_llm_response
 from orchestrator.engine import Generation
 from orchestrator.gateway.backends import transformers_backend
-from test_gateway_fakes import write_registry
 
 
 class WordTokenizer:

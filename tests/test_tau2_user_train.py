@@ -91,7 +91,9 @@ def test_two_steps_with_the_local_user_model_then_run_tau2_evaluates_the_checkpo
         served.append((self.engine.model.name_or_path, tok.decode(prompts[0]), out[0].text))
         return out
     monkeypatch.setattr(BatchingEngine, "generate", spy)
-    user_turns = lambda: [(p, t) for m, p, t in served if m == str(smollm2_path())]   # noqa: E731
+
+    def user_turns():       # (prompt, reply) of every generation by the user simulator's model
+        return [(p, t) for m, p, t in served if m == str(smollm2_path())]
 
     with MockBackend() as server:          # the experts (call_expert); the user is the local model
         models = tmp_path / "models.yaml"
