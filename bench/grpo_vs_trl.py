@@ -56,7 +56,7 @@ def ours(path: Path, args) -> Callable[[int], tuple[float, int]]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from training.algorithms import compute_advantages
-    from training.engines import make_engine
+    from orchestrator.engines import make_engine
     from training.losses import PPOClipLoss
     from training.samples import TurnSample
     from training.ppo import ppo_update

@@ -70,7 +70,7 @@ def main() -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from orchestrator.embedded import smollm2_path
-    from training.engines.hf import HFEngine
+    from orchestrator.engines.hf import HFEngine
     from training.precision import Precision
 
     path = smollm2_path()

@@ -61,8 +61,8 @@ class TimedEngine:
 def tiny_engine(folder: Path):
     import json
 
-    from training.engines import make_engine
-    from training.engines.batcher import BatchingEngine
+    from orchestrator.engines import make_engine
+    from orchestrator.engines.batcher import BatchingEngine
     from training.tiny_policy import build_tiny_policy, tiny_tokenizer
     catalog = task_catalog(load_catalog(), Task("x", "q", tools=TOOLS))
     texts = [json.dumps(catalog.openai_tools(tools=catalog.tools))] * 5

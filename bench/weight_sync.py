@@ -37,7 +37,7 @@ def _engine_side(model: str, port: int, plans, repeats: int, out) -> None:
     import torch
 
     from training.distributed.weight_sync import SyncGroup, unpack
-    from training.engines.hf import HFEngine
+    from orchestrator.engines.hf import HFEngine
 
     torch.set_num_threads(1)
     engine = HFEngine(model, device="cpu")
@@ -58,7 +58,7 @@ def measure(model: str, bucket_mbs: list[float], repeats: int) -> dict:
     from transformers import AutoModelForCausalLM
 
     from training.distributed.weight_sync import SyncGroup, plan_buckets
-    from training.engines.hf import HFEngine
+    from orchestrator.engines.hf import HFEngine
 
     torch.set_num_threads(1)
     trainer = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)

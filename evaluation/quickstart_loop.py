@@ -61,8 +61,8 @@ def build_index(corpus: Path, out: Path) -> Path:
 
 
 def make_policy(model_path: Path, price_model: str, max_batch: int) -> TokenPolicy:
-    from training.engines import make_engine
-    from training.engines.batcher import BatchingEngine
+    from orchestrator.engines import make_engine
+    from orchestrator.engines.batcher import BatchingEngine
 
     engine = BatchingEngine(make_engine("hf", str(model_path)), max_batch=max_batch)
     return TokenPolicy(engine, price_model=price_model)

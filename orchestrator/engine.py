@@ -1,9 +1,11 @@
 """The one interface between the loop / trainer and whatever generates tokens.
 
 An `Engine` generates from token ids and returns the sampled token ids and their
-log-probs.  Implementations: in-process transformers (`training/engines/hf.py`) and
-vLLM (`training/engines/vllm_engine.py`); both also accept new weights after a
-policy step (`update_weights`).
+log-probs.  Implementations: in-process transformers (`orchestrator/engines/hf.py`) and
+vLLM (`orchestrator/engines/vllm_engine.py`); both also accept new weights after a
+policy step (`update_weights`).  The gateway's transformers backend serves a local model
+through the same `HFEngine` and `BatchingEngine`, so a checkpoint is evaluated with the
+sampler and constraints it was trained with.
 
 Constrained decoding: `SamplingParams.choices`, when set, restricts the whole
 response to exactly one of the given strings (then end-of-sequence).  The loop uses
@@ -35,7 +37,7 @@ class Generation:
     token_ids: list[int]                 # generated ids (no prompt), EOS included when emitted
     logprobs: list[float]                # log p of each generated id under the sampling policy
     text: str                            # decoded token_ids without special tokens
-    finish_reason: str = "stop"          # "stop" | "length"
+    finish_reason: str = "stop"          # "stop" | "length" | "timeout" (a deadline passed: HFEngine)
 
 
 @runtime_checkable

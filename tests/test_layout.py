@@ -33,3 +33,16 @@ def test_tests_mirror_the_package_layout():
     assert not misplaced, f"test folders with no package folder of the same path: {misplaced}"
     assert not list((ROOT / "tests").rglob("__init__.py")), \
         "tests/ folders carry no __init__.py (they would shadow the packages they are named after)"
+
+
+@pytest.mark.parametrize("module", ["batcher", "common", "grammar", "hf", "hf_static", "sampling",
+                                    "split_kv_attention", "vllm_engine"])
+def test_old_engine_modules_are_the_moved_ones(module):
+    """training.engines.<m> (before the move to orchestrator/engines) is that very module, so
+    imports, monkeypatches and isinstance checks written against the old name keep working."""
+    import importlib
+
+    import training.engines
+    from orchestrator import engines
+    assert importlib.import_module(f"training.engines.{module}") is importlib.import_module(f"orchestrator.engines.{module}")
+    assert training.engines.make_engine is engines.make_engine and training.engines.ENGINES is engines.ENGINES

@@ -87,6 +87,7 @@ class RolloutConfig:
     tau2_user: Literal["simulator", "solo"] = "simulator"   # tau2 tasks: tau2's user simulator (upstream) | no user
     tau2_user_model: str = "smollm2-135m"   # the user simulator (configs/models.yaml); upstream: gpt-5
     tau2_max_steps: int = 40            # tau2 max_steps per conversation (every message counts); upstream 40
+    tau2_user_max_tokens: int = 512     # the user simulator's reply cap (upstream's gpt-5 user: none)
 
 
 @dataclass

@@ -149,9 +149,9 @@ def choice_token_ids(tokenizer, choices: Sequence[str], eos_ids: Sequence[int] |
 def mask_forced_tokens(groups: Sequence[Sequence[Rollout]], tokenizer, eos_ids: Sequence[int] | None = None) -> None:
     """Set each constrained turn's `loss_mask` to its decision mask under the constraint the
     episode recorded on the turn (`Turn.constraint`): `choices` through `decision_mask`, a
-    `grammar` replayed with xgrammar (`training.engines.grammar`).  Nothing is rebuilt from the
+    `grammar` replayed with xgrammar (`orchestrator.engines.grammar`).  Nothing is rebuilt from the
     task, so the mask is that of exactly the constraint that sampled the tokens.  `eos_ids`:
-    the ids the engine stops on (`training.engines.common.eos_token_ids`; default the
+    the ids the engine stops on (`orchestrator.engines.common.eos_token_ids`; default the
     tokenizer's), so a choice between EOS ids counts as the decision it was at generation."""
     ends = list(eos_ids) if eos_ids else [tokenizer.eos_token_id]
     choices: dict[str, list[list[int]]] = {}
@@ -168,6 +168,6 @@ def mask_forced_tokens(groups: Sequence[Sequence[Rollout]], tokenizer, eos_ids: 
                     turn.loss_mask = decision_mask(turn.response_ids, choices[key])
                 elif turn.constraint.get("grammar") is not None:
                     if replay is None:
-                        from training.engines.grammar import token_grammar
+                        from orchestrator.engines.grammar import token_grammar
                         replay = token_grammar(tokenizer, len(tokenizer), ends)
                     turn.loss_mask = replay.decision_mask(turn.constraint["grammar"], turn.response_ids)

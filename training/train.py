@@ -44,7 +44,7 @@ from orchestrator.records import Rollout  # noqa: E402
 from orchestrator.runtime import ToolRuntime  # noqa: E402
 from training import checkpoint as ckpt  # noqa: E402
 from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, load_config, save_config, to_dict  # noqa: E402
-from training.engines.common import eos_token_ids  # noqa: E402
+from orchestrator.engines.common import eos_token_ids  # noqa: E402
 from training.losses import PPOClipLoss  # noqa: E402
 from training.metrics_log import MetricsLogger  # noqa: E402
 from training.ppo import check_logprob_path, ppo_update  # noqa: E402
@@ -66,12 +66,12 @@ def rollout_loop_config(cfg: TrainConfig, temperature: float | None = None) -> L
                       max_tokens=cfg.rollout.max_tokens, constrained=cfg.rollout.constrained,
                       max_string_chars=cfg.rollout.max_string_chars,
                       tau2_user=cfg.rollout.tau2_user, tau2_user_model=cfg.rollout.tau2_user_model,
-                      tau2_max_steps=cfg.rollout.tau2_max_steps,
+                      tau2_max_steps=cfg.rollout.tau2_max_steps, tau2_user_max_tokens=cfg.rollout.tau2_user_max_tokens,
                       budgets=Budgets(context_tokens=cfg.rollout.context_tokens))
 
 
 def make_engine_for(cfg: TrainConfig, model, tokenizer):
-    from training.engines import make_engine
+    from orchestrator.engines import make_engine
 
     if cfg.engine.kind == "hf" and cfg.engine.share_weights:
         engine = make_engine("hf", model, tokenizer=tokenizer, device=cfg.run.device, max_batch=cfg.engine.max_batch,
@@ -79,7 +79,7 @@ def make_engine_for(cfg: TrainConfig, model, tokenizer):
     else:   # weights in the dtype the training forward computes in (not the engine's own default)
         engine = make_engine(cfg.engine.kind, cfg.model.path, dtype=Precision.of(cfg.model.dtype).rollout)
     try:
-        from training.engines.batcher import BatchingEngine
+        from orchestrator.engines.batcher import BatchingEngine
     except ImportError:
         return engine
     return BatchingEngine(engine, max_batch=cfg.engine.max_batch)

@@ -94,7 +94,8 @@ def run_tau2_episode(task: Task, policy, runtime, config: LoopConfig, counter: T
         raise ValueError("tau2 episodes with a user simulator need LoopConfig.tau2_user_model "
                          "(training: rollout.tau2_user_model; run_tau2.py: --user-model)")
     user = LLMCallUser(tools=user_tools, instructions=str(tau2_task.user_scenario), llm=user_model,
-                       llm_args={"temperature": config.tau2_user_temperature}, catalog=runtime.catalog,
+                       llm_args={"temperature": config.tau2_user_temperature,
+                                 "max_tokens": config.tau2_user_max_tokens}, catalog=runtime.catalog,
                        call=runtime.llm)
     try:
         simulation = Orchestrator(domain=domain, agent=agent, user=user, environment=environment, task=tau2_task,

@@ -82,7 +82,7 @@ def test_split_mode_zero2_two_ranks_equal_one_process_and_engine_gets_the_weight
     from training.distributed.group import RayPolicy
     from training.train import run_distributed
     from training.distributed.weight_sync import digest
-    from training.engines.hf import HFEngine
+    from orchestrator.engines.hf import HFEngine
     from training.metrics_log import read_metrics
 
     policy_dir, tasks = train_world

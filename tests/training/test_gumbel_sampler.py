@@ -1,4 +1,4 @@
-"""The static decoder's sampler (training/engines/hf_static.py `sample_rows`): Gumbel-max over
+"""The static decoder's sampler (orchestrator/engines/hf_static.py `sample_rows`): Gumbel-max over
 counter-based hash uniforms.  Checked on the CPU: its draws follow softmax(top_p(logits / T))
 (chi-square over many independent rows), its log-probs are that distribution's, and a draw
 depends only on (the row's seed, the step), not on the batch."""
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from training.engines.sampling import top_p_filter
-from training.engines.hf_static import hash_uniforms, row_keys, sample_rows
+from orchestrator.engines.sampling import top_p_filter
+from orchestrator.engines.hf_static import hash_uniforms, row_keys, sample_rows
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0, 1.5])
 ROWS = 40_000

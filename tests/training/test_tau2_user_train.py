@@ -1,8 +1,15 @@
 """tau2 trained as upstream trains it, then evaluated through the same episode: two GRPO steps of a
-tiny random policy on real tau2 airline tasks, each rollout a conversation with a user simulator
-(a local OpenAI-compatible model from the gateway registry, evaluation/mock_backend.py's scripted
-user), rewards from tau2's evaluator; then run_tau2.py evaluates the trained checkpoint (served by
-the gateway's transformers backend) through orchestrator/episodes/tau2.py as well.
+tiny random policy on real tau2 airline tasks, each rollout a conversation with tau2's user
+simulator, rewards from tau2's evaluator.
+
+- With the local user simulator model (the registry's `smollm2-135m`, SmolLM2-135M-Instruct served
+  in process by the gateway, as `rollout.tau2_user_model` defaults to): two steps, then
+  run_tau2.py evaluates the trained checkpoint (served by the gateway's transformers backend, the
+  training engine) through orchestrator/episodes/tau2.py with the same user.  A 135M user never
+  says ###STOP###: `rollout.tau2_max_steps` caps each conversation, tau2's evaluator scores it
+  (a capped simulation: reward 0) and filter 1 leaves it out of the loss (no final answer).
+- With a scripted user (evaluation/mock_backend.py) that does end conversations: the finished
+  ones are trained on.
 
 Airline task 0 needs no database change (an agent that changes nothing earns 1); task 2 needs a
 certificate sent, which an untrained agent does not do (0)."""
@@ -21,83 +28,142 @@ from evaluation.mock_backend import MockBackend, registry_yaml  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+LOCAL_USER = "  smollm2-135m:\n    backend: transformers\n    path: embedded:smollm2-135m\n    max_retries: 0\n" \
+             "    timeout_s: 600\n    price_model: Qwen3-8B\n"
 
 
-def test_two_steps_with_a_user_simulator_then_run_tau2_evaluates_the_checkpoint(tmp_path, monkeypatch):
-    from orchestrator.episodes.tau2_agent import EXPERT_POLICY  # first: it quiets litellm and tau2
+@pytest.fixture(scope="module")
+def airline(tmp_path_factory):
+    """(policy folder, training file of airline tasks 0 and 2, tools.json with a `mock` profile)."""
+    from orchestrator.episodes.tau2_agent import EXPERT_POLICY  # noqa: F401 - first: it quiets litellm and tau2
     # isort: split
     from tau2.registry import registry
     from tau2.run import get_tasks
 
-    from evaluation.tau2_cli import main as run_tau2
-    from orchestrator.gateway.backends import transformers_batching
-    from training.checkpoint import list_checkpoints
-    from training.config import load_config
-    from training.metrics_log import read_metrics
-    from training.train import run
-
+    root = tmp_path_factory.mktemp("airline")
     env = registry.get_env_constructor("airline")()
     tools = [t.openai_schema for t in env.get_tools()]
     texts = [json.dumps(tools), env.get_policy()] * 3      # a tokenizer that compresses the airline prompt
-    policy = build_policy(tmp_path / "policy", texts, max_positions=8192, vocab_size=4000)
+    policy = build_policy(root / "policy", texts, max_positions=8192, vocab_size=4000)
     tasks = {t.id: t for t in get_tasks("airline", "base") if t.id in ("0", "2")}
-    data = tmp_path / "airline.jsonl"
+    data = root / "airline.jsonl"
     data.write_text("".join(json.dumps({"id": f"airline/{i}", "question": "Help the customer.", "kind": "tau2",
                                         "metadata": {"tau2_domain": "airline",
                                                      "tau2_task": t.model_dump(mode="json")}}) + "\n"
                             for i, t in tasks.items()))
     catalog = json.loads((REPO / "tools.json").read_text())
     catalog["profiles"]["mock"] = {m: "mock-expert" for m in catalog["prices"]}
-    (tmp_path / "tools.json").write_text(json.dumps(catalog))
+    (root / "tools.json").write_text(json.dumps(catalog))
+    return policy, data, root / "tools.json"
+
+
+def train_config(tmp_path, airline, **extra):
+    from training.config import load_config
+
+    policy, data, tools = airline
+    return load_config(None, overrides(tmp_path, policy, data, **{
+        "rollout.tasks_per_step": 2, "rollout.rollouts_per_task": 2, "rollout.max_tokens": 48,
+        "rollout.context_tokens": 8000, "rollout.tau2_user": "simulator", "tools.catalog": str(tools),
+        "tools.profile": "mock", "algorithm.min_group_std": 0.0, "algorithm.micro_batch_size": 2,
+        "algorithm.kl_coef": 0.0, "logging.rollouts_every": 1, **extra}))
+
+
+def read_rollouts(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
+
+
+def test_two_steps_with_the_local_user_model_then_run_tau2_evaluates_the_checkpoint(tmp_path, airline, monkeypatch):
+    from orchestrator.episodes.tau2_agent import EXPERT_POLICY
+    # isort: split
+    from evaluation.tau2_cli import main as run_tau2
+    from orchestrator.embedded import smollm2_path
+    from orchestrator.engines.batcher import BatchingEngine
+    from training.checkpoint import list_checkpoints
+    from training.metrics_log import read_metrics
+    from training.train import run
+
+    served = []            # (model folder, prompt text, reply text) of every in-process gateway generation
+    generate = BatchingEngine.generate
+
+    def spy(self, prompts, params, **kw):
+        out = generate(self, prompts, params, **kw)
+        tok = self.engine.tokenizer
+        served.append((self.engine.model.name_or_path, tok.decode(prompts[0]), out[0].text))
+        return out
+    monkeypatch.setattr(BatchingEngine, "generate", spy)
+
+    def user_turns():       # (prompt, reply) of every generation by the user simulator's model
+        return [(p, t) for m, p, t in served if m == str(smollm2_path())]
+
+    with MockBackend() as server:          # the experts (call_expert); the user is the local model
+        models = tmp_path / "models.yaml"
+        models.write_text(registry_yaml(server.base_url, ["mock-expert"]) + LOCAL_USER)
+        monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(models))
+        run(train_config(tmp_path, airline, **{"rollout.tau2_user_model": "smollm2-135m", "rollout.tasks_per_step": 1,
+                                               "rollout.tau2_max_steps": 2, "rollout.tau2_user_max_tokens": 16}))
+
+        metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+        assert [m["step"] for m in metrics] == [1, 2]
+        rollouts = read_rollouts(tmp_path / "run")
+        assert len(rollouts) == 4 and all(r["kind"] == "tau2" for r in rollouts)     # 1 task x 2 rollouts x 2 steps
+        replies = {t.strip() for _, t in user_turns()}
+        assert any("Your user id is emma_kim_9957" in p for p, _ in user_turns())   # task 0: tau2's user prompt
+        for r in rollouts:          # tau2's own verdict, from tau2's own conversation with the local user
+            assert r["info"]["evaluator"] == "tau2" and r["stop_reason"] in ("user_stop", "max_steps")
+            sim = r["info"]["simulation"]
+            users = [m["content"] for m in sim["messages"] if m["role"] == "user"]
+            assert users and all(u.strip() in replies for u in users)       # every user message: SmolLM2's
+            assert sim["reward_info"] is not None and r["outcome"] == sim["reward_info"]["reward"]
+            assert r["turns"] and all(t["constraint"] and "grammar" in t["constraint"] for t in r["turns"])
+            if r["stop_reason"] == "max_steps":                            # capped: scored 0, not trained
+                assert not r["finished"] and r["outcome"] == 0.0
+        trained = sum(m.get("train/samples", 0) for m in metrics)
+        assert (trained > 0) == any(r["finished"] for r in rollouts)
+        checkpoint = list_checkpoints(tmp_path / "run" / "checkpoints")[-1] / "model"
+
+        # the trained checkpoint through run_tau2.py: same episode and user, the gateway serving the policy
+        models.write_text(registry_yaml(server.base_url, ["mock-expert"]) + LOCAL_USER +
+                          f"  trained:\n    backend: transformers\n    path: {checkpoint}\n    max_retries: 0\n"
+                          "    timeout_s: 600\n    price_model: Qwen3-8B\n")
+        served.clear()
+        out = tmp_path / "eval"
+        code = run_tau2(["--domains", "airline", "--task-ids", "0", "--model", "trained", "--user-model", "smollm2-135m",
+                         "--tools", str(airline[2]), "--profile", "mock", "--output", str(out),
+                         "--max-turns", "2", "--max-tokens", "16", "--no-progress", "--no-report"])
+    assert code == 0
+    record = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    assert record["status"] == "ok" and record["simulation"]["reward_info"] is not None and record["turns"]
+    [(_, policy_prompt, _)] = [s for s in served if s[0] == str(checkpoint)]
+    assert EXPERT_POLICY in policy_prompt and "transfer_to_human_agents" not in policy_prompt.split("<tools>")[0]
+    [user] = [m["content"] for m in record["simulation"]["messages"] if m["role"] == "user"]
+    assert user.strip() in {t.strip() for _, t in user_turns()}
+
+
+def test_two_steps_with_a_scripted_user_train_the_finished_conversations(tmp_path, airline, monkeypatch):
+    from training.metrics_log import read_metrics
+    from training.train import run
 
     with MockBackend() as server:
         models = tmp_path / "models.yaml"
         models.write_text(registry_yaml(server.base_url, ["mock-expert", "mock-user"]))
         monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(models))
-        cfg = load_config(None, overrides(tmp_path, policy, data, **{
-            "rollout.tasks_per_step": 2, "rollout.rollouts_per_task": 2, "rollout.max_tokens": 48,
-            "rollout.context_tokens": 8000, "rollout.tau2_user": "simulator", "rollout.tau2_user_model": "mock-user",
-            "rollout.tau2_max_steps": 8, "tools.catalog": str(tmp_path / "tools.json"), "tools.profile": "mock",
-            "algorithm.min_group_std": 0.0, "algorithm.micro_batch_size": 2, "algorithm.kl_coef": 0.0,
-            "logging.rollouts_every": 1}))
-        run(cfg)
+        run(train_config(tmp_path, airline, **{"rollout.tau2_user_model": "mock-user", "rollout.tau2_max_steps": 8}))
         user_requests = server.requests
 
-        metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
-        assert [m["step"] for m in metrics] == [1, 2]
-        rollouts = [json.loads(line) for line in (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()]
-        assert rollouts and all(r["kind"] == "tau2" for r in rollouts)
-        for r in rollouts:          # tau2's own verdict, from tau2's own conversation with the user
-            assert r["info"]["evaluator"] == "tau2" and r["stop_reason"] in ("user_stop", "agent_stop", "max_steps")
-            sim = r["info"]["simulation"]
-            users = [m for m in sim["messages"] if m["role"] == "user"]
-            assert users and "mia_li_3668" in users[0]["content"]                     # the simulator spoke first
-            assert all(t["constraint"] and "grammar" in t["constraint"] for t in r["turns"])   # recorded per turn
-        finished = {r["task_id"]: r["outcome"] for r in rollouts if r["finished"]}
-        assert finished.get("airline/2", 0.0) == 0.0
-        assert any(m.get("train/samples", 0) > 0 for m in metrics), "no turn was trained"
-        assert user_requests > 0
-        checkpoint = list_checkpoints(tmp_path / "run" / "checkpoints")[-1] / "model"
-
-        # the trained checkpoint through run_tau2.py: same episode, the gateway serving the policy
-        models.write_text(registry_yaml(server.base_url, ["mock-expert", "mock-user"]) +
-                          f"  trained:\n    backend: transformers\n    path: {checkpoint}\n    max_retries: 0\n"
-                          "    price_model: Qwen3-8B\n")
-        prompts = []
-        original = transformers_batching.Batcher.run
-        monkeypatch.setattr(transformers_batching.Batcher, "run",
-                            lambda self, job: prompts.append(job.prompt) or original(self, job))
-        out = tmp_path / "eval"
-        code = run_tau2(["--domains", "airline", "--task-ids", "0", "--model", "trained", "--user-model", "mock-user",
-                         "--tools", str(tmp_path / "tools.json"), "--profile", "mock", "--output", str(out),
-                         "--max-turns", "8", "--max-tokens", "16", "--no-progress", "--no-report"])
-    assert code == 0
-    record = json.loads((out / "results.jsonl").read_text().splitlines()[0])
-    assert record["status"] == "ok" and record["simulation"]["reward_info"] is not None
-    assert record["turns"] and prompts
-    from transformers import AutoTokenizer
-    first = AutoTokenizer.from_pretrained(checkpoint).decode(prompts[0])
-    assert EXPERT_POLICY in first and "transfer_to_human_agents" not in first.split("<tools>")[0]
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2]
+    rollouts = read_rollouts(tmp_path / "run")
+    assert rollouts and all(r["kind"] == "tau2" for r in rollouts)
+    for r in rollouts:          # tau2's own verdict, from tau2's own conversation with the user
+        assert r["info"]["evaluator"] == "tau2" and r["stop_reason"] in ("user_stop", "agent_stop", "max_steps")
+        sim = r["info"]["simulation"]
+        users = [m for m in sim["messages"] if m["role"] == "user"]
+        assert users and "mia_li_3668" in users[0]["content"]                     # the simulator spoke first
+        assert all(t["constraint"] and "grammar" in t["constraint"] for t in r["turns"])   # recorded per turn
+    finished = {r["task_id"]: r["outcome"] for r in rollouts if r["finished"]}
+    assert finished.get("airline/2", 0.0) == 0.0
+    assert any(m.get("train/samples", 0) > 0 for m in metrics), "no turn was trained"
+    assert user_requests > 0
 
 
 def test_tasks_with_initial_state_and_env_assertions_load_and_are_scored_by_tau2(tmp_path):

@@ -188,7 +188,7 @@ def test_grammar_constrained_tiny_policy_emits_valid_calls_and_trains_only_its_o
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from orchestrator.policy import TokenPolicy
-    from training.engines.hf import HFEngine
+    from orchestrator.engines.hf import HFEngine
     from training.samples import build_turn_samples
     from orchestrator.episodes.tau2_solo import task_grammar
     from training.rollouts import SeededEngine, mask_forced_tokens
@@ -301,7 +301,7 @@ def test_grammar_decision_mask_counts_the_admitted_tokens(tiny_policy, world):
     from orchestrator.domain import load_domain
     from orchestrator.episodes.tau2_solo import episode_tools
     from orchestrator.toolcall import call_grammar
-    from training.engines.grammar import token_grammar
+    from orchestrator.engines.grammar import token_grammar
 
     tok = AutoTokenizer.from_pretrained(tiny_policy)
     tg = token_grammar(tok, len(tok), [tok.eos_token_id])

@@ -20,7 +20,7 @@ from typing import Any
 from orchestrator.engine import SamplingParams
 from training.distributed.config import DistributedConfig, resolved_sync, validate_distributed
 from training.distributed.update import combine_metrics, deepspeed_config, shard_samples
-from training.engines.common import row_seeds
+from orchestrator.engines.common import row_seeds
 
 log = logging.getLogger("toolorchestra.distributed")
 

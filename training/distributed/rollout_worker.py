@@ -1,7 +1,7 @@
 """A rollout engine replica (a Ray actor) for split mode: generates, and takes new weights
 over the weight-sync group (broadcast) or CUDA IPC handles.
 
-The engine is any `training.engines` kind ("hf", or "vllm" with `tensor_parallel_size`
+The engine is any `orchestrator.engines` kind ("hf", or "vllm" with `tensor_parallel_size`
 GPUs); it starts from the initial weights and is updated in place after every step.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ def can_sleep(engine) -> bool:
 
 class RolloutWorker:
     def __init__(self, kind: str, model_path: str, engine_kwargs: dict, *, device: str, threads: int = 0):
-        from training.engines import make_engine
+        from orchestrator.engines import make_engine
 
         if threads:
             torch.set_num_threads(threads)

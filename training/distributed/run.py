@@ -30,7 +30,7 @@ class RayLearner:
     backend = "ray"
 
     def __init__(self, cfg, dist: DistributedConfig, policy, tokenizer, owned: bool):
-        from training.engines.batcher import BatchingEngine
+        from orchestrator.engines.batcher import BatchingEngine
 
         self.cfg, self.dist, self.policy, self.tokenizer, self.owned = cfg, dist, policy, tokenizer, owned
         self.layout = {"trainer_workers": dist.trainer_workers, "zero_stage": dist.zero_stage}

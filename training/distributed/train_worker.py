@@ -140,7 +140,7 @@ class TrainWorker:
     # ------------------------------------------------------------------ colocated engine
     def start_engine(self, kind: str, model_path: str, engine_kwargs: dict) -> None:
         """An engine in this process (colocated mode), built from the initial weights."""
-        from training.engines import make_engine
+        from orchestrator.engines import make_engine
 
         if kind == "hf":
             engine_kwargs = {"device": str(self.device), **engine_kwargs}

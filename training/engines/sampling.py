@@ -1,14 +1,7 @@
-"""Sampling pieces both in-process decoders share (training/engines/hf.py, hf_static.py)."""
-from __future__ import annotations
+"""Moved to orchestrator/engines/sampling.py (one generation stack for training and the gateway's
+transformers backend); this name stays so existing imports keep working: it is that module."""
+import sys
 
-import torch
+from orchestrator.engines import sampling as _moved
 
-
-def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Set to -inf every token outside the nucleus of mass `top_p` (top-1 always kept). [A, V]"""
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    probs = sorted_logits.softmax(dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs           # mass of strictly better tokens
-    drop_sorted = mass_before >= top_p
-    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
+sys.modules[__name__] = _moved

@@ -141,7 +141,7 @@ def test_transformers_concurrent_calls_share_one_model(registry, smollm2):
         t.join()
     assert len(results) == 3
     assert len({(r.text, r.usage.completion_tokens) for r in results}) == 1    # greedy: identical replies
-    assert [k[0] for k in tb._loaded].count(str(smollm2_path())) == 1          # loaded once, shared
+    assert [k[0] for k in tb._engines].count(str(smollm2_path())) == 1         # loaded once, shared
 
 
 @needs_smollm2

@@ -1,119 +1,121 @@
-"""The in-process batcher: concurrent jobs with equal settings share one generate call,
-different settings never mix, rows are left-padded, and a failure reaches every job."""
+"""The gateway's transformers backend over training's engine stack (a recording stub engine
+behind the real `BatchingEngine`): concurrent requests share engine calls, seeded ones run
+alone, the timeout reaches the engine as a deadline, stop strings and usage follow vLLM,
+engine errors are not retried."""
 from __future__ import annotations
 
 import threading
 import time
 
 import pytest
-import torch
+from test_gateway_fakes import write_registry
 
-from orchestrator.gateway.backends.transformers_batching import Batcher, Job
+from LLM_CALL import LLMCallError, get_llm_response
+from orchestrator.engine import Generation
+from orchestrator.gateway.backends import transformers_backend
 
-PAD = 0
+
+class WordTokenizer:
+    """One id per word (its length); a template that takes tools, so the prompt is the words."""
+
+    chat_template = "{{ tools }}"
+
+    def apply_chat_template(self, messages, tools=None, add_generation_prompt=True, tokenize=False):
+        return " ".join(m["content"] for m in messages)
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [len(w) for w in text.split()]}
 
 
-class FakeModel:
-    """Records each generate call; 'generates' row i as [100 + i, prompt length of the row]."""
+class StubEngine:
+    """Records every call; replies `reply` to each row (its ids: 3 tokens), or what `finish` says."""
 
-    device = torch.device("cpu")
+    tokenizer = WordTokenizer()
 
-    def __init__(self, delay_s: float = 0.2, fail: bool = False):
+    def __init__(self, reply="a reply", finish="stop", delay=0.1, error=None):
+        self.reply, self.finish, self.delay, self.error = reply, finish, delay, error
         self.calls: list[dict] = []
-        self.delay_s, self.fail = delay_s, fail
-        self.lock = threading.Lock()
 
-    def generate(self, ids, attention_mask, **kwargs):
-        with self.lock:
-            self.calls.append({"ids": ids.tolist(), "mask": attention_mask.tolist(), "kwargs": kwargs})
-        time.sleep(self.delay_s)                 # long enough for other threads to queue up
-        if self.fail:
-            raise RuntimeError("out of memory")
-        new = torch.tensor([[100 + i, int(attention_mask[i].sum())] for i in range(ids.shape[0])])
-        return torch.cat([ids, new], dim=1)
+    def generate(self, prompts, params, *, seeds=None, deadlines=None):
+        self.calls.append({"prompts": prompts, "params": params, "seeds": seeds, "deadlines": deadlines,
+                           "at": time.monotonic()})
+        time.sleep(self.delay)
+        if self.error:
+            raise self.error
+        return [Generation(token_ids=[7, 8, 9], logprobs=[0.0] * 3, text=self.reply, finish_reason=self.finish)
+                for _ in prompts]
 
 
-def _run_all(batcher: Batcher, jobs: list[Job]) -> list:
-    """Queue every job while the batcher is held busy, then release it: deterministic batches."""
-    results: list = [None] * len(jobs)
+@pytest.fixture
+def serve(tmp_path, monkeypatch):
+    """Register model `local` (max_retries 2): the backend builds its BatchingEngine as it does for a
+    real model (`load_engine`), over the given stub instead of an HFEngine."""
+    def make(engine: StubEngine) -> None:
+        monkeypatch.setattr(transformers_backend, "HFEngine", lambda path, **kw: engine)
+        monkeypatch.setattr(transformers_backend, "_engines", {})
+        models = {"local": {"backend": "transformers", "path": "/stub", "price_model": "Qwen3-8B", "max_retries": 2}}
+        monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(write_registry(tmp_path / "models.yaml", models)))
+    return make
+
+
+def ask(text: str, **kw):
+    return get_llm_response("local", [{"role": "user", "content": text}], **{"temperature": 0, "max_tokens": 8, **kw})
+
+
+def test_concurrent_requests_share_engine_calls_and_seeded_ones_run_alone(serve):
+    engine = StubEngine()
+    serve(engine)
+    requests = [("one", {}), ("one two", {}), ("one two three", {}), ("s1", {"seed": 1}), ("s22", {"seed": 2})]
+    start, results = threading.Barrier(len(requests)), [None] * len(requests)
 
     def go(i):
-        try:
-            results[i] = batcher.run(jobs[i])
-        except Exception as exc:
-            results[i] = exc
-    with batcher._lock:
-        batcher._busy = True
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(jobs))]
+        start.wait()
+        results[i] = ask(requests[i][0], **requests[i][1])
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(requests))]
     for t in threads:
         t.start()
-    while len(batcher._queue) < len(jobs):
-        time.sleep(0.01)
-    with batcher._lock:
-        batcher._busy = False
-        batcher._wake.notify_all()
     for t in threads:
         t.join(timeout=30)
-    return results
+    assert all(r is not None and r.text == "a reply" for r in results)
+    seeded = [c for c in engine.calls if c["params"].seed is not None]
+    assert sorted((c["prompts"], c["seeds"]) for c in seeded) == [([[2]], [1]), ([[3]], [2])]   # alone, own seed
+    unseeded = [p for c in engine.calls if c["params"].seed is None for p in c["prompts"]]
+    assert sorted(unseeded) == [[3], [3, 3], [3, 3, 5]]
+    assert len(engine.calls) < len(requests)                   # the unseeded requests shared a call
+    assert [r.usage.prompt_tokens for r in results] == [1, 2, 3, 1, 1]
+    assert all(r.usage.completion_tokens == 3 for r in results)
 
 
-def test_queued_jobs_with_equal_settings_share_one_left_padded_generate():
-    model = FakeModel()
-    batcher = Batcher(model, pad_id=PAD, max_batch=8)
-    jobs = [Job(prompt=[5] * (1 + i), kwargs={"max_new_tokens": 2}, group=("g",)) for i in range(4)]
-    results = _run_all(batcher, jobs)
-    assert len(model.calls) == 1 and batcher.stats == {"generate_calls": 1, "jobs": 4}
-    call = model.calls[0]
-    width = 4
-    for row, mask in zip(call["ids"], call["mask"]):     # left padding to the longest prompt
-        n = sum(mask)
-        assert row == [PAD] * (width - n) + [5] * n and mask == [0] * (width - n) + [1] * n
-    # each job gets its own row back: [100 + row index, its unpadded prompt length]
-    assert sorted(r[0] for r in results) == [100, 101, 102, 103]
-    assert [r[1] for r in results] == [1, 2, 3, 4]
+def test_the_timeout_is_the_engines_deadline_and_stop_strings_are_cut(serve):
+    engine = StubEngine(reply="the answer STOP and more")
+    serve(engine)
+    before = time.monotonic()
+    r = ask("hi", timeout=5.0, stop="STOP", top_p=0.5)
+    call = engine.calls[0]
+    assert before + 5.0 <= call["deadlines"][0] <= time.monotonic() + 5.0
+    assert call["params"].stop == ["STOP"] and call["params"].top_p == 0.5 and call["params"].temperature == 0
+    assert r.text == "the answer " and r.raw_finish_reason == "stop"      # vLLM: the stop string is cut
 
 
-def test_different_settings_never_share_a_batch_and_max_batch_is_respected():
-    model = FakeModel(delay_s=0.05)
-    batcher = Batcher(model, pad_id=PAD, max_batch=2)
-    # group 0 prompts are [10], group 1 prompts [11]: a mixed batch would show both in one call
-    jobs = [Job(prompt=[10 + i % 2], kwargs={"do_sample": i % 2 == 0}, group=(i % 2,)) for i in range(7)]
-    results = _run_all(batcher, jobs)
-    assert all(isinstance(r, list) for r in results)
-    for call in model.calls:
-        assert 1 <= len(call["ids"]) <= 2
-        assert len({row[0] for row in call["ids"]}) == 1
-    assert sum(len(c["ids"]) for c in model.calls) == 7
-    assert len(model.calls) == 4            # groups of 4 and 3 jobs, two per call: 2 + 2 calls
-    assert sorted(str(c["kwargs"]["do_sample"]) for c in model.calls) == ["False", "False", "True", "True"]
+def test_a_reply_cut_by_the_deadline_is_a_timeout_error(serve):
+    engine = StubEngine(finish="timeout")
+    serve(engine)
+    with pytest.raises(LLMCallError, match=r"local: .*timed out after 0.5 s \(3 tokens generated\)"):
+        ask("hi", timeout=0.5)
+    assert len(engine.calls) == 1                                 # not retried
 
 
-def test_deadline_becomes_max_time_and_constraints_apply_per_row():
-    model = FakeModel(delay_s=0.0)
-    batcher = Batcher(model, pad_id=PAD)
-    seen = []
-    job = Job(prompt=[1, 2], kwargs={}, group=("c",), deadline=time.monotonic() + 5.0,
-              allowed=lambda generated: seen.append(generated) or [7])
-    batcher.run(job)
-    kwargs = model.calls[0]["kwargs"]
-    assert 4.0 < kwargs["max_time"] <= 5.0
-    assert kwargs["prefix_allowed_tokens_fn"](0, torch.tensor([1, 2, 9])) == [7]
-    assert seen == [(9,)]           # the trie sees only the generated ids, not the prompt
+def test_engine_value_errors_name_the_model_and_are_not_retried(serve):
+    engine = StubEngine(error=ValueError("SamplingParams.top_p=2 must lie in (0, 1]"))
+    serve(engine)
+    with pytest.raises(LLMCallError, match=r"local: .*top_p=2 must lie in"):
+        ask("hi", top_p=2)
+    assert len(engine.calls) == 1
 
 
-def test_a_failed_generate_reaches_every_job_of_the_batch_and_the_batcher_recovers():
-    model = FakeModel(fail=True)
-    batcher = Batcher(model, pad_id=PAD)
-    results = _run_all(batcher, [Job(prompt=[1], kwargs={}, group=("g",)) for _ in range(3)])
-    assert all(isinstance(r, RuntimeError) and "out of memory" in str(r) for r in results)
-    model.fail = False
-    assert batcher.run(Job(prompt=[1], kwargs={}, group=("g",))) == [100, 1]
-
-
-@pytest.mark.parametrize("n", [1, 6])
-def test_every_job_finishes_exactly_once(n):
-    model = FakeModel(delay_s=0.05)
-    batcher = Batcher(model, pad_id=PAD, max_batch=4)
-    results = _run_all(batcher, [Job(prompt=[3], kwargs={}, group=("g",)) for _ in range(n)])
-    assert all(r is not None and not isinstance(r, Exception) for r in results)
-    assert sum(len(c["ids"]) for c in model.calls) == n
+def test_extras_the_engine_does_not_sample_with_are_refused(serve):
+    engine = StubEngine()
+    serve(engine)
+    with pytest.raises(LLMCallError, match=r"does not take \['top_k'\]; supported extras: \['top_p', 'stop', 'seed'\]"):
+        ask("hi", top_k=5)
+    assert engine.calls == []

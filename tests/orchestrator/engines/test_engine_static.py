@@ -1,7 +1,7 @@
-"""HFEngine's static-cache decoding (training/engines/hf_static.py), run eagerly on the CPU
+"""HFEngine's static-cache decoding (orchestrator/engines/hf_static.py), run eagerly on the CPU
 (`decode="static"`; on CUDA the same steps are compiled and replayed as CUDA graphs:
 bench/gpu_decode.py).  Checked against transformers' `generate` and forward passes, and
-against the step-by-step loop, on the tiny model of tests/training/engines/test_engines.py."""
+against the step-by-step loop, on the tiny model of tests/orchestrator/engines/test_engines.py."""
 from __future__ import annotations
 
 import pytest
@@ -13,7 +13,7 @@ from orchestrator.engine import SamplingParams
 
 @pytest.fixture
 def static(folders):  # noqa: F811
-    from training.engines import make_engine
+    from orchestrator.engines import make_engine
 
     engine = make_engine("hf", folders["A"], device="cpu", seed=0, decode="static", max_batch=8)
     engine._static.check_every = 4          # exercise the periodic host check with short generations
@@ -55,7 +55,7 @@ def test_static_seeded_rows_do_not_depend_on_the_batch_and_the_same_call_repeats
 
 
 def test_static_stop_string_and_eos_end_a_row_where_the_loop_would(static, folders):  # noqa: F811
-    from training.engines import make_engine
+    from orchestrator.engines import make_engine
 
     loop = make_engine("hf", folders["A"], device="cpu", seed=0, decode="eager")
     prompts = prompts_of(static.tokenizer)
@@ -74,13 +74,13 @@ def test_constrained_requests_take_the_step_by_step_loop(static):
     assert not static._static.supports([[1, 2]], SamplingParams(choices=["yes", "no"]))
     assert static._static.supports([[1, 2]], SamplingParams())
     with pytest.raises(ValueError, match="decode='fast'"):
-        from training.engines.hf import HFEngine
+        from orchestrator.engines.hf import HFEngine
         HFEngine(static.model, static.tokenizer, device="cpu", decode="fast")
 
 
 def test_fused_projections_give_the_same_greedy_tokens_and_restore_the_model(folders, reference):  # noqa: F811
-    from training.engines import make_engine
-    from training.engines.hf_static import StaticDecoder
+    from orchestrator.engines import make_engine
+    from orchestrator.engines.hf_static import StaticDecoder
 
     engine = make_engine("hf", folders["A"], device="cpu", seed=0, decode="static", max_batch=8)
     engine._static = StaticDecoder(engine, fuse_projections=True, attention="matmul", steps_per_graph=3,
@@ -96,7 +96,7 @@ def test_fused_projections_give_the_same_greedy_tokens_and_restore_the_model(fol
 
 
 def test_fused_projection_stand_ins_are_the_original_layers_when_gradients_are_on():
-    from training.engines.hf_static import _FusedGroup
+    from orchestrator.engines.hf_static import _FusedGroup
 
     owner = torch.nn.Module()
     owner.a, owner.b = torch.nn.Linear(4, 3, bias=False), torch.nn.Linear(4, 5, bias=False)
@@ -121,9 +121,9 @@ def _softmax_attention(q, k, v, keep, scale):
 @pytest.mark.parametrize("heads,kv,span,splits,block", [(4, 2, 130, 1, 64), (4, 2, 130, 3, 64), (16, 8, 256, 2, 64),
                                                         (6, 2, 70, 4, 16), (8, 8, 37, 5, 8), (4, 1, 200, None, 64)])
 def test_split_kv_reference_equals_softmax_attention(heads, kv, span, splits, block):
-    """The split-KV kernels' arithmetic (training/engines/split_kv_attention.py: blocks, online
+    """The split-KV kernels' arithmetic (orchestrator/engines/split_kv_attention.py: blocks, online
     softmax per split, reduction across splits), written in torch, is softmax attention."""
-    from training.engines.split_kv_attention import (
+    from orchestrator.engines.split_kv_attention import (
         split_decode_attention,
         split_decode_attention_reference,
     )
@@ -143,7 +143,7 @@ def test_split_kv_reference_equals_softmax_attention(heads, kv, span, splits, bl
 
 
 def test_split_kv_splits_cover_the_span():
-    from training.engines.split_kv_attention import _chunk, num_splits
+    from orchestrator.engines.split_kv_attention import _chunk, num_splits
 
     assert num_splits(64, 8, 256) == 1 and num_splits(8, 8, 256) == 4 and num_splits(1, 8, 384) == 6 and num_splits(512, 8, 256) == 1
     for span in (1, 63, 64, 65, 256, 384, 1000):
@@ -153,8 +153,8 @@ def test_split_kv_splits_cover_the_span():
 
 
 def test_split_kv_attention_gives_the_same_greedy_tokens(folders, reference):  # noqa: F811
-    from training.engines import make_engine
-    from training.engines.hf_static import StaticDecoder
+    from orchestrator.engines import make_engine
+    from orchestrator.engines.hf_static import StaticDecoder
 
     engine = make_engine("hf", folders["A"], device="cpu", seed=0, decode="static", max_batch=8)
     engine._static = StaticDecoder(engine, attention="triton", steps_per_graph=3, check_every=6, len_multiple=8)
@@ -169,7 +169,7 @@ def test_float32_master_weights_decode_through_a_compute_dtype_copy_that_follows
     a bfloat16 model with the same weights, before and after the weights change in place."""
     import copy
 
-    from training.engines.hf import HFEngine
+    from orchestrator.engines.hf import HFEngine
 
     def bf16_static(model):     # its parameters in bfloat16; buffers (rotary frequencies) as they were
         model = copy.deepcopy(model)
@@ -201,7 +201,7 @@ def test_a_replaced_model_or_reallocated_parameters_are_decoded_not_the_old_ones
 
     from transformers import AutoTokenizer
 
-    from training.engines.hf import HFEngine
+    from orchestrator.engines.hf import HFEngine
 
     tok = AutoTokenizer.from_pretrained(reference["A"].name_or_path)
     prompts, params = prompts_of(tok), SamplingParams(temperature=0, max_tokens=10)

@@ -57,7 +57,7 @@ def reference(folders):
 
 @pytest.fixture
 def hf(folders):
-    from training.engines import make_engine
+    from orchestrator.engines import make_engine
 
     return make_engine("hf", folders["A"], device="cpu", seed=0)
 
@@ -141,7 +141,7 @@ def test_hf_seeded_group_is_reproducible_and_diverse(hf):
 
 
 def test_hftop_p_filter_keeps_the_nucleus():
-    from training.engines.sampling import top_p_filter
+    from orchestrator.engines.sampling import top_p_filter
 
     logits = torch.tensor([[0.5, 0.3, 0.2]]).log()     # probabilities 0.5, 0.3, 0.2
     kept = top_p_filter(logits, 0.6).isfinite()[0].tolist()
@@ -215,6 +215,22 @@ def test_hf_stop_string_ends_generation_and_stays_in_the_text(hf):
     assert gen.text.endswith(stop)
 
 
+def test_hf_deadline_ends_only_its_own_row_with_finish_timeout(hf):
+    """The gateway's per-request timeout: a row past its deadline stops ("timeout"); a row without
+    one in the same batch generates on, exactly as alone; all rows expired: nothing runs."""
+    import time
+    prompts = prompts_of(hf.tokenizer)[:2]
+    params = SamplingParams(temperature=0, max_tokens=8)
+    alone = hf.generate([prompts[1]], params)[0]
+    cut, free = hf.generate(prompts, params, deadlines=[time.monotonic() - 1, None])
+    assert cut.finish_reason == "timeout" and len(cut.token_ids) == 1     # the prefill's token, then it stops
+    assert free.token_ids == alone.token_ids and free.finish_reason == alone.finish_reason
+    [expired] = hf.generate(prompts[:1], params, deadlines=[time.monotonic() - 1])
+    assert expired.finish_reason == "timeout" and expired.token_ids == []
+    with pytest.raises(ValueError, match="2 deadlines for 1 prompts"):
+        hf.generate(prompts[:1], params, deadlines=[None, None])
+
+
 def test_hf_update_weights_from_state_dict_and_from_folder(hf, reference, folders):
     prompts = prompts_of(hf.tokenizer)
     params = SamplingParams(temperature=0, max_tokens=10)
@@ -234,7 +250,7 @@ def test_hf_update_weights_refuses_a_mismatched_state_dict(hf, reference):
 
 
 def test_hf_engine_can_share_a_loaded_model(reference, folders):
-    from training.engines.hf import HFEngine
+    from orchestrator.engines.hf import HFEngine
 
     engine = HFEngine(reference["A"], tokenizer=folders["A"], device="cpu")
     prompt = prompts_of(engine.tokenizer)[1]
@@ -260,7 +276,7 @@ def test_bad_requests_name_the_field(hf, prompts, params, match):
 
 
 def test_make_engine_rejects_an_unknown_kind():
-    from training.engines import make_engine
+    from orchestrator.engines import make_engine
 
     with pytest.raises(ValueError, match="'hf', 'vllm'"):
         make_engine("sglang", "x")
@@ -274,7 +290,7 @@ needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason
 @pytest.fixture(scope="module")
 def vllm_engine(folders):
     """One engine for the module: start-up is the slow part (~10-60 s here)."""
-    from training.engines import make_engine
+    from orchestrator.engines import make_engine
 
     engine = make_engine("vllm", folders["A"], max_model_len=512)
     yield engine

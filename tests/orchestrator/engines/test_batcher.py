@@ -8,7 +8,7 @@ import time
 import pytest
 
 from orchestrator.engine import Engine, Generation, SamplingParams
-from training.engines.batcher import BatchingEngine
+from orchestrator.engines.batcher import BatchingEngine
 
 
 class EchoEngine:
@@ -20,10 +20,12 @@ class EchoEngine:
         self.delay = delay
         self.calls: list[tuple[list[list[int]], SamplingParams]] = []
         self.events: list[str] = []
+        self.deadlines: list = []                # the deadlines= argument of each call
         if not takes_seeds:                      # an engine without the optional seeds= argument
             self.generate = lambda prompts, params: self._generate(prompts, params, None)
 
-    def generate(self, prompts, params, *, seeds=None):
+    def generate(self, prompts, params, *, seeds=None, deadlines=None):
+        self.deadlines.append(deadlines)
         return self._generate(prompts, params, seeds)
 
     def _generate(self, prompts, params, seeds):
@@ -130,8 +132,32 @@ def test_seeded_calls_are_not_merged_when_the_engine_takes_no_seeds():
     assert all(len(prompts) == 1 for prompts, params in engine.calls if params.seed is not None)
 
 
+def test_seeded_alone_runs_each_seeded_call_by_itself_and_still_merges_the_rest():
+    engine = EchoEngine()
+    with BatchingEngine(engine, max_wait_ms=50, seeded_alone=True) as batcher:
+        results, errors = run_threads(batcher, [([[i]], SamplingParams(seed=i)) for i in range(3)]
+                                      + [([[10 + i]], SamplingParams()) for i in range(4)])
+    assert errors == [None] * 7
+    assert [r[0].token_ids for r in results[:3]] == [[0, 0], [1, 1], [2, 2]]    # each keeps its seed
+    seeded = [prompts for prompts, params in engine.calls if params.seed is not None]
+    assert sorted(seeded) == [[[0]], [[1]], [[2]]]                       # one call each, alone
+    assert len(engine.calls) < 7                                         # the unseeded ones shared
+
+
+def test_a_deadline_reaches_the_engine_per_row_and_needs_an_engine_that_takes_it():
+    engine = EchoEngine()
+    with BatchingEngine(engine, max_wait_ms=50) as batcher:
+        _, errors = run_threads(batcher, [([[1], [2]], SamplingParams()), ([[3]], SamplingParams())])
+        assert errors == [None, None] and set(engine.deadlines) == {None}     # none given: none passed
+        batcher.generate([[4], [5]], SamplingParams(), deadline=123.0)
+    assert engine.deadlines[-1] == [123.0, 123.0]
+    with BatchingEngine(EchoEngine(takes_seeds=False)) as batcher:
+        with pytest.raises(ValueError, match="takes no deadlines"):
+            batcher.generate([[1]], SamplingParams(), deadline=1.0)
+
+
 def test_update_weights_is_a_barrier_between_old_and_new_requests():
-    from training.engines.batcher import _Request
+    from orchestrator.engines.batcher import _Request
 
     engine = EchoEngine(delay=0.05)
     params = SamplingParams()
@@ -164,7 +190,7 @@ def test_through_the_batcher_an_hf_engine_returns_what_direct_calls_return():
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from orchestrator.embedded import smollm2_path
-    from training.engines.hf import HFEngine
+    from orchestrator.engines.hf import HFEngine
 
     tok = AutoTokenizer.from_pretrained(smollm2_path())
     torch.manual_seed(0)

@@ -1,0 +1,567 @@
+"""`HFEngine`'s fast decode: a static KV cache, the forward compiled, each step one CUDA graph.
+
+`HFEngine` uses `StaticDecoder` on CUDA (`decode="auto"`) for requests without a choice or
+grammar constraint; `decode="static"` forces it, also on the CPU, where the same steps run
+eagerly and uncompiled (the tests do that).  Per batch shape (B = rows rounded up to a power
+of two, at most `max_batch`; L = prompt width + max_tokens rounded up to 128) it keeps a
+`transformers.StaticCache`, the step's input/output buffers and, per (temperature, top_p), a
+captured CUDA graph of one decode step:
+
+    open the new cache slot in the attention mask -> compiled forward of one token per row
+    -> sample (Gumbel-max, compiled into the forward) -> next step's input, history
+
+and `steps_per_graph` such steps are captured into one graph, so k steps are one launch
+instead of thousands of Python-issued kernels; the sampled tokens and log-probs are written
+to device-side history buffers inside the graph (no host work between replays).  Decode steps
+attend through `decode_attention` (the model's attention implementation is switched to it
+for the call): the query heads that share a KV head are passed to SDPA as that head's query
+rows, so the grouped KV cache is read once per step instead of being repeated per query head
+(what the stock SDPA path does whenever there is a mask); on CUDA by default through
+`decode_attention_split` instead, one fused split-KV Triton kernel (split_kv_attention.py).
+
+Same sampling distribution and log-probs as the step-by-step loop (`HFEngine._next_tokens`:
+softmax(top_p(logits / T)), through the same `top_p_filter`).  What differs is how a token
+is drawn: Gumbel-max (`sample_rows`), token = argmax(logits / T + G) with G = -log(-log(U)),
+U a counter-based hash of (the row's seed, the step, the token id) in torch integer ops, so
+the whole draw is one fused pass over the vocabulary inside the compiled forward (no
+softmax / cumulative sum / search kernels).  A seeded row therefore gives the same tokens in
+any batch (and any split), but not the loop's tokens.  Rows that have finished keep running
+(static shapes) until all have, checked on the host every `check_every` steps, and are cut
+at their EOS / stop string.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from orchestrator.engine import Generation, SamplingParams
+from orchestrator.engines.common import completes_stop, decode
+
+log = logging.getLogger(__name__)
+
+
+DECODE_ATTENTION = "toolorchestra_static_decode"
+
+
+def decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
+    """transformers attention function: one query token per row over a static grouped KV
+    cache, without repeating the KV heads; longer queries (prefill) take the stock SDPA path.
+    query [B, H, 1, D], key/value [B, KV, L, D], attention_mask bool [B, 1, 1, S <= L]: only the
+    first S slots are read -> [B, 1, H, D]."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if query.shape[2] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    b, heads, _, d = query.shape
+    span = attention_mask.shape[-1]                                  # the slots written so far (rounded up)
+    key, value = key[:, :, :span], value[:, :, :span]
+    q = query.reshape(b, key.shape[1], heads // key.shape[1], d)   # the heads of one KV head as its query rows
+    out = torch.nn.functional.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask, scale=scaling)
+    return out.reshape(b, 1, heads, d), None
+
+
+def decode_attention_matmul(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                            **kwargs):
+    """`decode_attention` written as two batched matmuls and a float32 softmax (plain torch ops
+    that the compiler can fuse with the mask and the scaling) instead of one SDPA call."""
+    if query.shape[2] != 1:
+        return decode_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                **kwargs)
+    b, heads, _, d = query.shape
+    span = attention_mask.shape[-1]
+    key, value = key[:, :, :span], value[:, :, :span]
+    q = query.reshape(b, key.shape[1], heads // key.shape[1], d)            # [B, KV, G, D]
+    scores = torch.matmul(q, key.transpose(-1, -2)).float() * (d ** -0.5 if scaling is None else scaling)
+    scores = scores.masked_fill(~attention_mask, float("-inf"))             # [B, KV, G, S]
+    out = torch.matmul(scores.softmax(dim=-1).to(value.dtype), value)        # [B, KV, G, D]
+    return out.reshape(b, 1, heads, d), None
+
+
+def decode_attention_split(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                           **kwargs):
+    """`decode_attention` as one fused split-KV (flash-decoding) pass: the Triton kernels of
+    orchestrator/engines/split_kv_attention.py on CUDA (the query heads of a KV head share one read of
+    its slots, online softmax per split, then a reduction), their torch reference elsewhere."""
+    from orchestrator.engines.split_kv_attention import split_decode_attention
+
+    if query.shape[2] != 1:
+        return decode_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                **kwargs)
+    return split_decode_attention(query, key, value, attention_mask, scaling), None
+
+
+ATTENTIONS = {"sdpa": DECODE_ATTENTION, "matmul": DECODE_ATTENTION + "_matmul",
+              "triton": DECODE_ATTENTION + "_split"}
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(DECODE_ATTENTION, decode_attention)
+    AttentionInterface.register(ATTENTIONS["matmul"], decode_attention_matmul)
+    AttentionInterface.register(ATTENTIONS["triton"], decode_attention_split)
+
+
+# projections that read the same input, in the order these classes' forwards call them
+_FUSABLE = {"attention": (("Qwen3Attention", "LlamaAttention", "MistralAttention"), ("q_proj", "k_proj", "v_proj")),
+            "mlp": (("Qwen3MLP", "LlamaMLP", "MistralMLP"), ("gate_proj", "up_proj"))}
+
+
+class _FusedGroup:
+    """Linear layers (no bias) of one module that read the same input: one GEMM over their
+    weights concatenated (a copy, refreshed from the layers before each generation)."""
+
+    def __init__(self, owner, names):
+        self.owner, self.names = owner, names
+        self.layers = [getattr(owner, n) for n in names]
+        self.sizes = [m.out_features for m in self.layers]
+        self.weight = torch.cat([m.weight.detach() for m in self.layers])
+        self.parts = None
+        self.members = [_FusedPart(self, i) for i in range(len(names))]
+
+    def refresh(self) -> None:
+        torch.cat([m.weight.detach() for m in self.layers], out=self.weight)
+
+
+class _FusedPart(torch.nn.Module):
+    """Stands in for layer `index` of a `_FusedGroup`: the first one called runs the fused GEMM,
+    each returns its slice (the owner's forward calls them in order, on the same input).  With
+    gradients on (grad mode is per thread: a training forward elsewhere while a generation runs)
+    it is the original layer."""
+
+    def __init__(self, group: _FusedGroup, index: int):
+        super().__init__()
+        self.index, self.last = index, index == len(group.sizes) - 1
+        self.__dict__["group"] = group                    # not a submodule
+        self.__dict__["layer"] = group.layers[index]
+
+    def forward(self, x):
+        if torch.is_grad_enabled():
+            return self.layer(x)
+        group = self.group
+        if self.index == 0:
+            group.parts = torch.nn.functional.linear(x, group.weight).split(group.sizes, dim=-1)
+        out = group.parts[self.index]
+        if self.last:
+            group.parts = None
+        return out
+
+
+def fusable_groups(model) -> list[_FusedGroup]:
+    """The q/k/v and gate/up projections of the known decoder classes (bias-free nn.Linear)."""
+    groups = []
+    for module in model.modules():
+        for classes, names in _FUSABLE.values():
+            if type(module).__name__ not in classes:
+                continue
+            layers = [getattr(module, n, None) for n in names]
+            if all(type(m) is torch.nn.Linear and m.bias is None for m in layers) and \
+                    len({(m.in_features, m.weight.dtype, m.weight.device) for m in layers}) == 1:
+                groups.append(_FusedGroup(module, names))
+    return groups
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A bijective 32-bit integer hash (xorshift-multiply rounds) of int64 tensors holding
+    uint32 values; the multipliers are below 2**31 so no product leaves int64."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _M32
+    x = x ^ (x >> 15)
+    x = (x * 0x27D4EB2D) & _M32
+    x = x ^ (x >> 16)
+    x = (x * 0x2C1B3C6D) & _M32
+    return x ^ (x >> 15)
+
+
+def hash_uniforms(keys: torch.Tensor, step: torch.Tensor | int, vocab: int) -> torch.Tensor:
+    """U(0, 1) float32 [A, V]: one per (row key, step, token id); keys [A, 2] int64 (uint32 values).
+
+    Counter-based: the value depends on those three only (not on the batch or on other draws).
+    23 random bits each: (h >> 9 + 0.5) / 2**23, in [2**-24, 1 - 2**-24], never 0 or 1 in
+    float32 (24 bits would round the largest value, (2**24 - 0.5) / 2**24, up to exactly 1,
+    whose Gumbel noise is +inf: a uniformly random token)."""
+    step = torch.as_tensor(step, device=keys.device).reshape(-1)[:1]
+    row = _mix32(keys[:, :1] ^ _mix32(keys[:, 1:] ^ (step & _M32)))           # [A, 1]: this row at this step
+    token = torch.arange(vocab, device=keys.device)                          # [V]
+    h = _mix32(_mix32(token ^ row) ^ keys[:, 1:])                            # [A, V]
+    return ((h >> 9).float() + 0.5) * (1.0 / (1 << 23))
+
+
+def row_keys(seeds: list[int]) -> torch.Tensor:
+    """[A, 2] int64: two uint32 keys per integer seed (splitmix64 of the seed)."""
+    out = []
+    for seed in seeds:
+        z = (int(seed) + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        z ^= z >> 31
+        out.append([z & _M32, z >> 32])
+    return torch.tensor(out, dtype=torch.long).reshape(-1, 2)
+
+
+def sample_rows(logits: torch.Tensor, temperature: float, top_p: float, keys: torch.Tensor,
+                step: torch.Tensor | int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of float32 `logits` [A, V] and its log-prob under the sampling
+    distribution softmax(top_p(logits / T)) (`HFEngine._next_tokens`' formulas).
+
+    T > 0: Gumbel-max, argmax(scaled + G), G = -log(-log(U)) with U = `hash_uniforms(keys,
+    step)`: an exact draw from softmax(scaled) (up to U's 24-bit resolution), and pointwise
+    work plus two row reductions, which the compiler fuses into one pass over the logits."""
+    from orchestrator.engines.sampling import top_p_filter
+
+    if temperature == 0:
+        scaled = logits
+        tokens = logits.argmax(dim=-1)                                        # [A]
+    else:
+        scaled = logits / temperature
+        if top_p < 1:
+            scaled = top_p_filter(scaled, top_p)
+        gumbel = -torch.log(-torch.log(hash_uniforms(keys, step, logits.shape[-1])))
+        tokens = (scaled + gumbel).argmax(dim=-1)                             # [A]
+    picked = scaled.gather(-1, tokens[:, None])[:, 0] - scaled.logsumexp(dim=-1)
+    return tokens, picked
+
+
+@dataclass
+class _Shape:
+    """Cache and step buffers of one (rows, cache length)."""
+
+    cache: Any
+    ids: torch.Tensor            # [B, 1] this step's input token
+    pos: torch.Tensor            # [B, 1] its position
+    mask: torch.Tensor           # [B, 1, 1, L] bool: cache slots each row attends to
+    slot: torch.Tensor           # [1] the cache slot this step writes
+    keys: torch.Tensor           # [B, 2] the rows' sampling keys (`row_keys`)
+    step: torch.Tensor           # [1] this step's index in the generation (the sampler's counter)
+    tokens: torch.Tensor         # [B, L] sampled tokens, by step
+    logprobs: torch.Tensor       # [B, L] their log-probs
+    graphs: dict = field(default_factory=dict)   # (temperature, top_p, span, steps) -> torch.cuda.CUDAGraph
+
+
+class StaticDecoder:
+    """Static-cache decoding for one `HFEngine` (see the module docstring).
+
+    graphs / compile: CUDA graphs and torch.compile (default: on CUDA only).
+    check_every: steps between the host's checks for EOS / stop strings.
+    steps_per_graph: decode steps captured into one CUDA graph (a multiple of it is checked).
+    attention: "sdpa" (`decode_attention`), "matmul" (`decode_attention_matmul`), "triton"
+        (`decode_attention_split`: split-KV kernels on CUDA, their torch reference elsewhere) or
+        "auto" (on CUDA triton, where it measured fastest at 256-384 slots, else matmul; sdpa elsewhere).
+    fuse_projections: run q/k/v and gate/up as one GEMM each (`fusable_groups`; default: on
+        CUDA), from concatenated copies of those weights (extra memory: their size),
+        refreshed from the model at each generation.
+    memory_fraction: most of the free GPU memory one shape's KV cache may take (else the
+        engine's step-by-step loop serves the request).
+    shared_pool: capture every CUDA graph of this decoder into one memory pool (default on):
+        the graphs run one at a time and keep nothing they allocate (state lives in buffers
+        made outside them), so one pool serves them all instead of a pool per graph (measured:
+        70 MB less over three shapes at 64 rows, identical tokens; docs/benchmarks.md).
+
+    Where the engine's model holds wider weights than its compute dtype (the trainer's float32
+    master weights with `compute_dtype=bfloat16`), decoding runs on a copy of the model in the
+    compute dtype with autocast off (extra memory: the weights at that dtype), refreshed from
+    the model at each generation (one cast-copy of the weights per call, inside the measured
+    `static-amp` rate of docs/benchmarks.md), so it always decodes the current weights; a model
+    whose parameter objects changed (replaced, loaded with assign=True) gets a new copy.
+    Decoding the float32 model under autocast instead would cast every weight at every step
+    (read 4 bytes, write and read 2, per weight, where a bf16 step reads 2) and leaves K
+    (rotary in float32) and V (bfloat16) in different dtypes for the cache.
+    Numerics: the copy is a plain bfloat16 model (bf16 residual stream), as a vLLM engine is;
+    the trainer's forward under autocast keeps float32 residuals, so its log-probs differ
+    from the engine's: 0.044 per token on average for SmolLM2 (0.029 for the step-by-step
+    loop under autocast; bench/logprob_gap.py).  algorithm.old_logprobs "recompute", the
+    default, uses the trainer's.
+    """
+
+    def __init__(self, engine, *, graphs: bool | None = None, compile: bool | None = None, check_every: int = 16,
+                 len_multiple: int = 128, max_shapes: int = 2, memory_fraction: float = 0.25,
+                 steps_per_graph: int = 8, attention: str = "auto", fuse_projections: bool | None = None,
+                 shared_pool: bool = True):
+        cuda = engine.device.type == "cuda"
+        self.engine, self.check_every, self.len_multiple = engine, check_every, len_multiple
+        self.steps_per_graph = steps_per_graph
+        if attention == "auto":
+            attention = ("triton" if importlib.util.find_spec("triton") else "matmul") if cuda else "sdpa"
+        if attention not in ATTENTIONS:
+            raise ValueError(f"StaticDecoder(attention={attention!r}): choose from {sorted(ATTENTIONS)} or 'auto'")
+        self.attention = attention
+        self.fuse_projections = cuda if fuse_projections is None else fuse_projections
+        self._groups: list[_FusedGroup] | None = None
+        self.graphs = cuda if graphs is None else graphs
+        self.compile = cuda if compile is None else compile
+        self.max_shapes, self.memory_fraction = max_shapes, memory_fraction
+        config = engine.model.config.get_text_config(decoder=True)
+        self.types = sorted(set(getattr(config, "layer_types", None) or ["full_attention"]))
+        self.layers = config.num_hidden_layers
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.attn = getattr(config, "_attn_implementation", None) or "sdpa"
+        self._shapes: OrderedDict[tuple[int, int], _Shape] = OrderedDict()
+        self._forward = None
+        self._replica = None
+        self._pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.shared_pool = shared_pool
+        self._pool = None
+        self._source = None          # the engine model everything above was built from
+        _register_attention()
+
+    @property
+    def model(self):
+        """The model decode steps run: the engine's, or its copy in the compute dtype."""
+        return self._replica if self._replica is not None else self.engine.model
+
+    def _needs_replica(self) -> bool:
+        dtype = self.engine.compute_dtype
+        return dtype is not None and any(p.is_floating_point() and p.dtype != dtype
+                                         for p in self.engine.model.parameters())
+
+    def _reset(self) -> None:
+        """Forget everything built from the decoded model (compiled forward, fused groups,
+        caches and graphs)."""
+        self._replica, self._pairs, self._forward, self._groups, self._pool = None, [], None, None, None
+        self._shapes.clear()
+
+    def _sync_model(self) -> bool:
+        """Make the decoded model current: the engine's model, or its compute-dtype copy with
+        the current weights (rebuilt where the model or its parameter objects were replaced).
+        Returns whether a copy is decoded."""
+        model = self.engine.model
+        stale = self._source is not None and model is not self._source
+        if self._replica is not None and not stale:
+            params = list(model.parameters())
+            stale = len(params) != len(self._pairs) or any(src is not p for (_, src), p in zip(self._pairs, params))
+        if stale:
+            self._reset()
+        self._source = model
+        if self._replica is None and not self._needs_replica():
+            return False
+        self._refresh_replica()
+        return True
+
+    def _refresh_replica(self) -> None:
+        """Make (first call) or refresh the compute-dtype copy from the engine's model's
+        current weights; buffers (rotary frequencies) are copied as they are."""
+        if self._replica is None:
+            model, dtype = self.engine.model, self.engine.compute_dtype
+            memo = {}
+            for p in model.parameters():                 # tied weights: one parameter, one copy
+                memo[id(p)] = torch.nn.Parameter(torch.empty_like(p, dtype=dtype if p.is_floating_point() else p.dtype),
+                                                 requires_grad=False)
+            self._replica = copy.deepcopy(model, memo).eval()
+            for module in self._replica.modules():       # training/logprobs.py's compiled forward of the original
+                compiled = module.__dict__.pop("_toolorchestra_compiled", None)
+                if compiled is not None and module.__dict__.get("forward") is compiled:
+                    del module.__dict__["forward"]       # copied while compiled_layers was active
+            self._pairs = [(memo[id(p)], p) for p in model.parameters()]
+        for dst, src in self._pairs:
+            dst.copy_(src)
+
+    # ---------------------------------------------------------------- when
+    def shape(self, prompts: list[list[int]], params: SamplingParams) -> tuple[int, int]:
+        n = len(prompts)
+        rows = max(n, min(1 << (n - 1).bit_length(), self.engine.max_batch))
+        width = max(len(p) for p in prompts)
+        return rows, -(-(width + params.max_tokens) // self.len_multiple) * self.len_multiple
+
+    def supports(self, prompts: list[list[int]], params: SamplingParams) -> bool:
+        """Unconstrained requests on an SDPA full-attention model whose cache fits."""
+        if params.choices or getattr(params, "grammar", None) or self.attn != "sdpa" or self.types != ["full_attention"]:
+            return False
+        rows, length = self.shape(prompts, params)
+        if (rows, length) in self._shapes or self.engine.device.type != "cuda":
+            return True
+        need = 2 * self.layers * rows * self.kv_heads * length * self.head_dim * self._kv_dtype().itemsize
+        return need <= self.memory_fraction * torch.cuda.mem_get_info(self.engine.device)[0]
+
+    @contextlib.contextmanager
+    def _decode_attention(self):
+        """Inside the block the model attends through `decode_attention` (or its matmul form)
+        and, with fuse_projections, runs its fused projections (all restored after)."""
+        config = self.model.config
+        before = config._attn_implementation
+        config._attn_implementation = ATTENTIONS[self.attention]
+        if self.fuse_projections and self._groups is None:
+            self._groups = fusable_groups(self.model)
+        groups = self._groups if self.fuse_projections else []
+        try:
+            for g in groups:
+                g.refresh()
+                for name, member in zip(g.names, g.members):
+                    setattr(g.owner, name, member)
+            yield
+        finally:
+            config._attn_implementation = before
+            for g in groups:
+                for name, layer in zip(g.names, g.layers):
+                    setattr(g.owner, name, layer)
+
+    def _kv_dtype(self) -> torch.dtype:
+        return self.engine.compute_dtype or next(self.engine.model.parameters()).dtype
+
+    # ---------------------------------------------------------------- state per shape
+    def _state(self, rows: int, length: int) -> _Shape:
+        from transformers import StaticCache
+
+        key = (rows, length)
+        if key in self._shapes:
+            self._shapes.move_to_end(key)
+            return self._shapes[key]
+        while len(self._shapes) >= self.max_shapes:
+            self._shapes.popitem(last=False)
+        dev = self.engine.device
+        cache = StaticCache(config=self.model.config, max_cache_len=length)
+        cache.early_initialization(rows, self.kv_heads, self.head_dim, self._kv_dtype(), dev)
+        state = _Shape(cache, torch.zeros((rows, 1), dtype=torch.long, device=dev),
+                       torch.zeros((rows, 1), dtype=torch.long, device=dev),
+                       torch.zeros((rows, 1, 1, length), dtype=torch.bool, device=dev),
+                       torch.zeros(1, dtype=torch.long, device=dev), torch.zeros((rows, 2), dtype=torch.long, device=dev),
+                       torch.zeros(1, dtype=torch.long, device=dev),
+                       torch.zeros((rows, length), dtype=torch.long, device=dev), torch.zeros((rows, length), device=dev))
+        self._shapes[key] = state
+        return state
+
+    def _model_forward(self):
+        if self._forward is None:
+            model = self.model
+
+            def forward(ids, pos, mask, cache, keys, step, temperature, top_p):   # -> token [B], log-prob [B]
+                out = model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache,
+                            use_cache=True)                                   # a 4D mask is used as given
+                return sample_rows(out.logits[:, -1].float(), temperature, top_p, keys, step)
+            self._forward = torch.compile(forward) if self.compile else forward
+        return self._forward
+
+    def _step(self, s: _Shape, temperature: float, top_p: float, span: int) -> None:
+        """One decode step attending to the first `span` cache slots (those written so far)."""
+        s.mask.index_fill_(3, s.slot, True)
+        token, logprob = self._model_forward()(s.ids, s.pos, s.mask[..., :span], s.cache, s.keys, s.step,
+                                               temperature, top_p)
+        s.tokens.index_copy_(1, s.step, token[:, None])
+        s.logprobs.index_copy_(1, s.step, logprob[:, None])
+        s.ids.copy_(token[:, None])
+        s.pos.add_(1)
+        s.slot.add_(1)
+        s.step.add_(1)
+
+    def _capture(self, s: _Shape, temperature: float, top_p: float, span: int, steps: int):
+        """Warm up (compiling the forward the first time) on a side stream, then capture `steps` steps."""
+        s.cache.reset()
+        for t in (s.ids, s.pos, s.slot, s.mask, s.step):
+            t.zero_()
+        stream = torch.cuda.Stream(self.engine.device)
+        stream.wait_stream(torch.cuda.current_stream(self.engine.device))
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                self._step(s, temperature, top_p, span)
+        torch.cuda.current_stream(self.engine.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        if self.shared_pool and self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=self._pool if self.shared_pool else None):
+            for _ in range(steps):
+                self._step(s, temperature, top_p, span)
+        return graph
+
+    # ---------------------------------------------------------------- generate
+    def _keys(self, rows: int, seeds) -> torch.Tensor:
+        """[rows, 2] sampling keys: from the row's seed, else from the engine's generator; spare rows 0."""
+        seeds = list(seeds)
+        free = [i for i, x in enumerate(seeds) if x is None]
+        if free:
+            drawn = torch.randint(2**62, (len(free),), generator=self.engine._rng, device=self.engine.device).tolist()
+            for i, x in zip(free, drawn):
+                seeds[i] = x
+        return row_keys(seeds + [0] * (rows - len(seeds))).to(self.engine.device)
+
+    def _plan(self, spans: list[int]) -> list[tuple[int, int]]:
+        """(steps, span) chunks covering steps 1.. of the generation: `steps_per_graph` steps at a
+        time, each chunk attending to its last step's span (masked slots beyond are not read)."""
+        k, t, plan = max(1, self.steps_per_graph), 1, []
+        while t < len(spans):
+            n = k if t + k <= len(spans) else 1
+            plan.append((n, spans[t + n - 1]))
+            t += n
+        return plan
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds) -> list[Generation]:
+        replica = self._sync_model()
+        off = torch.autocast(self.engine.device.type, enabled=False) if replica else contextlib.nullcontext()
+        with off, self._decode_attention():
+            return self._generate(prompts, params, seeds)
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, seeds) -> list[Generation]:
+        engine, dev = self.engine, self.engine.device
+        n, width = len(prompts), max(len(p) for p in prompts)
+        rows, length = self.shape(prompts, params)
+        temperature, top_p = float(params.temperature), float(params.top_p)
+        s = self._state(rows, length)
+        # step t writes slot width + t - 1 and attends to the slots before it, rounded up to a
+        # multiple of len_multiple: one graph per such span, so early steps read less of the cache
+        spans = [min(length, -(-(width + t) // self.len_multiple) * self.len_multiple)
+                 for t in range(params.max_tokens)]
+        plan = self._plan(spans)
+        for key in sorted(set(plan)) if self.graphs else ():
+            if (temperature, top_p, key[1], key[0]) not in s.graphs:
+                s.graphs[(temperature, top_p, key[1], key[0])] = self._capture(s, temperature, top_p, key[1], key[0])
+        s.keys.copy_(self._keys(rows, seeds))
+
+        ids = torch.full((rows, width), engine.pad_id, dtype=torch.long)
+        attention = torch.zeros((rows, width), dtype=torch.bool)
+        for i in range(rows):                                                 # left padding; spare rows: one pad
+            p = prompts[i] if i < n else [engine.pad_id]
+            ids[i, width - len(p):] = torch.tensor(p)
+            attention[i, width - len(p):] = True
+        ids, attention = ids.to(dev), attention.to(dev)
+        positions = (attention.long().cumsum(-1) - 1).clamp(min=0)           # [B, W]
+        open_slots = torch.zeros((rows, length), dtype=torch.bool, device=dev)
+        open_slots[:, :width] = attention                                     # [B, L]
+        q, k = torch.arange(width, device=dev)[:, None], torch.arange(length, device=dev)[None, :]
+        prefill_mask = ((k <= q) & open_slots[:, None, :]) | (k == q)        # [B, W, L]; a pad query sees itself
+        s.cache.reset()
+        out = self.model(input_ids=ids, position_ids=positions, past_key_values=s.cache, use_cache=True,
+                           attention_mask=prefill_mask[:, None], logits_to_keep=1)
+        token, logprob = sample_rows(out.logits[:, -1].float(), temperature, top_p, s.keys, 0)
+        s.tokens[:, 0], s.logprobs[:, 0] = token, logprob
+        s.mask.copy_(open_slots[:, None, None, :])
+        s.ids.copy_(token[:, None])
+        s.pos.copy_(positions[:, -1:] + 1)
+        s.slot.fill_(width)
+        s.step.fill_(1)
+
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        finish, done, checked, t = ["length"] * n, [False] * n, 0, 1
+        eos = set(engine.eos_ids)
+        for steps, span in [(0, 0)] + plan:                                   # (0, 0): check the prefill's token
+            graph = s.graphs.get((temperature, top_p, span, steps))
+            if graph is not None:
+                graph.replay()
+            else:
+                for _ in range(steps):
+                    self._step(s, temperature, top_p, span)
+            t += steps
+            if t - checked < self.check_every and t < params.max_tokens:
+                continue
+            for r, new in enumerate(s.tokens[:n, checked:t].tolist()):
+                for tok in (() if done[r] else new):
+                    tokens[r].append(tok)
+                    if tok in eos or completes_stop(engine.tokenizer, tokens[r], params.stop):
+                        finish[r], done[r] = "stop", True
+                        break
+            checked = t
+            if all(done):
+                break
+        lps = s.logprobs[:n, :params.max_tokens].tolist()
+        return [Generation(token_ids=tokens[r], logprobs=lps[r][:len(tokens[r])],
+                           text=decode(engine.tokenizer, tokens[r]), finish_reason=finish[r]) for r in range(n)]
