@@ -78,6 +78,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
 
     from orchestrator.embedded import smollm2_path
     from training.quickstart.warmup import (
+        _alias_positions,
         demonstrations,
         prompted_alias_prior,
         supervised_warmup,
@@ -89,16 +90,16 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
     init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
                              heads=4, seed=cfg.run.seed)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
-                           budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk)
+                           budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk,
+                           tool_spread=args.tool_spread)
     if args.alias_prior == "prompted":
         demos = with_alias_prior(demos, prompted_alias_prior(demos), floor=args.alias_floor)
     taught = {}
     for d in demos:
-        for pos, target in d.targets.items():
-            if len(target) > 1:
-                taught[d.tool] = {tokenizer.decode([t]): round(p, 3) for t, p in target.items()}
+        for pos in _alias_positions(d):
+            taught[d.tool] = {tokenizer.decode([t]): round(p, 3) for t, p in d.targets[pos].items()}
     console.print(f"warm-up: {len(demos)} demonstrated turns from {len(demo_tasks)} tasks; "
-                  f"alias distribution taught ({args.alias_prior}): {taught}")
+                  f"alias distribution taught ({args.alias_prior}): {taught}; other tools: {args.tool_spread}")
     warm = supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
                              batch_size=args.warmup_batch, seed=cfg.run.seed, log=console.print)
     return warm, taught
@@ -131,8 +132,10 @@ def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judg
     summary = summarise(rollouts, correct)
     calls = summary["tool_calls_per_task"]
     search = sum(v for a, v in calls.items() if a.startswith("search-"))
-    summary["favoured_share"] = calls.get(FAVOURED_ALIAS, 0.0) / max(1e-9, sum(calls.values()))
-    summary["favoured_share_of_search"] = calls.get(FAVOURED_ALIAS, 0.0) / max(1e-9, search)
+    # the favoured alias's share of its own tool's calls (the choice among the search aliases; a
+    # share of all calls would also move when the policy makes fewer or more calls of other tools)
+    summary["favoured_share"] = calls.get(FAVOURED_ALIAS, 0.0) / max(1e-9, search)
+    summary["favoured_share_of_calls"] = calls.get(FAVOURED_ALIAS, 0.0) / max(1e-9, sum(calls.values()))
     return summary
 
 
@@ -260,6 +263,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="alias distribution the warm-up teaches: the prompted SmolLM2's, or uniform")
     parser.add_argument("--alias-floor", type=float, default=0.5,
                         help="prompted prior mixed with uniform by this weight (exploration floor)")
+    parser.add_argument("--tool-spread", type=float, default=0.3,
+                        help="share of the warm-up's tool decision given to the tools a question does not need")
     parser.add_argument("--warmup-epochs", type=int, default=8)
     parser.add_argument("--warmup-lr", type=float, default=1e-2)
     parser.add_argument("--warmup-batch", type=int, default=8)
@@ -318,7 +323,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
                "presets": {k: v[0] for k, v in PRESETS.items()}, "main_preset": MAIN_PRESET, "train_mix": TRAIN_MIX,
                "unseen_tools": UNSEEN_TOOLS, "eval_temperature": args.eval_temperature,
                "warmup_alias_distribution": {"source": args.alias_prior, "floor": args.alias_floor,
-                                             "per_tool": taught},
+                                             "per_tool": taught, "tool_spread": args.tool_spread},
                "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,
                "config": str(Path(cfg.run.dir) / "config.yaml"), "stage_seconds": stages,
                "machine": _machine_load(), "threads": cfg.run.threads,
