@@ -252,9 +252,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="run.seed of the (first) run")
     parser.add_argument("--seeds", type=int, default=1, help="run this many seeds (seed, seed+1, ...) into OUT/seed-K "
                         "and report each and the spread")
-    parser.add_argument("--train-tasks", type=int, default=48, help="training tasks (half lookup, half arithmetic)")
-    parser.add_argument("--eval-tasks", type=int, default=32, help="held-out tasks")
-    parser.add_argument("--warmup-tasks", type=int, default=48, help="extra tasks demonstrated in the warm-up")
+    parser.add_argument("--train-tasks", type=int, default=16, help="training tasks (half lookup, half arithmetic)")
+    parser.add_argument("--eval-tasks", type=int, default=16, help="held-out tasks")
+    parser.add_argument("--warmup-tasks", type=int, default=32, help="extra tasks demonstrated in the warm-up")
     parser.add_argument("--eval-temperature", type=float, default=0.6, help="paper: 0.6 for validation")
     parser.add_argument("--eval-concurrency", type=int, default=8, help="held-out episodes at once")
     parser.add_argument("--hidden", type=int, default=64, help="tiny policy width")
@@ -263,7 +263,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="alias distribution the warm-up teaches: the prompted SmolLM2's, or uniform")
     parser.add_argument("--alias-floor", type=float, default=0.5,
                         help="prompted prior mixed with uniform by this weight (exploration floor)")
-    parser.add_argument("--tool-spread", type=float, default=0.3,
+    parser.add_argument("--tool-spread", type=float, default=0.2,
                         help="share of the warm-up's tool decision given to the tools a question does not need")
     parser.add_argument("--warmup-epochs", type=int, default=8)
     parser.add_argument("--warmup-lr", type=float, default=1e-2)

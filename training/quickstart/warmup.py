@@ -104,8 +104,9 @@ def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
 
 def demonstrations(tasks: list[Task], tokenizer, base_catalog, retriever, *, prompts: Prompts,
                    budgets: Budgets, topk: int, tool_spread: float = 0.0) -> list[Demonstration]:
-    """Two turns per task: the evidence tool, then (with its result in context) answer; at each
-    turn's tool decision `tool_spread` of the probability goes to the other tools."""
+    """Two turns per task: the evidence tool, then (with its result in context) answer; at the
+    first turn's tool decision `tool_spread` of the probability goes to the other tools (a wrong
+    first tool: a wasted call, or an answer without the evidence)."""
     demos = []
     for task in tasks:
         catalog = task_catalog(base_catalog, task)
@@ -113,7 +114,7 @@ def demonstrations(tasks: list[Task], tokenizer, base_catalog, retriever, *, pro
         demos.append(_turn(tokenizer, catalog, prompts, budgets, state, EVIDENCE_TOOL[task.metadata["type"]], preset,
                            tool_spread))
         _evidence(task, state, retriever, topk)
-        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, "answer", preset, tool_spread))
+        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, "answer", preset))
     return demos
 
 
