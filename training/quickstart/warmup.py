@@ -3,15 +3,16 @@
 A randomly initialised policy cannot read a question yet, so before GRPO it is taught,
 by cross-entropy on a few hundred demonstrated turns, *which tool kind* answers which
 question: search then answer for lookups, enhance_reasoning then answer for arithmetic.
-The demonstrated policy picks the tool deterministically, and the loss uses the
-demonstrated distribution as its target at every decision: the tool name, one token;
-the alias, a distribution over the tool's aliases.  That alias distribution is either
-uniform, or (the quickstart's default) the *prompted* preference of the embedded
-SmolLM2-135M-Instruct reading the same prompt (`prompted_alias_prior`): like the
-prompted orchestrators of the paper (§9), it leans on the strongest, priciest expert;
-mixed with uniform (`floor`) so that no alias is left unexplored.
-So the warmed-up policy is "a prompted orchestrator that knows which tool to use"; the
-cost and preference behaviour that follows is learned by GRPO from the reward alone.
+The loss uses a demonstrated distribution as its target at every decision: the tool name
+(the demonstrated tool, except that at the first turn `tool_spread` of the probability goes
+to the tools the question does not need: a prompted small model often starts with the wrong
+one), and the alias, a distribution over the tool's aliases.  That alias distribution is
+either uniform, or (the quickstart's default) the *prompted* preference of the embedded
+SmolLM2-135M-Instruct reading the same prompts (`prompted_alias_prior`, averaged over the
+preference presets): like the prompted orchestrators of the paper (§9), it leans on the
+strongest, priciest expert; mixed with uniform (`floor`) so that no alias is left unexplored.
+So the warmed-up policy is "a prompted orchestrator that mostly knows which tool to use"; the
+routing, cost and preference behaviour that follows is learned by GRPO from the reward alone.
 
 Each demonstrated turn is what the loop shows at run time: the context rebuilt by
 `orchestrator.context.build_messages`, rendered by `orchestrator.chat_template.render_prompt`,
