@@ -265,7 +265,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="prompted prior mixed with uniform by this weight (exploration floor)")
     parser.add_argument("--tool-spread", type=float, default=0.2,
                         help="share of the warm-up's tool decision given to the tools a question does not need")
-    parser.add_argument("--warmup-epochs", type=int, default=8)
+    parser.add_argument("--warmup-epochs", type=int, default=16,
+                        help="passes over the demonstrated turns (8 left the tool decision unlearned in one run)")
     parser.add_argument("--warmup-lr", type=float, default=1e-2)
     parser.add_argument("--warmup-batch", type=int, default=8)
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
