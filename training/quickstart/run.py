@@ -263,7 +263,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="alias distribution the warm-up teaches: the prompted SmolLM2's, or uniform")
     parser.add_argument("--alias-floor", type=float, default=0.5,
                         help="prompted prior mixed with uniform by this weight (exploration floor)")
-    parser.add_argument("--tool-spread", type=float, default=0.2,
+    parser.add_argument("--tool-spread", type=float, default=0.0,
                         help="share of the warm-up's tool decision given to the tools a question does not need")
     parser.add_argument("--warmup-epochs", type=int, default=16,
                         help="passes over the demonstrated turns (8 left the tool decision unlearned in one run)")
