@@ -1,12 +1,14 @@
 """`make quickstart`: the learning quickstart: GRPO visibly teaches a small orchestrator, on CPU.
 
-    python -m training.quickstart [--out runs/quickstart] [--train-tasks 48] [--eval-tasks 32] [key=value ...]
+    python -m training.quickstart [--out runs/quickstart] [--train-tasks 16] [--eval-tasks 16] [--seeds 3] [key=value ...]
 
 Stages (each printed with its wall time):
   1. world: corpus + train / held-out tasks + a MiniLM/FAISS index (training/quickstart/env.py);
   2. policy: a tiny random Llama with SmolLM2's tokenizer, warmed up on demonstrations
-     that pick aliases uniformly (training/quickstart/warmup.py) = the starting policy;
-  3. initial evaluation on the held-out tasks (experts not memoized: real latency);
+     that pick aliases as the prompted SmolLM2 does (training/quickstart/warmup.py) = the
+     starting policy;
+  3. initial evaluation on the held-out tasks under each preference preset and the unseen
+     catalog (greedy experts memoized);
   4. GRPO with training/configs/quickstart.yaml (`python training/train.py` does the same);
   5. final evaluation on the same held-out tasks, with the same sampling seeds;
   6. summary.json (`initial` and `final`: accuracy, cost_per_task $, latency_per_task s,
