@@ -154,7 +154,7 @@ def prompted_alias_prior(demos: list[Demonstration], per_tool: int = 3) -> dict[
         picked += [(tool, d) for d in rounds[:per_tool]]
     if not picked:
         return {}
-    tokenizer, model = load_model(str(smollm2_path()))    # the experts' copy: loaded once
+    _, model = load_model(str(smollm2_path()))    # the experts' copy: loaded once
     rows = [d.prompt_ids + d.response_ids[:_alias_positions(d)[0]] for _, d in picked]
     shared = _common_prefix(rows)
     with torch.inference_mode():
