@@ -251,3 +251,17 @@ def test_experts_run_alone_and_without_a_busy_machine_timeout():
     assert expert("m", [], temperature=0, max_tokens=8) == "reply"
     assert got == [{"seed": 0, "timeout": EXPERT_TIMEOUT_S, "temperature": 0, "max_tokens": 8}]
     assert "seed" in SUPPORTED_EXTRA
+
+
+def test_tool_spread_moves_that_share_of_the_tool_decision_to_the_other_allowed_tools():
+    """The starting policy routes imperfectly: at the first decision (the tool name) the warm-up
+    target keeps 1 - spread on the demonstrated tool and splits spread over the tools the
+    constraint allows there; later decisions (the alias) are untouched."""
+    from training.quickstart.warmup import with_tool_spread
+
+    choices = [[1, 7, 20, 0], [1, 7, 21, 0], [1, 8, 30, 0], [1, 9, 40, 0]]   # tools 7 / 8 / 9, tool 7: 2 aliases
+    targets = {1: {7: 1.0}, 2: {20: 0.5, 21: 0.5}}
+    got = with_tool_spread(targets, [1, 7, 20, 0], choices, spread=0.3)
+    assert got[1] == pytest.approx({7: 0.7, 8: 0.15, 9: 0.15})
+    assert got[2] == {20: 0.5, 21: 0.5}
+    assert with_tool_spread({1: {7: 1.0}}, [1, 7, 20, 0], choices, spread=0.0) == {1: {7: 1.0}}

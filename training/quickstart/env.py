@@ -56,7 +56,7 @@ PRESETS = {
     "favour": ({"outcome": 1.0, "cost": 1.0, FAVOURED_ALIAS: 1.0},
                f"{PREFERENCE_PREFIX} accuracy, low cost, use {FAVOURED_ALIAS}."),
 }
-TRAIN_MIX = {"cost": 0.5, "favour": 0.25, "accuracy": 0.25}     # share of training tasks per preset
+TRAIN_MIX = {"cost": 0.4, "favour": 0.4, "accuracy": 0.2}       # share of training tasks per preset
 MAIN_PRESET = "cost"                                              # the checks' accuracy / cost vector
 PREFERENCE = PRESETS[MAIN_PRESET][0]
 # alias -> the index its search reads (others: the runtime's defaults)
@@ -134,17 +134,30 @@ def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_pe
     paths["places"].write_text("".join(json.dumps({"id": p.id, "contents": f"{p.name}\n{p.name} was born in {p.city}."})
                                        + "\n" for p in people))
     tools = task_tools()
-    presets, weights = list(TRAIN_MIX), list(TRAIN_MIX.values())
     for name, n in sizes.items():
-        split = lookup[:n // 2] + arith[:n - n // 2]
+        kinds = (lookup[:n // 2], arith[:n - n // 2])
         lookup, arith = lookup[n // 2:], arith[n - n // 2:]
+        split = [with_preference(dataclasses.replace(t, tools=tools), preset)
+                 for tasks_ in kinds for t, preset in zip(tasks_, _presets(len(tasks_), name, rng))]
         rng.shuffle(split)
-        split = [with_preference(dataclasses.replace(t, tools=tools),
-                                 rng.choices(presets, weights)[0] if name != "eval" else MAIN_PRESET) for t in split]
         rows = [{**asdict(t), "metadata": json.dumps(t.metadata)} for t in split]
         paths[name] = out / f"{name}.jsonl"
         paths[name].write_text("".join(json.dumps(r) + "\n" for r in rows))
     return paths
+
+
+def _presets(n: int, split: str, rng: random.Random) -> list[str]:
+    """Presets of `n` tasks of one kind: `MAIN_PRESET` for the held-out split, else `TRAIN_MIX`'s
+    shares as exact counts (largest remainders), shuffled, so that a small split still holds each."""
+    if split == "eval":
+        return [MAIN_PRESET] * n
+    exact = {k: w * n for k, w in TRAIN_MIX.items()}
+    counts = {k: int(v) for k, v in exact.items()}
+    for k in sorted(exact, key=lambda k: counts[k] - exact[k])[:n - sum(counts.values())]:
+        counts[k] += 1
+    out = [k for k, c in counts.items() for _ in range(c)]
+    rng.shuffle(out)
+    return out
 
 
 def build_index(corpus: Path, out: Path) -> Path:

@@ -1,12 +1,14 @@
 """`make quickstart`: the learning quickstart: GRPO visibly teaches a small orchestrator, on CPU.
 
-    python -m training.quickstart [--out runs/quickstart] [--train-tasks 48] [--eval-tasks 32] [key=value ...]
+    python -m training.quickstart [--out runs/quickstart] [--train-tasks 16] [--eval-tasks 16] [--seeds 3] [key=value ...]
 
 Stages (each printed with its wall time):
   1. world: corpus + train / held-out tasks + a MiniLM/FAISS index (training/quickstart/env.py);
   2. policy: a tiny random Llama with SmolLM2's tokenizer, warmed up on demonstrations
-     that pick aliases uniformly (training/quickstart/warmup.py) = the starting policy;
-  3. initial evaluation on the held-out tasks (experts not memoized: real latency);
+     that pick aliases as the prompted SmolLM2 does (training/quickstart/warmup.py) = the
+     starting policy;
+  3. initial evaluation on the held-out tasks under each preference preset and the unseen
+     catalog (greedy experts memoized);
   4. GRPO with training/configs/quickstart.yaml (`python training/train.py` does the same);
   5. final evaluation on the same held-out tasks, with the same sampling seeds;
   6. summary.json (`initial` and `final`: accuracy, cost_per_task $, latency_per_task s,
@@ -78,6 +80,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
 
     from orchestrator.embedded import smollm2_path
     from training.quickstart.warmup import (
+        _alias_positions,
         demonstrations,
         prompted_alias_prior,
         supervised_warmup,
@@ -89,16 +92,16 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
     init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
                              heads=4, seed=cfg.run.seed)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
-                           budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk)
+                           budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk,
+                           tool_spread=args.tool_spread)
     if args.alias_prior == "prompted":
         demos = with_alias_prior(demos, prompted_alias_prior(demos), floor=args.alias_floor)
     taught = {}
     for d in demos:
-        for pos, target in d.targets.items():
-            if len(target) > 1:
-                taught[d.tool] = {tokenizer.decode([t]): round(p, 3) for t, p in target.items()}
+        for pos in _alias_positions(d):
+            taught[d.tool] = {tokenizer.decode([t]): round(p, 3) for t, p in d.targets[pos].items()}
     console.print(f"warm-up: {len(demos)} demonstrated turns from {len(demo_tasks)} tasks; "
-                  f"alias distribution taught ({args.alias_prior}): {taught}")
+                  f"alias distribution taught ({args.alias_prior}): {taught}; other tools: {args.tool_spread}")
     warm = supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
                              batch_size=args.warmup_batch, seed=cfg.run.seed, log=console.print)
     return warm, taught
@@ -131,8 +134,10 @@ def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judg
     summary = summarise(rollouts, correct)
     calls = summary["tool_calls_per_task"]
     search = sum(v for a, v in calls.items() if a.startswith("search-"))
-    summary["favoured_share"] = calls.get(FAVOURED_ALIAS, 0.0) / max(1e-9, sum(calls.values()))
-    summary["favoured_share_of_search"] = calls.get(FAVOURED_ALIAS, 0.0) / max(1e-9, search)
+    # the favoured alias's share of its own tool's calls (the choice among the search aliases; a
+    # share of all calls would also move when the policy makes fewer or more calls of other tools)
+    summary["favoured_share"] = calls.get(FAVOURED_ALIAS, 0.0) / max(1e-9, search)
+    summary["favoured_share_of_calls"] = calls.get(FAVOURED_ALIAS, 0.0) / max(1e-9, sum(calls.values()))
     return summary
 
 
@@ -249,9 +254,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="run.seed of the (first) run")
     parser.add_argument("--seeds", type=int, default=1, help="run this many seeds (seed, seed+1, ...) into OUT/seed-K "
                         "and report each and the spread")
-    parser.add_argument("--train-tasks", type=int, default=48, help="training tasks (half lookup, half arithmetic)")
-    parser.add_argument("--eval-tasks", type=int, default=32, help="held-out tasks")
-    parser.add_argument("--warmup-tasks", type=int, default=48, help="extra tasks demonstrated in the warm-up")
+    parser.add_argument("--train-tasks", type=int, default=16, help="training tasks (half lookup, half arithmetic)")
+    parser.add_argument("--eval-tasks", type=int, default=16, help="held-out tasks")
+    parser.add_argument("--warmup-tasks", type=int, default=32, help="extra tasks demonstrated in the warm-up")
     parser.add_argument("--eval-temperature", type=float, default=0.6, help="paper: 0.6 for validation")
     parser.add_argument("--eval-concurrency", type=int, default=8, help="held-out episodes at once")
     parser.add_argument("--hidden", type=int, default=64, help="tiny policy width")
@@ -260,7 +265,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="alias distribution the warm-up teaches: the prompted SmolLM2's, or uniform")
     parser.add_argument("--alias-floor", type=float, default=0.5,
                         help="prompted prior mixed with uniform by this weight (exploration floor)")
-    parser.add_argument("--warmup-epochs", type=int, default=8)
+    parser.add_argument("--tool-spread", type=float, default=0.0,
+                        help="share of the warm-up's tool decision given to the tools a question does not need")
+    parser.add_argument("--warmup-epochs", type=int, default=16,
+                        help="passes over the demonstrated turns (8 left the tool decision unlearned in one run)")
     parser.add_argument("--warmup-lr", type=float, default=1e-2)
     parser.add_argument("--warmup-batch", type=int, default=8)
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
@@ -318,7 +326,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
                "presets": {k: v[0] for k, v in PRESETS.items()}, "main_preset": MAIN_PRESET, "train_mix": TRAIN_MIX,
                "unseen_tools": UNSEEN_TOOLS, "eval_temperature": args.eval_temperature,
                "warmup_alias_distribution": {"source": args.alias_prior, "floor": args.alias_floor,
-                                             "per_tool": taught},
+                                             "per_tool": taught, "tool_spread": args.tool_spread},
                "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,
                "config": str(Path(cfg.run.dir) / "config.yaml"), "stage_seconds": stages,
                "machine": _machine_load(), "threads": cfg.run.threads,

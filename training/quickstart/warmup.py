@@ -3,15 +3,16 @@
 A randomly initialised policy cannot read a question yet, so before GRPO it is taught,
 by cross-entropy on a few hundred demonstrated turns, *which tool kind* answers which
 question: search then answer for lookups, enhance_reasoning then answer for arithmetic.
-The demonstrated policy picks the tool deterministically, and the loss uses the
-demonstrated distribution as its target at every decision: the tool name, one token;
-the alias, a distribution over the tool's aliases.  That alias distribution is either
-uniform, or (the quickstart's default) the *prompted* preference of the embedded
-SmolLM2-135M-Instruct reading the same prompt (`prompted_alias_prior`): like the
-prompted orchestrators of the paper (§9), it leans on the strongest, priciest expert;
-mixed with uniform (`floor`) so that no alias is left unexplored.
-So the warmed-up policy is "a prompted orchestrator that knows which tool to use"; the
-cost and preference behaviour that follows is learned by GRPO from the reward alone.
+The loss uses a demonstrated distribution as its target at every decision: the tool name
+(the demonstrated tool, except that at the first turn `tool_spread` of the probability goes
+to the tools the question does not need: a prompted small model often starts with the wrong
+one), and the alias, a distribution over the tool's aliases.  That alias distribution is
+either uniform, or (the quickstart's default) the *prompted* preference of the embedded
+SmolLM2-135M-Instruct reading the same prompts (`prompted_alias_prior`, averaged over the
+preference presets): like the prompted orchestrators of the paper (§9), it leans on the
+strongest, priciest expert; mixed with uniform (`floor`) so that no alias is left unexplored.
+So the warmed-up policy is "a prompted orchestrator that mostly knows which tool to use"; the
+routing, cost and preference behaviour that follows is learned by GRPO from the reward alone.
 
 Each demonstrated turn is what the loop shows at run time: the context rebuilt by
 `orchestrator.context.build_messages`, rendered by `orchestrator.chat_template.render_prompt`,
@@ -46,6 +47,7 @@ class Demonstration:
     response_ids: list[int]                       # the call with the tool's first alias, + EOS
     targets: dict[int, dict[int, float]]          # response position -> {token id: probability}
     tool: str
+    preset: str | None = None                     # the task's preference preset (its words end the question)
 
     def as_sample(self) -> TurnSample:
         mask = [int(i in self.targets) for i in range(len(self.response_ids))]
@@ -64,7 +66,22 @@ def _targets(response: list[int], choices: list[list[int]], demonstrated: list[l
     return out
 
 
-def _turn(tokenizer, catalog, prompts, budgets, state, tool: str) -> Demonstration:
+def with_tool_spread(targets: dict[int, dict[int, float]], response: list[int], choices: list[list[int]],
+                     spread: float) -> dict[int, dict[int, float]]:
+    """`targets` with the tool decision (the first decision: the tool name's first token) moved
+    from certainty to `1 - spread` on the demonstrated tool and `spread` shared equally by the
+    other tools the constraint allows there: the starting policy picks the wrong tool sometimes."""
+    if spread <= 0 or not targets:
+        return targets
+    pos = min(targets)
+    options = sorted({c[pos] for c in choices if len(c) > pos and c[:pos] == response[:pos]} - {response[pos]})
+    if options:
+        targets[pos] = {response[pos]: 1 - spread, **{t: spread / len(options) for t in options}}
+    return targets
+
+
+def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, preset: str | None = None,
+          tool_spread: float = 0.0) -> Demonstration:
     qa = [t for t in catalog.tools if t.kind in ("search", "code", "answer")]
     messages = build_messages(state, prompts, budgets, TokenCounter(tokenizer))
     prompt = tokenizer(render_prompt(tokenizer, messages, catalog.openai_tools(tools=qa)),
@@ -72,7 +89,8 @@ def _turn(tokenizer, catalog, prompts, budgets, state, tool: str) -> Demonstrati
     choices = choice_token_ids(tokenizer, allowed_call_strings({t.name: list(t.aliases) for t in qa}))
     demonstrated = choice_token_ids(tokenizer, [format_tool_call(tool, {"model": a})
                                                 for a in catalog.tool(tool).aliases])
-    return Demonstration(prompt, demonstrated[0], _targets(demonstrated[0], choices, demonstrated), tool)
+    targets = with_tool_spread(_targets(demonstrated[0], choices, demonstrated), demonstrated[0], choices, tool_spread)
+    return Demonstration(prompt, demonstrated[0], targets, tool, preset)
 
 
 def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
@@ -86,52 +104,76 @@ def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
 
 
 def demonstrations(tasks: list[Task], tokenizer, base_catalog, retriever, *, prompts: Prompts,
-                   budgets: Budgets, topk: int) -> list[Demonstration]:
-    """Two turns per task: the evidence tool, then (with its result in context) answer."""
+                   budgets: Budgets, topk: int, tool_spread: float = 0.0) -> list[Demonstration]:
+    """Two turns per task: the evidence tool, then (with its result in context) answer; at the
+    first turn's tool decision `tool_spread` of the probability goes to the other tools (a wrong
+    first tool: a wasted call, or an answer without the evidence)."""
     demos = []
     for task in tasks:
         catalog = task_catalog(base_catalog, task)
-        state = EpisodeState(task.question)
-        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, EVIDENCE_TOOL[task.metadata["type"]]))
+        state, preset = EpisodeState(task.question), task.metadata.get("preference_name")
+        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, EVIDENCE_TOOL[task.metadata["type"]], preset,
+                           tool_spread))
         _evidence(task, state, retriever, topk)
-        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, "answer"))
+        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, "answer", preset))
     return demos
 
 
 def _alias_positions(demo: Demonstration) -> list[int]:
-    """Response positions where the demonstrated policy itself chooses (an alias)."""
-    return [i for i, target in demo.targets.items() if len(target) > 1]
+    """Response positions after the tool decision where the demonstrated policy chooses (an alias)."""
+    return [i for i in sorted(demo.targets)[1:] if len(demo.targets[i]) > 1]
+
+
+def _common_prefix(rows: list[list[int]]) -> int:
+    n = min(len(r) for r in rows) - 1                     # every row keeps at least one token of its own
+    for i in range(n):
+        if any(r[i] != rows[0][i] for r in rows):
+            return i
+    return n
 
 
 def prompted_alias_prior(demos: list[Demonstration], per_tool: int = 3) -> dict[str, dict[int, float]]:
     """The embedded prompted model's alias preference per tool: at the alias decision of
-    `per_tool` demonstrated turns of each tool, SmolLM2-135M-Instruct's next-token
-    distribution restricted to the aliases' tokens, renormalised and averaged."""
+    `per_tool` demonstrated turns of each tool (taken in turn from each preference preset, so the
+    prior is the prompted model's average over the presets, not conditioned on one),
+    SmolLM2-135M-Instruct's next-token distribution restricted to the aliases' tokens,
+    renormalised and averaged.  The turns share the system prompt (the tool schemas): it is
+    read once and its key/value cache reused."""
+    import copy
+
     from orchestrator.embedded import smollm2_path
     from orchestrator.gateway.backends.transformers_backend import load_model
 
-    tokenizer, model = load_model(str(smollm2_path()))    # the experts' copy: loaded once
-    prior: dict[str, dict[int, float]] = {}
+    picked = []
     for tool in sorted({d.tool for d in demos}):
-        shares = []
-        for demo in [d for d in demos if d.tool == tool and _alias_positions(d)][:per_tool]:
-            pos = _alias_positions(demo)[0]
-            tokens = sorted(demo.targets[pos])
-            ids = torch.tensor([demo.prompt_ids + demo.response_ids[:pos]])
-            with torch.inference_mode():
-                logits = model(input_ids=ids, logits_to_keep=1).logits[0, -1]           # [V]
-            shares.append(logits[tokens].float().softmax(-1))                          # [n aliases]
-        if shares:
-            mean = torch.stack(shares).mean(0)
-            prior[tool] = {t: float(p) for t, p in zip(tokens, mean)}
-    return prior
+        by_preset: dict = {}
+        for d in demos:
+            if d.tool == tool and _alias_positions(d):
+                by_preset.setdefault(d.preset, []).append(d)
+        rounds = [d for group in zip(*by_preset.values()) for d in group] if by_preset else []
+        picked += [(tool, d) for d in rounds[:per_tool]]
+    if not picked:
+        return {}
+    _, model = load_model(str(smollm2_path()))    # the experts' copy: loaded once
+    rows = [d.prompt_ids + d.response_ids[:_alias_positions(d)[0]] for _, d in picked]
+    shared = _common_prefix(rows)
+    with torch.inference_mode():
+        cache = model(input_ids=torch.tensor([rows[0][:shared]]), use_cache=True).past_key_values if shared else None
+        shares: dict[str, list[torch.Tensor]] = {}
+        tokens: dict[str, list[int]] = {}
+        for (tool, demo), row in zip(picked, rows):
+            tokens[tool] = sorted(demo.targets[_alias_positions(demo)[0]])
+            logits = model(input_ids=torch.tensor([row[shared:]]), past_key_values=copy.deepcopy(cache),
+                           logits_to_keep=1).logits[0, -1]                                # [V]
+            shares.setdefault(tool, []).append(logits[tokens[tool]].float().softmax(-1))   # [n aliases]
+    return {tool: {t: float(p) for t, p in zip(tokens[tool], torch.stack(s).mean(0))} for tool, s in shares.items()}
 
 
 def with_alias_prior(demos: list[Demonstration], prior: dict[str, dict[int, float]],
                      floor: float = 0.0) -> list[Demonstration]:
     """The demonstrations with the alias targets replaced by `(1 - floor) * prior + floor / n`
-    (per tool): with `floor` > 0 every alias keeps at least floor / n of the probability, so
-    GRPO's few samples per task still try the aliases the prompted model neglects."""
+    (per tool, whatever the preset): with `floor` > 0 every alias keeps at least floor / n of the
+    probability, so GRPO's few samples per task still try the aliases the prompted model neglects."""
     for demo in demos:
         for pos in _alias_positions(demo):
             if demo.tool in prior and set(prior[demo.tool]) == set(demo.targets[pos]):
