@@ -40,3 +40,11 @@ def live(app):
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def dead_url() -> str:
+    """A URL nothing listens on: a port that was free a moment ago (connection refused)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"

@@ -6,7 +6,7 @@ import time
 from contextlib import contextmanager
 
 import pytest
-from _retrieval_world import live, write_jsonl
+from _retrieval_world import dead_url, live, write_jsonl
 
 from retrieval.build_index import build
 from retrieval.client import RetrievalClient, RetrievalError, Retrieved
@@ -40,13 +40,6 @@ def live_server(index_dir):
 def server_url(index_dir):
     with live_server(index_dir) as url:
         yield url
-
-
-def dead_url() -> str:
-    import socket
-    with socket.socket() as s:          # a port that was free a moment ago: connection refused
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 def test_http_and_in_process_modes_answer_the_same(index_dir, server_url):

@@ -102,7 +102,7 @@ def test_router_over_two_shard_servers_answers_like_the_full_index(full_index, t
     from fastapi.testclient import TestClient
 
     from retrieval.server import create_app
-    from tests.test_retrieval_client import dead_url
+    from _retrieval_world import dead_url
 
     want = Searcher(full_index, encoder=HashEncoder()).search([Query(q, topk=5) for q in QUERIES])
     with shard_server(two_shards[0]) as url0, shard_server(two_shards[1]) as url1:
