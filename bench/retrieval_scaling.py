@@ -119,8 +119,7 @@ def main() -> int:
     from retrieval.dense import ivf_lists
     if args.ef_construction:
         dense.HNSW_EF_CONSTRUCTION = args.ef_construction
-    threads = (args.build_threads or args.threads, args.threads)
-    faiss.omp_set_num_threads(args.threads)
+    threads = (args.build_threads or args.threads, args.threads)   # measure() sets them per phase
     rows = []
     print(f"machine: {os.cpu_count()} cores; FAISS {faiss.__version__}; build threads {threads[0]}, "
           f"search threads {threads[1]}; load average at the start: {load()}", flush=True)
