@@ -265,3 +265,25 @@ def test_tool_spread_moves_that_share_of_the_tool_decision_to_the_other_allowed_
     assert got[1] == pytest.approx({7: 0.7, 8: 0.15, 9: 0.15})
     assert got[2] == {20: 0.5, 21: 0.5}
     assert with_tool_spread({1: {7: 1.0}}, [1, 7, 20, 0], choices, spread=0.0) == {1: {7: 1.0}}
+
+
+def test_prior_reads_the_shared_prefix_once_with_the_logits_of_whole_rows(tmp_path):
+    """next_token_logits (the warm-up's prompted alias prior) reuses the rows' common prefix's
+    key/value cache; each row's logits equal a forward pass over the whole row."""
+    import torch
+    from _train_world import build_policy
+    from transformers import AutoModelForCausalLM
+
+    from training.quickstart.warmup import next_token_logits
+
+    model = AutoModelForCausalLM.from_pretrained(build_policy(tmp_path / "policy")).eval()
+    rows = [[5, 9, 11, 40, 41, 7], [5, 9, 11, 40, 52], [5, 9, 11, 40, 41, 8, 13]]   # common prefix: 4 ids
+    for row, got in zip(rows, next_token_logits(model, rows)):
+        with torch.inference_mode():
+            whole = model(input_ids=torch.tensor([row])).logits[0, -1]
+        assert torch.allclose(got, whole, atol=1e-5), row
+    unrelated = [[3, 4], [6, 7, 8]]                                                  # no common prefix
+    with torch.inference_mode():
+        expected = [model(input_ids=torch.tensor([r])).logits[0, -1] for r in unrelated]
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(next_token_logits(model, unrelated), expected))
+

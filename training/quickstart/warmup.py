@@ -132,15 +132,26 @@ def _common_prefix(rows: list[list[int]]) -> int:
     return n
 
 
+def next_token_logits(model, rows: list[list[int]]) -> list[torch.Tensor]:
+    """The model's next-token logits [V] after each row; the rows' common prefix is read once and
+    its key/value cache reused for every row (equal to reading each row whole, up to float
+    rounding)."""
+    import copy
+
+    shared = _common_prefix(rows)
+    with torch.inference_mode():
+        cache = model(input_ids=torch.tensor([rows[0][:shared]]), use_cache=True).past_key_values if shared else None
+        return [model(input_ids=torch.tensor([row[shared:]]), past_key_values=copy.deepcopy(cache),
+                      logits_to_keep=1).logits[0, -1] for row in rows]
+
+
 def prompted_alias_prior(demos: list[Demonstration], per_tool: int = 3) -> dict[str, dict[int, float]]:
     """The embedded prompted model's alias preference per tool: at the alias decision of
     `per_tool` demonstrated turns of each tool (taken in turn from each preference preset, so the
     prior is the prompted model's average over the presets, not conditioned on one),
     SmolLM2-135M-Instruct's next-token distribution restricted to the aliases' tokens,
     renormalised and averaged.  The turns share the system prompt (the tool schemas): it is
-    read once and its key/value cache reused."""
-    import copy
-
+    read once (`next_token_logits`)."""
     from orchestrator.embedded import smollm2_path
     from orchestrator.gateway.backends.transformers_backend import load_model
 
@@ -156,16 +167,11 @@ def prompted_alias_prior(demos: list[Demonstration], per_tool: int = 3) -> dict[
         return {}
     _, model = load_model(str(smollm2_path()))    # the experts' copy: loaded once
     rows = [d.prompt_ids + d.response_ids[:_alias_positions(d)[0]] for _, d in picked]
-    shared = _common_prefix(rows)
-    with torch.inference_mode():
-        cache = model(input_ids=torch.tensor([rows[0][:shared]]), use_cache=True).past_key_values if shared else None
-        shares: dict[str, list[torch.Tensor]] = {}
-        tokens: dict[str, list[int]] = {}
-        for (tool, demo), row in zip(picked, rows):
-            tokens[tool] = sorted(demo.targets[_alias_positions(demo)[0]])
-            logits = model(input_ids=torch.tensor([row[shared:]]), past_key_values=copy.deepcopy(cache),
-                           logits_to_keep=1).logits[0, -1]                                # [V]
-            shares.setdefault(tool, []).append(logits[tokens[tool]].float().softmax(-1))   # [n aliases]
+    shares: dict[str, list[torch.Tensor]] = {}
+    tokens: dict[str, list[int]] = {}
+    for (tool, demo), logits in zip(picked, next_token_logits(model, rows)):
+        tokens[tool] = sorted(demo.targets[_alias_positions(demo)[0]])
+        shares.setdefault(tool, []).append(logits[tokens[tool]].float().softmax(-1))   # [n aliases]
     return {tool: {t: float(p) for t, p in zip(tokens[tool], torch.stack(s).mean(0))} for tool, s in shares.items()}
 
 
