@@ -15,8 +15,8 @@ from orchestrator.records import LLMResponse, Usage
 from orchestrator.runtime import ToolRuntime
 from orchestrator.toolcall import allowed_call_strings
 from training.quickstart.env import (FAVOURED_ALIAS, MAIN_PRESET, PRESETS, PROMPTS_DIR, SEARCH_DEPTH, TOOL_ALIASES,
-                                     TRAIN_MIX, UNSEEN_TOOLS, RoutedRuntime, build_world, quickstart_catalog,
-                                     with_preference)
+                                     TRAIN_MIX, UNSEEN_TOOLS, RoutedRuntime, build_world, question_kind,
+                                     quickstart_catalog, with_preference)
 from training.quickstart.run import checks
 from training.tasks import load_tasks
 
@@ -43,6 +43,15 @@ def test_train_and_held_out_tasks_are_disjoint_and_balanced(world):
             vector, words = PRESETS[t.metadata["preference_name"]]
             assert t.preference == vector and t.question.endswith("\n" + words)
     assert {t.metadata["preference_name"] for t in train + warm} <= set(TRAIN_MIX)
+    # presets are drawn per question kind as exact shares: `favour` lands on city questions too
+    # (the only ones where the favoured alias is right), however the kinds fell in a small split
+    for split in (train, warm):
+        by_kind: dict = {}
+        for t in split:
+            by_kind.setdefault(question_kind(t), []).append(t.metadata["preference_name"])
+        for kind, names in by_kind.items():
+            for preset, share in TRAIN_MIX.items():
+                assert abs(names.count(preset) - share * len(names)) < 1, (kind, names)
     assert {t.metadata["preference_name"] for t in held_out} == {MAIN_PRESET}
     docs = {json.loads(line)["id"] for line in paths["corpus"].read_text().splitlines()}
     assert all(t.metadata["doc_id"] in docs for t in train + held_out if t.metadata["type"] == "lookup")
@@ -220,13 +229,13 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
 
     out = tmp_path / "qs"
     assert main(["--out", str(out), "--train-tasks", "4", "--eval-tasks", "2", "--warmup-tasks", "2",
-                 "--warmup-epochs", "1", "--eval-concurrency", "2", "trainer.total_steps=1",
+                 "--warmup-epochs", "1", "--eval-concurrency", "2", "--eval-samples", "2", "trainer.total_steps=1",
                  "rollout.tasks_per_step=2", "rollout.rollouts_per_task=2", "logging.wandb=disabled"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     for block in ("initial", "final"):          # one row per test-time preference + the unseen tools
         for row in summary[block].values():
             assert {"accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task", "favoured_share"} <= set(row)
-            assert row["cost_per_task"] > 0
+            assert row["cost_per_task"] > 0 and row["tasks"] == 4
     assert summary["eval_tasks"] == 2 and set(summary["checks"]) >= {
         "cost_at_least_40pct_lower", "accuracy_up_5_points", "favoured_share_rises_when_favoured"}
     assert set(summary["final"]) == {*PRESETS, "unseen_tools"} and set(summary["preference_scores"]) == set(PRESETS)
@@ -235,7 +244,9 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
         for name in (*PRESETS, "unseen_tools"):
             rows = [json.loads(line) for line in (out / f"eval_{tag}_{name}.jsonl").read_text().splitlines()]
             preset = MAIN_PRESET if name == "unseen_tools" else name
-            assert [r["question"] for r in rows] == [with_preference(t, preset).question for t in eval_tasks]
+            # two episodes per task (--eval-samples 2), each task's in a row
+            assert [r["question"] for r in rows] == [with_preference(t, preset).question for t in eval_tasks
+                                                     for _ in range(2)]
     assert (out / summary["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "train" / "metrics.jsonl").read_text().count("\n") == 1
 
@@ -287,3 +298,18 @@ def test_prior_reads_the_shared_prefix_once_with_the_logits_of_whole_rows(tmp_pa
         expected = [model(input_ids=torch.tensor([r])).logits[0, -1] for r in unrelated]
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(next_token_logits(model, unrelated), expected))
 
+
+
+def test_each_demonstrated_turn_gets_its_own_prompted_alias_choice_mixed_with_uniform():
+    """The default warm-up target: per turn, the prompted model's alias choice there (it differs
+    with the preference line), floor-mixed with uniform; turns without an alias choice untouched."""
+    from training.quickstart.warmup import Demonstration, with_own_alias_choices
+
+    def demo(preset):     # tool token 5, then an alias decision between tokens 7 and 8 at position 2
+        return Demonstration([1, 2], [5, 6, 7, 0], {0: {5: 1.0}, 2: {7: 0.5, 8: 0.5}}, "search", preset)
+
+    favour, cost, answer = demo("favour"), demo("cost"), Demonstration([1], [9, 0], {0: {9: 1.0}}, "answer")
+    with_own_alias_choices([favour, cost, answer], [{7: 0.2, 8: 0.8}, {7: 0.9, 8: 0.1}, {}], floor=0.5)
+    assert favour.targets[2] == pytest.approx({7: 0.35, 8: 0.65})      # 0.5 * 0.2 + 0.5 / 2
+    assert cost.targets[2] == pytest.approx({7: 0.70, 8: 0.30})
+    assert favour.targets[0] == {5: 1.0} and answer.targets == {0: {9: 1.0}}

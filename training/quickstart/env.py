@@ -63,6 +63,9 @@ PREFERENCE = PRESETS[MAIN_PRESET][0]
 SHALLOW, DEEP = "shallow", "deep"
 SEARCH_DEPTH = {"search-1": DEEP, "search-2": SHALLOW, "search-3": SHALLOW,
                 "finder-a": DEEP, "finder-b": SHALLOW}
+# the question kinds a shallow search answers (the gazetteer holds birth cities only): where the
+# favoured (shallow) alias is a right choice, so following the preference costs no accuracy
+SHALLOW_KINDS = ("city",)
 # a held-out catalog: aliases, models and prices the policy never saw in training
 UNSEEN_TOOLS = {
     "search": {"finder-a": "o3-mini", "finder-b": "Llama-3.3-70B-Instruct"},
@@ -137,8 +140,11 @@ def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_pe
     for name, n in sizes.items():
         kinds = (lookup[:n // 2], arith[:n - n // 2])
         lookup, arith = lookup[n // 2:], arith[n - n // 2:]
+        by_kind: dict[str, list[Task]] = {}
+        for t in kinds[0] + kinds[1]:
+            by_kind.setdefault(question_kind(t), []).append(t)
         split = [with_preference(dataclasses.replace(t, tools=tools), preset)
-                 for tasks_ in kinds for t, preset in zip(tasks_, _presets(len(tasks_), name, rng))]
+                 for _, tasks_ in sorted(by_kind.items()) for t, preset in zip(tasks_, _presets(len(tasks_), name, rng))]
         rng.shuffle(split)
         rows = [{**asdict(t), "metadata": json.dumps(t.metadata)} for t in split]
         paths[name] = out / f"{name}.jsonl"
@@ -146,9 +152,16 @@ def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_pe
     return paths
 
 
+def question_kind(task: Task) -> str:
+    """"city", "year" or "arithmetic": what the question asks (the tools it needs differ)."""
+    return task.id.rsplit("-", 1)[-1] if task.metadata["type"] == "lookup" else task.metadata["type"]
+
+
 def _presets(n: int, split: str, rng: random.Random) -> list[str]:
-    """Presets of `n` tasks of one kind: `MAIN_PRESET` for the held-out split, else `TRAIN_MIX`'s
-    shares as exact counts (largest remainders), shuffled, so that a small split still holds each."""
+    """Presets of `n` tasks of one question kind: `MAIN_PRESET` for the held-out split, else
+    `TRAIN_MIX`'s shares as exact counts (largest remainders), shuffled, so that a small split
+    still holds each preset for each kind (`favour` on city questions, the only ones where the
+    favoured alias is right, included)."""
     if split == "eval":
         return [MAIN_PRESET] * n
     exact = {k: w * n for k, w in TRAIN_MIX.items()}

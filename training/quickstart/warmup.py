@@ -145,16 +145,30 @@ def next_token_logits(model, rows: list[list[int]]) -> list[torch.Tensor]:
                       logits_to_keep=1).logits[0, -1] for row in rows]
 
 
-def prompted_alias_prior(demos: list[Demonstration], per_tool: int = 3) -> dict[str, dict[int, float]]:
-    """The embedded prompted model's alias preference per tool: at the alias decision of
-    `per_tool` demonstrated turns of each tool (taken in turn from each preference preset, so the
-    prior is the prompted model's average over the presets, not conditioned on one),
-    SmolLM2-135M-Instruct's next-token distribution restricted to the aliases' tokens,
-    renormalised and averaged.  The turns share the system prompt (the tool schemas): it is
-    read once (`next_token_logits`)."""
+def prompted_alias_choices(demos: list[Demonstration]) -> list[dict[int, float]]:
+    """The embedded prompted model's alias choice at each demonstration's alias decision:
+    SmolLM2-135M-Instruct's next-token distribution there, restricted to the aliases' tokens and
+    renormalised ({} for a turn with no alias choice).  The turns share the system prompt (the
+    tool schemas): it is read once (`next_token_logits`)."""
     from orchestrator.embedded import smollm2_path
     from orchestrator.gateway.backends.transformers_backend import load_model
 
+    picked = [i for i, d in enumerate(demos) if _alias_positions(d)]
+    out: list[dict[int, float]] = [{} for _ in demos]
+    if not picked:
+        return out
+    _, model = load_model(str(smollm2_path()))    # the experts' copy: loaded once
+    rows = [demos[i].prompt_ids + demos[i].response_ids[:_alias_positions(demos[i])[0]] for i in picked]
+    for i, logits in zip(picked, next_token_logits(model, rows)):
+        tokens = sorted(demos[i].targets[_alias_positions(demos[i])[0]])
+        out[i] = dict(zip(tokens, logits[tokens].float().softmax(-1).tolist()))
+    return out
+
+
+def prompted_alias_prior(demos: list[Demonstration], per_tool: int = 3) -> dict[str, dict[int, float]]:
+    """The prompted model's alias preference per tool, pooled: `prompted_alias_choices` at
+    `per_tool` demonstrated turns of each tool (taken in turn from each preference preset, so the
+    prior is the prompted model's average over the presets, not conditioned on one), averaged."""
     picked = []
     for tool in sorted({d.tool for d in demos}):
         by_preset: dict = {}
@@ -162,17 +176,11 @@ def prompted_alias_prior(demos: list[Demonstration], per_tool: int = 3) -> dict[
             if d.tool == tool and _alias_positions(d):
                 by_preset.setdefault(d.preset, []).append(d)
         rounds = [d for group in zip(*by_preset.values()) for d in group] if by_preset else []
-        picked += [(tool, d) for d in rounds[:per_tool]]
-    if not picked:
-        return {}
-    _, model = load_model(str(smollm2_path()))    # the experts' copy: loaded once
-    rows = [d.prompt_ids + d.response_ids[:_alias_positions(d)[0]] for _, d in picked]
-    shares: dict[str, list[torch.Tensor]] = {}
-    tokens: dict[str, list[int]] = {}
-    for (tool, demo), logits in zip(picked, next_token_logits(model, rows)):
-        tokens[tool] = sorted(demo.targets[_alias_positions(demo)[0]])
-        shares.setdefault(tool, []).append(logits[tokens[tool]].float().softmax(-1))   # [n aliases]
-    return {tool: {t: float(p) for t, p in zip(tokens[tool], torch.stack(s).mean(0))} for tool, s in shares.items()}
+        picked += rounds[:per_tool]
+    pooled: dict[str, list[dict[int, float]]] = {}
+    for demo, choice in zip(picked, prompted_alias_choices(picked)):
+        pooled.setdefault(demo.tool, []).append(choice)
+    return {tool: {t: sum(c[t] for c in cs) / len(cs) for t in cs[0]} for tool, cs in pooled.items()}
 
 
 def with_alias_prior(demos: list[Demonstration], prior: dict[str, dict[int, float]],
@@ -185,6 +193,19 @@ def with_alias_prior(demos: list[Demonstration], prior: dict[str, dict[int, floa
             if demo.tool in prior and set(prior[demo.tool]) == set(demo.targets[pos]):
                 n = len(prior[demo.tool])
                 demo.targets[pos] = {t: (1 - floor) * p + floor / n for t, p in prior[demo.tool].items()}
+    return demos
+
+
+def with_own_alias_choices(demos: list[Demonstration], choices: list[dict[int, float]],
+                           floor: float = 0.0) -> list[Demonstration]:
+    """The demonstrations with each alias target replaced by that turn's own prompted choice
+    (`prompted_alias_choices`: it depends on the question and the preference line the turn
+    shows), mixed with uniform by `floor` as in `with_alias_prior`."""
+    for demo, choice in zip(demos, choices):
+        for pos in _alias_positions(demo):
+            if choice and set(choice) == set(demo.targets[pos]):
+                n = len(choice)
+                demo.targets[pos] = {t: (1 - floor) * p + floor / n for t, p in choice.items()}
     return demos
 
 
