@@ -49,6 +49,11 @@ class ExpertSettings(BaseModel):
 # the retriever reports are charged in every mode).
 SEARCH_FEES = ("web", "tokens", "none")
 WEB_PAGES_PER_SEARCH = 30
+# Code fee per sandbox run (tools.code_fee): "seconds" charges its wall time at
+# fees.code_per_second (the paper's price); "none" nothing.  Wall time differs run to run and
+# machine to machine: where every correct rollout of a group made the same calls, the group's
+# min-max normalisation turns that microsecond noise into the whole [0, 1] cost coordinate.
+CODE_FEES = ("seconds", "none")
 
 
 def _default_llm(*args, **kwargs):
@@ -78,12 +83,15 @@ class ToolRuntime:
     experts: dict[str, ExpertSettings] = field(default_factory=dict)   # by model (or "default")
     send_eid: bool = False          # pass the task id as the retriever's `eid` (per-question pools)
     search_fee: str = "none"        # one of SEARCH_FEES
+    code_fee: str = "seconds"       # one of CODE_FEES
     llm: Callable[..., Any] = _default_llm
     run_code: Callable[[str, float], Any] = _default_sandbox
 
     def __post_init__(self) -> None:
         if self.search_fee not in SEARCH_FEES:
             raise ValueError(f"search_fee: {self.search_fee!r} is not one of {SEARCH_FEES}")
+        if self.code_fee not in CODE_FEES:
+            raise ValueError(f"code_fee: {self.code_fee!r} is not one of {CODE_FEES}")
 
     def settings(self, model: str) -> ExpertSettings:
         """How expert `model` is called: its `experts` entry, else "default", else the scalar fields."""
@@ -216,7 +224,8 @@ class ToolRuntime:
             call.output = "the expert wrote no ```python block"
             return
         result = self.run_code(code, self.code_timeout)
-        call.cost += catalog.code_cost(result.duration_s)
+        if self.code_fee == "seconds":
+            call.cost += catalog.code_cost(result.duration_s)
         output = result.stdout if result.exit_code == 0 else f"{result.stdout}\n[exit {result.exit_code}] {result.stderr[-1000:]}"
         if result.timed_out:
             output += f"\n[timed out after {self.code_timeout:g} s]"

@@ -100,6 +100,7 @@ class ToolsConfig:
     topk: int = 3                       # documents per search (upstream training: 30)
     expert_max_tokens: int = 512
     search_fee: Literal["web", "tokens", "none"] = "none"   # per local search: web-search fee equivalent | query tokens | 0
+    code_fee: Literal["seconds", "none"] = "seconds"   # per sandbox run: wall time x fees.code_per_second | 0
     code_timeout: float = 60.0
     memoize_experts: bool = False       # cache expert replies by (served model, prompt): greedy experts only
 

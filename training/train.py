@@ -98,7 +98,7 @@ def build_runtime(cfg: TrainConfig) -> ToolRuntime:
     runtime = ToolRuntime(catalog=load_catalog(cfg.tools.catalog), profile=cfg.tools.profile, retriever=retriever,
                           prompts=Prompts.load(cfg.tools.prompts), budgets=budgets, topk=cfg.tools.topk,
                           code_timeout=cfg.tools.code_timeout, expert_max_tokens=cfg.tools.expert_max_tokens,
-                          search_fee=cfg.tools.search_fee)
+                          search_fee=cfg.tools.search_fee, code_fee=cfg.tools.code_fee)
     if cfg.tools.memoize_experts:
         runtime.llm = MemoizedLLM(runtime.llm)
     return runtime

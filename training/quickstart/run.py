@@ -98,7 +98,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
                            budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk,
                            tool_spread=args.tool_spread)
-    if args.alias_prior == "prompted":
+    if args.alias_prior == "per-turn":
         demos = with_own_alias_choices(demos, prompted_alias_choices(demos), floor=args.alias_floor)
     elif args.alias_prior == "pooled":
         demos = with_alias_prior(demos, prompted_alias_prior(demos), floor=args.alias_floor)
@@ -287,10 +287,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--eval-concurrency", type=int, default=8, help="held-out episodes at once")
     parser.add_argument("--hidden", type=int, default=64, help="tiny policy width")
     parser.add_argument("--layers", type=int, default=2, help="tiny policy depth")
-    parser.add_argument("--alias-prior", choices=["prompted", "pooled", "uniform"], default="prompted",
-                        help="alias distribution the warm-up teaches: the prompted SmolLM2's choice at each "
-                             "demonstrated turn (it reads the question and the preference line), that choice "
-                             "pooled over presets (one distribution per tool), or uniform")
+    parser.add_argument("--alias-prior", choices=["pooled", "per-turn", "uniform"], default="pooled",
+                        help="alias distribution the warm-up teaches: the prompted SmolLM2's, pooled over presets "
+                             "(one distribution per tool); the prompted SmolLM2's own choice at each demonstrated "
+                             "turn (it reads the preference line); or uniform")
     parser.add_argument("--alias-floor", type=float, default=0.5,
                         help="prompted prior mixed with uniform by this weight (exploration floor)")
     parser.add_argument("--tool-spread", type=float, default=0.0,
