@@ -9,8 +9,9 @@ to the tools the question does not need: a prompted small model often starts wit
 one), and the alias, a distribution over the tool's aliases.  That alias distribution is
 either uniform, or (the quickstart's default) the *prompted* preference of the embedded
 SmolLM2-135M-Instruct reading the same prompts (`prompted_alias_prior`, averaged over the
-preference presets): like the prompted orchestrators of the paper (§9), it leans on the
-strongest, priciest expert; mixed with uniform (`floor`) so that no alias is left unexplored.
+preference presets; or, with `--alias-prior per-turn`, each turn's own choice,
+`prompted_alias_choices`, which follows the preference line in part): like the prompted
+orchestrators of the paper (§9), it leans on the strongest, priciest expert; mixed with uniform (`floor`) so that no alias is left unexplored.
 So the warmed-up policy is "a prompted orchestrator that mostly knows which tool to use"; the
 routing, cost and preference behaviour that follows is learned by GRPO from the reward alone.
 
