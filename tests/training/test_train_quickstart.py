@@ -301,9 +301,10 @@ def test_prior_reads_the_shared_prefix_once_with_the_logits_of_whole_rows(tmp_pa
 
 
 def test_each_demonstrated_turn_gets_its_own_prompted_alias_choice_mixed_with_uniform():
-    """The default warm-up target: per turn, the prompted model's alias choice there (it differs
-    with the preference line), floor-mixed with uniform; turns without an alias choice untouched."""
-    from training.quickstart.warmup import Demonstration, with_own_alias_choices
+    """`--alias-prior per-turn`: per turn, the prompted model's alias choice there (it differs
+    with the preference line), floor-mixed with uniform; turns without an alias choice untouched.
+    `pooled` (the default) gives every turn of a tool the same distribution, mixed the same way."""
+    from training.quickstart.warmup import Demonstration, with_alias_prior, with_own_alias_choices
 
     def demo(preset):     # tool token 5, then an alias decision between tokens 7 and 8 at position 2
         return Demonstration([1, 2], [5, 6, 7, 0], {0: {5: 1.0}, 2: {7: 0.5, 8: 0.5}}, "search", preset)
@@ -313,3 +314,26 @@ def test_each_demonstrated_turn_gets_its_own_prompted_alias_choice_mixed_with_un
     assert favour.targets[2] == pytest.approx({7: 0.35, 8: 0.65})      # 0.5 * 0.2 + 0.5 / 2
     assert cost.targets[2] == pytest.approx({7: 0.70, 8: 0.30})
     assert favour.targets[0] == {5: 1.0} and answer.targets == {0: {9: 1.0}}
+    pooled = with_alias_prior([demo("favour"), demo("cost")], {"search": {7: 0.6, 8: 0.4}}, floor=0.5)
+    assert [d.targets[2] for d in pooled] == [pytest.approx({7: 0.55, 8: 0.45})] * 2   # 0.5 * 0.6 + 0.25
+
+
+def test_favoured_share_counts_the_searches_of_the_questions_the_favoured_alias_can_answer():
+    from orchestrator.loop import Task
+    from training.quickstart.run import favoured_shares
+
+    def task(kind):
+        if kind == "arithmetic":
+            return Task("arith-001", "What is 2 * 3 + 1?", metadata={"type": "arithmetic"})
+        return Task(f"lookup-p1-{kind}", f"In which {kind} was X born?", metadata={"type": "lookup"})
+
+    tasks = [task("city"), task("city"), task("year"), task("arithmetic")]
+    rollouts = [SimpleNamespace(tool_calls=calls) for calls in (
+        {FAVOURED_ALIAS: 1, "answer-1": 1},                 # city: the favoured search
+        {"search-2": 1, FAVOURED_ALIAS: 1, "answer-1": 1},   # city: two searches, one favoured
+        {FAVOURED_ALIAS: 2, "search-1": 1},                  # year: not counted in favoured_share
+        {"reasoner-1": 1, "answer-1": 1})]
+    got = favoured_shares(tasks, rollouts)
+    assert got["favoured_share"] == pytest.approx(2 / 3)              # city searches: 2 of 3
+    assert got["favoured_share_all_searches"] == pytest.approx(4 / 6)
+    assert got["favoured_share_of_calls"] == pytest.approx(4 / 10)   # all calls: 2 + 3 + 3 + 2

@@ -143,25 +143,25 @@ def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judg
         for task, r, ok in zip(tasks, rollouts, correct):
             f.write(json.dumps({"question": task.question, "reference": task.answer, "correct": ok,
                                 **_strip_tokens(r)}) + "\n")
-    summary = summarise(rollouts, correct)
-    calls = summary["tool_calls_per_task"]
-    # the favoured alias's share of its own tool's calls (the choice among the search aliases; a
-    # share of all calls would also move when the policy makes fewer or more calls of other tools),
-    # on the questions where it is a right choice (city: the shallow index has birth cities; on a
-    # year question the outcome-gated reward rightly says "not search-3", whatever the preference)
+    return {**summarise(rollouts, correct), **favoured_shares(tasks, rollouts)}
+
+
+def favoured_shares(tasks: list[Task], rollouts) -> dict:
+    """The favoured alias's share of its own tool's calls (the choice among the search aliases; a
+    share of all calls would also move when the policy makes fewer or more calls of other tools):
+    `favoured_share` on the questions where it is a right choice (city: the shallow index has
+    birth cities; on a year question the outcome-gated reward rightly says "not search-3",
+    whatever the preference), `favoured_share_all_searches` on every question, and
+    `favoured_share_of_calls` among all calls.  `tasks[i]` is the task of `rollouts[i]`."""
+    def share(rows, tool_prefix: str) -> float:
+        mine = sum(r.tool_calls.get(FAVOURED_ALIAS, 0) for r in rows)
+        tool = sum(n for r in rows for a, n in r.tool_calls.items() if a.startswith(tool_prefix))
+        return mine / max(1e-9, tool)
+
+    search = FAVOURED_ALIAS.rsplit("-", 1)[0] + "-"
     able = [r for t, r in zip(tasks, rollouts) if question_kind(t) in SHALLOW_KINDS]
-    summary["favoured_share"] = _share(able, FAVOURED_ALIAS)
-    summary["favoured_share_all_searches"] = _share(rollouts, FAVOURED_ALIAS)
-    summary["favoured_share_of_calls"] = calls.get(FAVOURED_ALIAS, 0.0) / max(1e-9, sum(calls.values()))
-    return summary
-
-
-def _share(rollouts, alias: str) -> float:
-    """`alias`'s calls / the calls of its tool (aliases with the same prefix) over `rollouts`."""
-    prefix = alias.rsplit("-", 1)[0] + "-"
-    mine = sum(r.tool_calls.get(alias, 0) for r in rollouts)
-    tool = sum(n for r in rollouts for a, n in r.tool_calls.items() if a.startswith(prefix))
-    return mine / max(1e-9, tool)
+    return {"favoured_share": share(able, search), "favoured_share_all_searches": share(rollouts, search),
+            "favoured_share_of_calls": share(rollouts, "")}
 
 
 def evaluate_all(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judge, args, out: Path,

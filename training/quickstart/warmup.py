@@ -189,19 +189,15 @@ def with_alias_prior(demos: list[Demonstration], prior: dict[str, dict[int, floa
     """The demonstrations with the alias targets replaced by `(1 - floor) * prior + floor / n`
     (per tool, whatever the preset): with `floor` > 0 every alias keeps at least floor / n of the
     probability, so GRPO's few samples per task still try the aliases the prompted model neglects."""
-    for demo in demos:
-        for pos in _alias_positions(demo):
-            if demo.tool in prior and set(prior[demo.tool]) == set(demo.targets[pos]):
-                n = len(prior[demo.tool])
-                demo.targets[pos] = {t: (1 - floor) * p + floor / n for t, p in prior[demo.tool].items()}
-    return demos
+    return with_own_alias_choices(demos, [prior.get(d.tool, {}) for d in demos], floor)
 
 
 def with_own_alias_choices(demos: list[Demonstration], choices: list[dict[int, float]],
                            floor: float = 0.0) -> list[Demonstration]:
-    """The demonstrations with each alias target replaced by that turn's own prompted choice
+    """The demonstrations with each alias target replaced by that turn's own choice
     (`prompted_alias_choices`: it depends on the question and the preference line the turn
-    shows), mixed with uniform by `floor` as in `with_alias_prior`."""
+    shows), mixed with uniform: `(1 - floor) * choice + floor / n`; a turn whose choice is empty
+    or over other tokens keeps its targets."""
     for demo, choice in zip(demos, choices):
         for pos in _alias_positions(demo):
             if choice and set(choice) == set(demo.targets[pos]):
