@@ -16,12 +16,18 @@ The reasoners and answer aliases are equally able (the same greedy SmolLM2-135M-
 profile `local`) and differ in price.
 
 Preferences (`PRESETS`): every task carries one preference vector, also stated in words on
-the question's last line (as data_synthesis states it in `instruction`), drawn at random for
-the training tasks (`TRAIN_MIX`); evaluations set one for all held-out tasks.  `favour` is
-accuracy + a favoured alias, `answer-1`: every task ends with an answer call and the answer
-aliases are equally able, so `answer-1` is a right choice on every question, and it is the
-priciest, so nothing but that weight makes it the best one (`cost` rightly moves answers to
-`answer-math-2`): its share rising under `favour` only is the preference being followed.
+the question's last line (as data_synthesis states it in `instruction`), drawn for the training
+tasks as exact shares (`TRAIN_MIX`); evaluations set one for all held-out tasks.  `favour` is
+accuracy + a favoured alias, `answer-4` (priced as Qwen3-32B): every task ends with an answer
+call and the answer aliases are equally able, so `answer-4` is a right choice on every question,
+but it is neither the cheapest (`answer-math-2`: what `cost` moves answers to) nor the prompted
+model's favourite (`answer-1`, gpt-5), so nothing but that weight makes it the best one: its
+share rising under `favour` only is the preference being followed.  The prompted SmolLM2 reads
+the words: it gives `answer-4` 0.57 of its answer choice under "use answer-4" and 0.01
+otherwise, and the warm-up teaches that (`--alias-prior per-turn`).  (The first favoured alias,
+the shallow `search-3`, was right on city questions only, so following it meant conditioning
+on the preference AND the question kind, which the policy never learned; `answer-1`, the
+priciest, gave the warm-up almost nothing to read: SmolLM2 picks it anyway, docs/training.md.)
 
 Unseen tools (`UNSEEN_TOOLS`): a held-out catalog whose aliases, models and prices never occur
 in training (PAPER.md §9), with the same capability split (one deep search alias).
@@ -47,9 +53,9 @@ PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 TOOL_ALIASES = {
     "search": ["search-1", "search-2", "search-3"],
     "enhance_reasoning": ["reasoner-1", "reasoner-2"],
-    "answer": ["answer-1", "answer-math-2"],
+    "answer": ["answer-1", "answer-4", "answer-math-2"],
 }
-FAVOURED_ALIAS = "answer-1"
+FAVOURED_ALIAS = "answer-4"
 PREFERENCE_PREFIX = "Preference:"
 # name -> (preference vector, the words the policy reads on the question's last line)
 PRESETS = {
