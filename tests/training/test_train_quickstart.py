@@ -63,12 +63,10 @@ def test_quickstart_catalog_keeps_tools_aliases_and_every_price(world):
     assert catalog.prices == base.prices and catalog.fees == base.fees
     for tool in base.tools:
         assert catalog.tool(tool.name).aliases == tool.aliases
-    # the favoured alias is one of the (equally able) answer aliases, neither the cheapest (what the
-    # cost preference picks) nor the first (the prompted model's favourite): only its weight makes it the best
+    # the favoured alias is the priciest of its (equally able) answer aliases: only the preference makes it the best
     usage = Usage(100, 20)
     answer = {a: catalog.llm_cost(catalog.tool("answer").aliases[a].model, usage) for a in TOOL_ALIASES["answer"]}
-    assert FAVOURED_ALIAS in answer and min(answer, key=answer.get) != FAVOURED_ALIAS
-    assert TOOL_ALIASES["answer"][0] != FAVOURED_ALIAS and max(answer, key=answer.get) != FAVOURED_ALIAS
+    assert max(answer, key=answer.get) == FAVOURED_ALIAS
 
 
 class _Retriever:
@@ -331,7 +329,7 @@ def test_favoured_share_is_its_share_of_its_own_tools_calls_and_of_all_calls():
     rollouts = [SimpleNamespace(tool_calls=calls) for calls in (
         {"search-2": 1, FAVOURED_ALIAS: 1},                  # 1 of 1 answers favoured
         {"search-1": 1, "answer-math-2": 1},                 # 0 of 1
-        {"reasoner-1": 1, FAVOURED_ALIAS: 1, "answer-1": 1},   # two answers, one favoured
+        {"reasoner-1": 1, FAVOURED_ALIAS: 1, "answer-math-2": 1},   # two answers, one favoured
         {"reasoner-2": 2})]                                   # no answer call
     got = favoured_shares(rollouts)
     assert got["favoured_share"] == pytest.approx(2 / 4)              # answer calls: 2 of 4
