@@ -44,18 +44,30 @@ def tiny_tokenizer(texts: list[str], vocab_size: int = 400):
 
 
 def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4,
-                      intermediate: int | None = None, max_positions: int = 4096, seed: int = 0) -> Path:
-    """Save a randomly initialised Llama-style causal LM (+ `tokenizer`) to `out_dir`."""
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+                      intermediate: int | None = None, max_positions: int = 4096, seed: int = 0,
+                      local_window: int | None = None) -> Path:
+    """Save a randomly initialised Llama-style causal LM (+ `tokenizer`) to `out_dir`.
+
+    `local_window`: every layer but the last attends only to the previous `local_window`
+    tokens (sliding-window attention, as Mistral / Qwen2 / Gemma local layers; a Qwen2 config,
+    which is Llama's with q/k/v biases), the last layer to the whole context.  A random policy's
+    attention starts uniform, so over a 660-token prompt the few tokens that end it (the problem,
+    the preference line) weigh about 1%; a local layer gives them about 10x that."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     out_dir = Path(out_dir)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=heads,
-                         intermediate_size=intermediate or 4 * hidden, max_position_embeddings=max_positions,
-                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    common = dict(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
+                  num_attention_heads=heads, num_key_value_heads=heads,
+                  intermediate_size=intermediate or 4 * hidden, max_position_embeddings=max_positions,
+                  tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                  pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    if local_window:
+        config = Qwen2Config(**common, use_sliding_window=True, sliding_window=local_window,
+                             layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"])
+    else:
+        config = LlamaConfig(**common)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    model = (Qwen2ForCausalLM if local_window else LlamaForCausalLM)(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(out_dir, safe_serialization=True)

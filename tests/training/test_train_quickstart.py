@@ -43,8 +43,8 @@ def test_train_and_held_out_tasks_are_disjoint_and_balanced(world):
             vector, words = PRESETS[t.metadata["preference_name"]]
             assert t.preference == vector and t.question.endswith("\n" + words)
     assert {t.metadata["preference_name"] for t in train + warm} <= set(TRAIN_MIX)
-    # presets are drawn per question kind as exact shares: `favour` lands on city questions too
-    # (the only ones where the favoured alias is right), however the kinds fell in a small split
+    # presets are drawn per question kind as exact shares: each preset lands on each kind,
+    # however the kinds fell in a small split
     for split in (train, warm):
         by_kind: dict = {}
         for t in split:
@@ -63,10 +63,10 @@ def test_quickstart_catalog_keeps_tools_aliases_and_every_price(world):
     assert catalog.prices == base.prices and catalog.fees == base.fees
     for tool in base.tools:
         assert catalog.tool(tool.name).aliases == tool.aliases
-    # the favoured alias is not the cheapest search alias, so its rise is the preference's doing
+    # the favoured alias is the priciest of its (equally able) answer aliases: only the preference makes it the best
     usage = Usage(100, 20)
-    search = {a: catalog.llm_cost(s.model, usage) for a, s in catalog.tool("search").aliases.items()}
-    assert min(search, key=search.get) != FAVOURED_ALIAS
+    answer = {a: catalog.llm_cost(catalog.tool("answer").aliases[a].model, usage) for a in TOOL_ALIASES["answer"]}
+    assert max(answer, key=answer.get) == FAVOURED_ALIAS
 
 
 class _Retriever:
@@ -98,7 +98,8 @@ def test_warmup_turns_are_exactly_what_the_loop_feeds_and_records(world):
     assert all(d.response_ids[-1] == tok.eos_token_id for d in demos)
     # targets only where constrained decoding leaves a choice: the tool name (certain) and the
     # alias (uniform over the tool's aliases)
-    for d, n_aliases in zip(demos, (3, 2, 2, 2)):
+    n = {tool: len(aliases) for tool, aliases in TOOL_ALIASES.items()}
+    for d, n_aliases in zip(demos, (n["search"], n["answer"], n["enhance_reasoning"], n["answer"])):
         (tool_pos, tool_target), (alias_pos, alias_target) = sorted(d.targets.items())
         assert tool_target == {d.response_ids[tool_pos]: 1.0}
         assert sorted(alias_target.values()) == [1 / n_aliases] * n_aliases
@@ -184,7 +185,7 @@ def test_cheap_search_aliases_read_the_shallow_index_and_the_deep_one_the_full_b
         assert call.error is None and (year in state.documents[0].contents) is has_year
         assert "Preference" not in seen[-1]           # the expert reads the problem, not the preference
     assert runtime.retriever is None            # the shared runtime itself is never changed
-    assert SEARCH_DEPTH["search-1"] == "deep" and SEARCH_DEPTH[FAVOURED_ALIAS] == "shallow"
+    assert SEARCH_DEPTH["search-1"] == "deep" and SEARCH_DEPTH["search-2"] == SEARCH_DEPTH["search-3"] == "shallow"
     assert all(a in SEARCH_DEPTH for a in UNSEEN_TOOLS["search"])
 
 
@@ -276,6 +277,9 @@ def test_tool_spread_moves_that_share_of_the_tool_decision_to_the_other_allowed_
     assert got[1] == pytest.approx({7: 0.7, 8: 0.15, 9: 0.15})
     assert got[2] == {20: 0.5, 21: 0.5}
     assert with_tool_spread({1: {7: 1.0}}, [1, 7, 20, 0], choices, spread=0.0) == {1: {7: 1.0}}
+    # `to`: only the tools of those calls get the spread (the other evidence tool, not answer)
+    only = with_tool_spread({1: {7: 1.0}, 2: {20: 0.5, 21: 0.5}}, [1, 7, 20, 0], choices, spread=0.3, to=[[1, 8, 30, 0]])
+    assert only[1] == pytest.approx({7: 0.7, 8: 0.3})
 
 
 def test_prior_reads_the_shared_prefix_once_with_the_logits_of_whole_rows(tmp_path):
@@ -318,22 +322,15 @@ def test_each_demonstrated_turn_gets_its_own_prompted_alias_choice_mixed_with_un
     assert [d.targets[2] for d in pooled] == [pytest.approx({7: 0.55, 8: 0.45})] * 2   # 0.5 * 0.6 + 0.25
 
 
-def test_favoured_share_counts_the_searches_of_the_questions_the_favoured_alias_can_answer():
-    from orchestrator.loop import Task
+def test_favoured_share_is_its_share_of_its_own_tools_calls_and_of_all_calls():
     from training.quickstart.run import favoured_shares
 
-    def task(kind):
-        if kind == "arithmetic":
-            return Task("arith-001", "What is 2 * 3 + 1?", metadata={"type": "arithmetic"})
-        return Task(f"lookup-p1-{kind}", f"In which {kind} was X born?", metadata={"type": "lookup"})
-
-    tasks = [task("city"), task("city"), task("year"), task("arithmetic")]
+    assert FAVOURED_ALIAS in TOOL_ALIASES["answer"]
     rollouts = [SimpleNamespace(tool_calls=calls) for calls in (
-        {FAVOURED_ALIAS: 1, "answer-1": 1},                 # city: the favoured search
-        {"search-2": 1, FAVOURED_ALIAS: 1, "answer-1": 1},   # city: two searches, one favoured
-        {FAVOURED_ALIAS: 2, "search-1": 1},                  # year: not counted in favoured_share
-        {"reasoner-1": 1, "answer-1": 1})]
-    got = favoured_shares(tasks, rollouts)
-    assert got["favoured_share"] == pytest.approx(2 / 3)              # city searches: 2 of 3
-    assert got["favoured_share_all_searches"] == pytest.approx(4 / 6)
-    assert got["favoured_share_of_calls"] == pytest.approx(4 / 10)   # all calls: 2 + 3 + 3 + 2
+        {"search-2": 1, FAVOURED_ALIAS: 1},                  # 1 of 1 answers favoured
+        {"search-1": 1, "answer-math-2": 1},                 # 0 of 1
+        {"reasoner-1": 1, FAVOURED_ALIAS: 1, "answer-math-2": 1},   # two answers, one favoured
+        {"reasoner-2": 2})]                                   # no answer call
+    got = favoured_shares(rollouts)
+    assert got["favoured_share"] == pytest.approx(2 / 4)              # answer calls: 2 of 4
+    assert got["favoured_share_of_calls"] == pytest.approx(2 / 9)     # all calls: 2 + 2 + 3 + 2

@@ -16,10 +16,15 @@ The reasoners and answer aliases are equally able (the same greedy SmolLM2-135M-
 profile `local`) and differ in price.
 
 Preferences (`PRESETS`): every task carries one preference vector, also stated in words on
-the question's last line (as data_synthesis states it in `instruction`), drawn at random for
-the training tasks (`TRAIN_MIX`); evaluations set one for all held-out tasks.  `favour` weighs
-`search-3`, which is never the best choice without that weight (search-2 is as able and
-cheaper), so its share rising under `favour` only is the preference being followed.
+the question's last line (as data_synthesis states it in `instruction`), drawn for the training
+tasks as exact shares (`TRAIN_MIX`); evaluations set one for all held-out tasks.  `favour` is
+accuracy + a favoured alias, `answer-1`: every task ends with an answer call and the answer
+aliases are equally able, so `answer-1` is a right choice on every question, and it is the
+priciest, so nothing but that weight makes it the best one (`cost` rightly moves answers to
+`answer-math-2`, `accuracy` is indifferent): its share rising under `favour` only is the
+preference being followed.  Measured (docs/training.md): the policy reads that preference in one
+run of five; the other favoured aliases tried (the shallow `search-3`, `answer-4` at two prices)
+did worse.
 
 Unseen tools (`UNSEEN_TOOLS`): a held-out catalog whose aliases, models and prices never occur
 in training (PAPER.md §9), with the same capability split (one deep search alias).
@@ -47,25 +52,21 @@ TOOL_ALIASES = {
     "enhance_reasoning": ["reasoner-1", "reasoner-2"],
     "answer": ["answer-1", "answer-math-2"],
 }
-FAVOURED_ALIAS = "search-3"
+FAVOURED_ALIAS = "answer-1"
 PREFERENCE_PREFIX = "Preference:"
 # name -> (preference vector, the words the policy reads on the question's last line)
 PRESETS = {
     "accuracy": ({"outcome": 1.0}, f"{PREFERENCE_PREFIX} accuracy only."),
     "cost": ({"outcome": 1.0, "cost": 1.0}, f"{PREFERENCE_PREFIX} accuracy and low cost."),
-    "favour": ({"outcome": 1.0, "cost": 1.0, FAVOURED_ALIAS: 1.0},
-               f"{PREFERENCE_PREFIX} accuracy, low cost, use {FAVOURED_ALIAS}."),
+    "favour": ({"outcome": 1.0, FAVOURED_ALIAS: 1.0}, f"{PREFERENCE_PREFIX} accuracy, use {FAVOURED_ALIAS}."),
 }
-TRAIN_MIX = {"cost": 0.4, "favour": 0.4, "accuracy": 0.2}       # share of training tasks per preset
+TRAIN_MIX = {"cost": 0.5, "favour": 0.3, "accuracy": 0.2}       # share of training tasks per preset
 MAIN_PRESET = "cost"                                              # the checks' accuracy / cost vector
 PREFERENCE = PRESETS[MAIN_PRESET][0]
 # alias -> the index its search reads (others: the runtime's defaults)
 SHALLOW, DEEP = "shallow", "deep"
 SEARCH_DEPTH = {"search-1": DEEP, "search-2": SHALLOW, "search-3": SHALLOW,
                 "finder-a": DEEP, "finder-b": SHALLOW}
-# the question kinds a shallow search answers (the gazetteer holds birth cities only): where the
-# favoured (shallow) alias is a right choice, so following the preference costs no accuracy
-SHALLOW_KINDS = ("city",)
 # a held-out catalog: aliases, models and prices the policy never saw in training
 UNSEEN_TOOLS = {
     "search": {"finder-a": "o3-mini", "finder-b": "Llama-3.3-70B-Instruct"},
@@ -160,8 +161,7 @@ def question_kind(task: Task) -> str:
 def _presets(n: int, split: str, rng: random.Random) -> list[str]:
     """Presets of `n` tasks of one question kind: `MAIN_PRESET` for the held-out split, else
     `TRAIN_MIX`'s shares as exact counts (largest remainders), shuffled, so that a small split
-    still holds each preset for each kind (`favour` on city questions, the only ones where the
-    favoured alias is right, included)."""
+    still holds each preset for each kind of question."""
     if split == "eval":
         return [MAIN_PRESET] * n
     exact = {k: w * n for k, w in TRAIN_MIX.items()}

@@ -38,12 +38,11 @@ from training.quickstart.env import (
     MAIN_PRESET,
     PRESETS,
     SHALLOW,
-    SHALLOW_KINDS,
+    TOOL_ALIASES,
     TRAIN_MIX,
     UNSEEN_TOOLS,
     build_index,
     build_world,
-    question_kind,
     quickstart_catalog,
     routed_runtime,
     with_preference,
@@ -94,10 +93,10 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
-                             heads=4, seed=cfg.run.seed)
+                             heads=4, seed=cfg.run.seed, local_window=args.local_window or None)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
                            budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk,
-                           tool_spread=args.tool_spread)
+                           tool_spread=args.tool_spread, spread_to=args.spread_to)
     if args.alias_prior == "per-turn":
         demos = with_own_alias_choices(demos, prompted_alias_choices(demos), floor=args.alias_floor)
     elif args.alias_prior == "pooled":
@@ -143,25 +142,19 @@ def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judg
         for task, r, ok in zip(tasks, rollouts, correct):
             f.write(json.dumps({"question": task.question, "reference": task.answer, "correct": ok,
                                 **_strip_tokens(r)}) + "\n")
-    return {**summarise(rollouts, correct), **favoured_shares(tasks, rollouts)}
+    return {**summarise(rollouts, correct), **favoured_shares(rollouts)}
 
 
-def favoured_shares(tasks: list[Task], rollouts) -> dict:
-    """The favoured alias's share of its own tool's calls (the choice among the search aliases; a
-    share of all calls would also move when the policy makes fewer or more calls of other tools):
-    `favoured_share` on the questions where it is a right choice (city: the shallow index has
-    birth cities; on a year question the outcome-gated reward rightly says "not search-3",
-    whatever the preference), `favoured_share_all_searches` on every question, and
-    `favoured_share_of_calls` among all calls.  `tasks[i]` is the task of `rollouts[i]`."""
-    def share(rows, tool_prefix: str) -> float:
-        mine = sum(r.tool_calls.get(FAVOURED_ALIAS, 0) for r in rows)
-        tool = sum(n for r in rows for a, n in r.tool_calls.items() if a.startswith(tool_prefix))
-        return mine / max(1e-9, tool)
+def favoured_shares(rollouts) -> dict:
+    """The favoured alias's share of its own tool's calls (`favoured_share`: the choice among the
+    answer aliases; a share of all calls would also move when the policy makes fewer or more calls
+    of other tools), and among all calls (`favoured_share_of_calls`)."""
+    def share(aliases) -> float:
+        mine = sum(r.tool_calls.get(FAVOURED_ALIAS, 0) for r in rollouts)
+        return mine / max(1e-9, sum(n for r in rollouts for a, n in r.tool_calls.items() if aliases is None or a in aliases))
 
-    search = FAVOURED_ALIAS.rsplit("-", 1)[0] + "-"
-    able = [r for t, r in zip(tasks, rollouts) if question_kind(t) in SHALLOW_KINDS]
-    return {"favoured_share": share(able, search), "favoured_share_all_searches": share(rollouts, search),
-            "favoured_share_of_calls": share(rollouts, "")}
+    own = next(aliases for aliases in TOOL_ALIASES.values() if FAVOURED_ALIAS in aliases)
+    return {"favoured_share": share(set(own)), "favoured_share_of_calls": share(None)}
 
 
 def evaluate_all(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judge, args, out: Path,
@@ -230,8 +223,8 @@ def plot(metrics_file: Path, initial: dict, final: dict, out: Path) -> Path:
 
 def checks(initial: dict, final: dict) -> dict:
     """The quickstart's claims, on the held-out tasks: under the main preset (accuracy + cost)
-    accuracy up >= 5 points and cost per task down >= 40%; the favoured alias's share of the
-    search calls on the questions it can answer (`favoured_share`) rises under the `favour`
+    accuracy up >= 5 points and cost per task down >= 40%; the favoured alias's share of its
+    tool's calls (`favoured_share`: answer-1 among the answer calls) rises under the `favour`
     preset and does not rise under the others."""
     main_i, main_f = initial[MAIN_PRESET], final[MAIN_PRESET]
     cut = 1 - main_f["cost_per_task"] / max(1e-12, main_i["cost_per_task"])
@@ -288,14 +281,20 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--eval-concurrency", type=int, default=8, help="held-out episodes at once")
     parser.add_argument("--hidden", type=int, default=64, help="tiny policy width")
     parser.add_argument("--layers", type=int, default=2, help="tiny policy depth")
-    parser.add_argument("--alias-prior", choices=["pooled", "per-turn", "uniform"], default="pooled",
+    parser.add_argument("--local-window", type=int, default=64,
+                        help="tiny policy: every layer but the last attends to this many previous tokens only "
+                             "(0: all layers see the whole prompt)")
+    parser.add_argument("--alias-prior", choices=["pooled", "per-turn", "uniform"], default="per-turn",
                         help="alias distribution the warm-up teaches: the prompted SmolLM2's, pooled over presets "
                              "(one distribution per tool); the prompted SmolLM2's own choice at each demonstrated "
                              "turn (it reads the preference line); or uniform")
     parser.add_argument("--alias-floor", type=float, default=0.5,
                         help="prompted prior mixed with uniform by this weight (exploration floor)")
-    parser.add_argument("--tool-spread", type=float, default=0.0,
+    parser.add_argument("--tool-spread", type=float, default=0.3,
                         help="share of the warm-up's tool decision given to the tools a question does not need")
+    parser.add_argument("--spread-to", choices=["evidence", "all"], default="evidence",
+                        help="which tools get --tool-spread: the other evidence tool only (a wasted call first) "
+                             "or every other tool (also answering without evidence)")
     parser.add_argument("--warmup-epochs", type=int, default=16,
                         help="passes over the demonstrated turns (8 left the tool decision unlearned in one run)")
     parser.add_argument("--warmup-lr", type=float, default=1e-2)
@@ -355,7 +354,8 @@ def run_seed(args, seed: int, out: Path) -> dict:
                "presets": {k: v[0] for k, v in PRESETS.items()}, "main_preset": MAIN_PRESET, "train_mix": TRAIN_MIX,
                "unseen_tools": UNSEEN_TOOLS, "eval_temperature": args.eval_temperature,
                "warmup_alias_distribution": {"source": args.alias_prior, "floor": args.alias_floor,
-                                             "per_tool": taught, "tool_spread": args.tool_spread},
+                                             "per_tool": taught, "tool_spread": args.tool_spread,
+                                             "spread_to": args.spread_to},
                "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,
                "config": str(Path(cfg.run.dir) / "config.yaml"), "stage_seconds": stages,
                "machine": _machine_load(), "threads": cfg.run.threads,

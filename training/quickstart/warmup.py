@@ -68,21 +68,23 @@ def _targets(response: list[int], choices: list[list[int]], demonstrated: list[l
 
 
 def with_tool_spread(targets: dict[int, dict[int, float]], response: list[int], choices: list[list[int]],
-                     spread: float) -> dict[int, dict[int, float]]:
+                     spread: float, to: list[list[int]] | None = None) -> dict[int, dict[int, float]]:
     """`targets` with the tool decision (the first decision: the tool name's first token) moved
     from certainty to `1 - spread` on the demonstrated tool and `spread` shared equally by the
-    other tools the constraint allows there: the starting policy picks the wrong tool sometimes."""
+    other tools the constraint allows there (or, with `to`, only by the tools of those calls):
+    the starting policy picks the wrong tool sometimes."""
     if spread <= 0 or not targets:
         return targets
     pos = min(targets)
-    options = sorted({c[pos] for c in choices if len(c) > pos and c[:pos] == response[:pos]} - {response[pos]})
+    options = sorted({c[pos] for c in (choices if to is None else to)
+                      if len(c) > pos and c[:pos] == response[:pos]} - {response[pos]})
     if options:
         targets[pos] = {response[pos]: 1 - spread, **{t: spread / len(options) for t in options}}
     return targets
 
 
 def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, preset: str | None = None,
-          tool_spread: float = 0.0) -> Demonstration:
+          tool_spread: float = 0.0, spread_to: list[str] | None = None) -> Demonstration:
     qa = [t for t in catalog.tools if t.kind in ("search", "code", "answer")]
     messages = build_messages(state, prompts, budgets, TokenCounter(tokenizer))
     prompt = tokenizer(render_prompt(tokenizer, messages, catalog.openai_tools(tools=qa)),
@@ -90,7 +92,9 @@ def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, preset: str | 
     choices = choice_token_ids(tokenizer, allowed_call_strings({t.name: list(t.aliases) for t in qa}))
     demonstrated = choice_token_ids(tokenizer, [format_tool_call(tool, {"model": a})
                                                 for a in catalog.tool(tool).aliases])
-    targets = with_tool_spread(_targets(demonstrated[0], choices, demonstrated), demonstrated[0], choices, tool_spread)
+    to = None if spread_to is None else choice_token_ids(
+        tokenizer, [format_tool_call(name, {"model": a}) for name in spread_to for a in catalog.tool(name).aliases])
+    targets = with_tool_spread(_targets(demonstrated[0], choices, demonstrated), demonstrated[0], choices, tool_spread, to)
     return Demonstration(prompt, demonstrated[0], targets, tool, preset)
 
 
@@ -105,16 +109,22 @@ def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
 
 
 def demonstrations(tasks: list[Task], tokenizer, base_catalog, retriever, *, prompts: Prompts,
-                   budgets: Budgets, topk: int, tool_spread: float = 0.0) -> list[Demonstration]:
+                   budgets: Budgets, topk: int, tool_spread: float = 0.0,
+                   spread_to: str = "evidence") -> list[Demonstration]:
     """Two turns per task: the evidence tool, then (with its result in context) answer; at the
-    first turn's tool decision `tool_spread` of the probability goes to the other tools (a wrong
-    first tool: a wasted call, or an answer without the evidence)."""
+    first turn's tool decision `tool_spread` of the probability goes to the other tools
+    (`spread_to` "all": a wasted call, or an answer without the evidence) or to the other evidence
+    tool only ("evidence": a wasted call; the prompted model searches for a sum or runs code for
+    a name, then must still fetch the right evidence or answer without it)."""
+    if spread_to not in ("all", "evidence"):
+        raise ValueError(f"spread_to={spread_to!r}: expected 'all' or 'evidence'")
     demos = []
     for task in tasks:
         catalog = task_catalog(base_catalog, task)
         state, preset = EpisodeState(task.question), task.metadata.get("preference_name")
-        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, EVIDENCE_TOOL[task.metadata["type"]], preset,
-                           tool_spread))
+        tool = EVIDENCE_TOOL[task.metadata["type"]]
+        wrong = None if spread_to == "all" else [t for t in EVIDENCE_TOOL.values() if t != tool]
+        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, tool, preset, tool_spread, wrong))
         _evidence(task, state, retriever, topk)
         demos.append(_turn(tokenizer, catalog, prompts, budgets, state, "answer", preset))
     return demos

@@ -1,0 +1,34 @@
+"""training/tiny_policy.py: the random policies the CPU tests and the quickstart train."""
+from __future__ import annotations
+
+import torch
+
+from training.tiny_policy import build_tiny_policy, tiny_tokenizer
+
+
+def _hidden(folder, ids):
+    """Per layer, the hidden states after it: [layers + 1] of [T, H] (0 = the embeddings)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        return [h[0] for h in model(torch.tensor([ids]), output_hidden_states=True).hidden_states]
+
+
+def test_local_window_layers_see_only_the_last_tokens_and_the_last_layer_everything(tmp_path):
+    tok = tiny_tokenizer(["alpha beta gamma delta epsilon zeta eta theta"], vocab_size=60)
+    ids = list(range(5, 25))
+    changed = [(i + 1) % 50 + 5 for i in ids[:10]] + ids[10:]          # the first 10 tokens differ
+    folder = build_tiny_policy(tmp_path / "p", tok, hidden=32, layers=2, local_window=4)
+    a, b = _hidden(folder, ids), _hidden(folder, changed)
+    # after the first (local) layer, position 19 has read positions 16-19 only; 12 reads 9-12
+    assert torch.allclose(a[1][19], b[1][19]) and not torch.allclose(a[1][12], b[1][12])
+    # the last layer is full: position 19 reads the whole prompt again
+    assert not torch.allclose(a[2][19], b[2][19])
+
+
+def test_without_a_window_every_layer_reads_the_whole_prompt(tmp_path):
+    tok = tiny_tokenizer(["alpha beta gamma"], vocab_size=60)
+    ids = list(range(5, 25))
+    folder = build_tiny_policy(tmp_path / "p", tok, hidden=32, layers=2)
+    assert not torch.allclose(_hidden(folder, ids)[1][19], _hidden(folder, [6] + ids[1:])[1][19])
