@@ -51,10 +51,14 @@ def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layer
     `local_window`: every layer but the last attends only to the previous `local_window`
     tokens (sliding-window attention, as Mistral / Qwen2 / Gemma local layers; a Qwen2 config,
     which is Llama's with q/k/v biases), the last layer to the whole context.  A random policy's
-    attention starts uniform, so over a 660-token prompt the few tokens that end it (the problem,
-    the preference line) weigh about 1%; a local layer gives them about 10x that."""
+    attention starts near uniform, so over the quickstart's ~660-token prompt the ~30 tokens that
+    end it (the problem, the preference line) get ~30/660 of a full layer's attention and ~30/64
+    of a 64-token local layer's (arithmetic on uniform weights, not a measurement)."""
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+    if local_window and layers < 2:
+        raise ValueError(f"local_window={local_window} needs layers >= 2: the last layer always reads the "
+                         f"whole context, so with layers={layers} no layer would be local")
     out_dir = Path(out_dir)
     common = dict(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=heads,

@@ -1,6 +1,7 @@
 """training/tiny_policy.py: the random policies the CPU tests and the quickstart train."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from training.tiny_policy import build_tiny_policy, tiny_tokenizer
@@ -32,3 +33,10 @@ def test_without_a_window_every_layer_reads_the_whole_prompt(tmp_path):
     ids = list(range(5, 25))
     folder = build_tiny_policy(tmp_path / "p", tok, hidden=32, layers=2)
     assert not torch.allclose(_hidden(folder, ids)[1][19], _hidden(folder, [6] + ids[1:])[1][19])
+
+
+def test_a_window_on_a_one_layer_policy_is_refused_not_ignored(tmp_path):
+    tok = tiny_tokenizer(["alpha beta gamma"], vocab_size=60)
+    with pytest.raises(ValueError, match="local_window=8 needs layers >= 2"):
+        build_tiny_policy(tmp_path / "p", tok, hidden=32, layers=1, local_window=8)
+    assert not (tmp_path / "p").exists()

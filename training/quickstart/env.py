@@ -22,9 +22,9 @@ accuracy + a favoured alias, `answer-1`: every task ends with an answer call and
 aliases are equally able, so `answer-1` is a right choice on every question, and it is the
 priciest, so nothing but that weight makes it the best one (`cost` rightly moves answers to
 `answer-math-2`, `accuracy` is indifferent): its share rising under `favour` only is the
-preference being followed.  Measured (docs/training.md): the policy reads that preference in one
-run of five; the other favoured aliases tried (the shallow `search-3`, `answer-4` at two prices)
-did worse.
+preference being followed.  Measured (docs/training.md, third round): the policy followed that
+preference in one of the seven distinct runs with `answer-1` favoured; the other favoured aliases
+tried (the shallow `search-3`, `answer-4` at two prices) did worse.
 
 Unseen tools (`UNSEEN_TOOLS`): a held-out catalog whose aliases, models and prices never occur
 in training (PAPER.md §9), with the same capability split (one deep search alias).

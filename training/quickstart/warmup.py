@@ -84,7 +84,7 @@ def with_tool_spread(targets: dict[int, dict[int, float]], response: list[int], 
 
 
 def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, preset: str | None = None,
-          tool_spread: float = 0.0, spread_to: list[str] | None = None) -> Demonstration:
+          tool_spread: float = 0.0, spread_tools: list[str] | None = None) -> Demonstration:
     qa = [t for t in catalog.tools if t.kind in ("search", "code", "answer")]
     messages = build_messages(state, prompts, budgets, TokenCounter(tokenizer))
     prompt = tokenizer(render_prompt(tokenizer, messages, catalog.openai_tools(tools=qa)),
@@ -92,8 +92,8 @@ def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, preset: str | 
     choices = choice_token_ids(tokenizer, allowed_call_strings({t.name: list(t.aliases) for t in qa}))
     demonstrated = choice_token_ids(tokenizer, [format_tool_call(tool, {"model": a})
                                                 for a in catalog.tool(tool).aliases])
-    to = None if spread_to is None else choice_token_ids(
-        tokenizer, [format_tool_call(name, {"model": a}) for name in spread_to for a in catalog.tool(name).aliases])
+    to = None if spread_tools is None else choice_token_ids(
+        tokenizer, [format_tool_call(name, {"model": a}) for name in spread_tools for a in catalog.tool(name).aliases])
     targets = with_tool_spread(_targets(demonstrated[0], choices, demonstrated), demonstrated[0], choices, tool_spread, to)
     return Demonstration(prompt, demonstrated[0], targets, tool, preset)
 
