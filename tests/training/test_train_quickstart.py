@@ -16,7 +16,7 @@ from orchestrator.runtime import ToolRuntime
 from orchestrator.toolcall import allowed_call_strings
 from training.quickstart.env import (FAVOURED_ALIAS, MAIN_PRESET, PRESETS, PROMPTS_DIR, SEARCH_DEPTH, TOOL_ALIASES,
                                      TRAIN_MIX, UNSEEN_TOOLS, RoutedRuntime, build_world, question_kind,
-                                     quickstart_catalog, with_preference)
+                                     quickstart_catalog, task_tools, with_preference)
 from training.quickstart.run import checks
 from training.tasks import load_tasks
 
@@ -65,8 +65,10 @@ def test_quickstart_catalog_keeps_tools_aliases_and_every_price(world):
         assert catalog.tool(tool.name).aliases == tool.aliases
     # the favoured alias is the priciest of its (equally able) answer aliases: only the preference makes it the best
     usage = Usage(100, 20)
-    answer = {a: catalog.llm_cost(catalog.tool("answer").aliases[a].model, usage) for a in TOOL_ALIASES["answer"]}
+    served = task_tools()["answer"]          # the tasks' alias -> model mapping (TASK_MODELS over tools.json)
+    answer = {a: catalog.llm_cost(served[a], usage) for a in TOOL_ALIASES["answer"]}
     assert max(answer, key=answer.get) == FAVOURED_ALIAS
+    assert all(t.tools["answer"] == served for t in load_tasks([str(world[0]["train"])]))
 
 
 class _Retriever:
@@ -192,7 +194,7 @@ def test_cheap_search_aliases_read_the_shallow_index_and_the_deep_one_the_full_b
 def test_unseen_tools_share_nothing_with_training(world):
     paths, catalog = world
     seen_aliases = {a for aliases in TOOL_ALIASES.values() for a in aliases}
-    seen_models = {catalog.tool(t).aliases[a].model for t, aliases in TOOL_ALIASES.items() for a in aliases}
+    seen_models = {m for aliases in task_tools().values() for m in aliases.values()}
     for aliases in UNSEEN_TOOLS.values():
         assert not set(aliases) & seen_aliases and not set(aliases.values()) & seen_models
         for model in aliases.values():
@@ -334,3 +336,22 @@ def test_favoured_share_is_its_share_of_its_own_tools_calls_and_of_all_calls():
     got = favoured_shares(rollouts)
     assert got["favoured_share"] == pytest.approx(2 / 4)              # answer calls: 2 of 4
     assert got["favoured_share_of_calls"] == pytest.approx(2 / 9)     # all calls: 2 + 2 + 3 + 2
+
+
+def test_demonstrated_tasks_under_every_preset_differ_only_in_the_preference_line(world):
+    from training.quickstart.run import demonstrated_tasks
+
+    paths, _ = world
+    tasks = load_tasks([str(paths["warmup"])])
+    assert demonstrated_tasks(tasks, "own") == tasks
+    every = demonstrated_tasks(tasks, "all")
+    assert len(every) == len(tasks) * len(PRESETS)
+    for k, task in enumerate(tasks):
+        group = every[k * len(PRESETS):(k + 1) * len(PRESETS)]
+        assert [t.metadata["preference_name"] for t in group] == list(PRESETS)
+        assert [t.preference for t in group] == [vector for vector, _ in PRESETS.values()]
+        plain = task.metadata["plain_question"]
+        assert [t.question for t in group] == [f"{plain}\n{words}" for _, words in PRESETS.values()]
+        assert {(t.id, t.answer) for t in group} == {(task.id, task.answer)}
+    with pytest.raises(ValueError, match="--demo-presets"):
+        demonstrated_tasks(tasks, "some")

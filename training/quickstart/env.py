@@ -18,13 +18,13 @@ profile `local`) and differ in price.
 Preferences (`PRESETS`): every task carries one preference vector, also stated in words on
 the question's last line (as data_synthesis states it in `instruction`), drawn for the training
 tasks as exact shares (`TRAIN_MIX`); evaluations set one for all held-out tasks.  `favour` is
-accuracy + a favoured alias, `answer-1`: every task ends with an answer call and the answer
-aliases are equally able, so `answer-1` is a right choice on every question, and it is the
-priciest, so nothing but that weight makes it the best one (`cost` rightly moves answers to
-`answer-math-2`, `accuracy` is indifferent): its share rising under `favour` only is the
-preference being followed.  Measured (docs/training.md, third round): the policy followed that
-preference in one of the seven distinct runs with `answer-1` favoured; the other favoured aliases
-tried (the shallow `search-3`, `answer-4` at two prices) did worse.
+accuracy + a favoured alias, `answer-4`: every task ends with an answer call and the three answer
+aliases are equally able, so `answer-4` is a right choice on every question, and the tasks serve
+it as the dearest answer model (`TASK_MODELS`: claude-sonnet-4), so nothing but that weight makes
+it the best one (`cost` rightly moves answers to `answer-math-2`, `accuracy` is indifferent): its
+share rising under `favour` only is the preference being followed.  The prompted SmolLM2 reads
+"use answer-4" (0.42 of its answer choice under it, 0.01 otherwise), which the warm-up teaches
+with each task demonstrated under every preset (training/quickstart/run.py `demonstrated_tasks`).
 
 Unseen tools (`UNSEEN_TOOLS`): a held-out catalog whose aliases, models and prices never occur
 in training (PAPER.md §9), with the same capability split (one deep search alias).
@@ -50,9 +50,14 @@ PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 TOOL_ALIASES = {
     "search": ["search-1", "search-2", "search-3"],
     "enhance_reasoning": ["reasoner-1", "reasoner-2"],
-    "answer": ["answer-1", "answer-math-2"],
+    "answer": ["answer-1", "answer-4", "answer-math-2"],
 }
-FAVOURED_ALIAS = "answer-1"
+FAVOURED_ALIAS = "answer-4"
+# the quickstart tasks' own alias -> model choices where they differ from tools.json (per-task
+# tool mappings are per-example fields, PAPER.md §2): the favoured alias is served as the dearest
+# answer model, so `cost` pulls away from it at every step (tools.json: answer-4 = Qwen3-32B,
+# which is cheaper than answer-1's gpt-5 and drew `cost` towards it too, docs/training.md)
+TASK_MODELS = {"answer-4": "claude-sonnet-4"}
 PREFERENCE_PREFIX = "Preference:"
 # name -> (preference vector, the words the policy reads on the question's last line)
 PRESETS = {
@@ -70,8 +75,8 @@ SEARCH_DEPTH = {"search-1": DEEP, "search-2": SHALLOW, "search-3": SHALLOW,
 # a held-out catalog: aliases, models and prices the policy never saw in training
 UNSEEN_TOOLS = {
     "search": {"finder-a": "o3-mini", "finder-b": "Llama-3.3-70B-Instruct"},
-    "enhance_reasoning": {"coder-a": "claude-sonnet-4", "coder-b": "Qwen2.5-Coder-32B-Instruct"},
-    "answer": {"responder-a": "claude-opus-4-1", "responder-b": "Qwen3-235B-A22B"},
+    "enhance_reasoning": {"coder-a": "claude-opus-4-1", "coder-b": "Qwen2.5-Coder-32B-Instruct"},
+    "answer": {"responder-a": "Qwen2.5-Math-72B-Instruct", "responder-b": "Qwen3-235B-A22B"},
 }
 DESCRIPTIONS = {
     "search": "Search the local corpus for the missing information.",
@@ -91,9 +96,8 @@ def quickstart_catalog(out: Path) -> Path:
             tool["description"], tool["argument_description"] = DESCRIPTIONS[tool["name"]], ""
     local = data["profiles"]["local"]
     served = next(iter(local.values()))
-    for per_tool in UNSEEN_TOOLS.values():
-        for model in per_tool.values():
-            local.setdefault(model, served)
+    for model in [*TASK_MODELS.values(), *(m for per_tool in UNSEEN_TOOLS.values() for m in per_tool.values())]:
+        local.setdefault(model, served)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "tools.json"
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -101,9 +105,10 @@ def quickstart_catalog(out: Path) -> Path:
 
 
 def task_tools() -> dict[str, dict[str, str]]:
-    """The per-task tool mapping (tool -> {alias: model}) from the repository's catalog."""
+    """The per-task tool mapping (tool -> {alias: model}): the repository's catalog, but for `TASK_MODELS`."""
     catalog = load_catalog()
-    return {tool: {a: catalog.tool(tool).aliases[a].model for a in aliases} for tool, aliases in TOOL_ALIASES.items()}
+    return {tool: {a: TASK_MODELS.get(a, catalog.tool(tool).aliases[a].model) for a in aliases}
+            for tool, aliases in TOOL_ALIASES.items()}
 
 
 def with_preference(task: Task, preset: str, tools: dict | None = None) -> Task:

@@ -92,6 +92,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
     from training.tiny_policy import build_tiny_policy
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+    demo_tasks = demonstrated_tasks(demo_tasks, args.demo_presets)
     init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
                              heads=4, seed=cfg.run.seed, local_window=args.local_window or None)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
@@ -114,6 +115,17 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
     warm = supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
                              batch_size=args.warmup_batch, seed=cfg.run.seed, log=console.print)
     return warm, taught
+
+
+def demonstrated_tasks(tasks: list[Task], presets: str) -> list[Task]:
+    """The warm-up's tasks: each under its own preset (`own`), or each under every preset in turn
+    (`all`): prompts that differ only in the preference line, each demonstrated with the prompted
+    model's own choice under that line, so that the policy can only fit them by reading it."""
+    if presets == "own":
+        return list(tasks)
+    if presets == "all":
+        return [with_preference(t, preset) for t in tasks for preset in PRESETS]
+    raise ValueError(f"--demo-presets {presets!r}: expected 'own' or 'all'")
 
 
 def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judge, temperature: float,
@@ -273,13 +285,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "and report each and the spread")
     parser.add_argument("--train-tasks", type=int, default=16, help="training tasks (half lookup, half arithmetic)")
     parser.add_argument("--eval-tasks", type=int, default=16, help="held-out tasks")
-    parser.add_argument("--warmup-tasks", type=int, default=32, help="extra tasks demonstrated in the warm-up")
+    parser.add_argument("--warmup-tasks", type=int, default=16, help="extra tasks demonstrated in the warm-up")
     parser.add_argument("--eval-temperature", type=float, default=0.6, help="paper: 0.6 for validation")
     parser.add_argument("--eval-samples", type=int, default=2,
                         help="episodes per held-out task (sampling seeds differ): the checks compare means over "
                              "tasks x samples, less noisy than one draw per task")
     parser.add_argument("--eval-concurrency", type=int, default=8, help="held-out episodes at once")
-    parser.add_argument("--hidden", type=int, default=64, help="tiny policy width")
+    parser.add_argument("--hidden", type=int, default=128, help="tiny policy width")
     parser.add_argument("--layers", type=int, default=2, help="tiny policy depth")
     parser.add_argument("--local-window", type=int, default=64,
                         help="tiny policy: every layer but the last attends to this many previous tokens only "
@@ -288,16 +300,20 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="alias distribution the warm-up teaches: the prompted SmolLM2's, pooled over presets "
                              "(one distribution per tool); the prompted SmolLM2's own choice at each demonstrated "
                              "turn (it reads the preference line); or uniform")
-    parser.add_argument("--alias-floor", type=float, default=0.5,
+    parser.add_argument("--alias-floor", type=float, default=0.25,
                         help="prompted prior mixed with uniform by this weight (exploration floor)")
     parser.add_argument("--tool-spread", type=float, default=0.3,
                         help="share of the warm-up's tool decision given to the tools a question does not need")
     parser.add_argument("--spread-to", choices=["evidence", "all"], default="evidence",
                         help="which tools get --tool-spread: the other evidence tool only (a wasted call first) "
                              "or every other tool (also answering without evidence)")
-    parser.add_argument("--warmup-epochs", type=int, default=16,
+    parser.add_argument("--demo-presets", choices=["own", "all"], default="all",
+                        help="warm-up demonstrations of each task under its own preset only, or under every preset "
+                             "(the prompted model's choice under each: prompts that differ only in the preference "
+                             "line, so the policy learns to read that line rather than the question)")
+    parser.add_argument("--warmup-epochs", type=int, default=12,
                         help="passes over the demonstrated turns (8 left the tool decision unlearned in one run)")
-    parser.add_argument("--warmup-lr", type=float, default=1e-2)
+    parser.add_argument("--warmup-lr", type=float, default=5e-3)
     parser.add_argument("--warmup-batch", type=int, default=8)
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
     return parser.parse_args(argv)
