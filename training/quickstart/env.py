@@ -23,8 +23,9 @@ aliases are equally able, so `answer-4` is a right choice on every question, and
 it as the dearest answer model (`TASK_MODELS`: claude-sonnet-4), so nothing but that weight makes
 it the best one (`cost` rightly moves answers to `answer-math-2`, `accuracy` is indifferent): its
 share rising under `favour` only is the preference being followed.  The prompted SmolLM2 reads
-"use answer-4" (0.42 of its answer choice under it, 0.01 otherwise), which the warm-up teaches
-with each task demonstrated under every preset (training/quickstart/run.py `demonstrated_tasks`).
+"use answer-4" (about 0.45 of its answer choice under it, 0.01 otherwise: the warm-up log's
+taught distribution with the floor taken out), which the warm-up teaches with each task
+demonstrated under every preset (training/quickstart/run.py `demonstrated_tasks`).
 
 Unseen tools (`UNSEEN_TOOLS`): a held-out catalog whose aliases, models and prices never occur
 in training (PAPER.md §9), with the same capability split (one deep search alias).

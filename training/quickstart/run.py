@@ -117,6 +117,12 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
     return warm, taught
 
 
+def warmup_tasks(world: dict[str, Path], train_tasks: list[Task], args) -> list[Task]:
+    """The tasks the warm-up demonstrates (before `demonstrated_tasks` expands them): the training
+    tasks and the extra warm-up split."""
+    return train_tasks + (load_tasks([str(world["warmup"])]) if args.warmup_tasks else [])
+
+
 def demonstrated_tasks(tasks: list[Task], presets: str) -> list[Task]:
     """The warm-up's tasks: each under its own preset (`own`), or each under every preset in turn
     (`all`): prompts that differ only in the preference line, each demonstrated with the prompted
@@ -339,7 +345,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
     world = prepare_world(out, cfg, args)
     indexes = {DEEP: world["index"], SHALLOW: world["index-shallow"]}
     train_tasks, eval_tasks = load_tasks([str(world["train"])]), load_tasks([str(world["eval"])])
-    demo_tasks = train_tasks + (load_tasks([str(world["warmup"])]) if args.warmup_tasks else [])
+    demo_tasks = warmup_tasks(world, train_tasks, args)
     # evaluations: greedy experts memoized too (one cache for all of them: the same prompt gets the
     # same reply it would get anyway); their latency is then the wall time of cache hits, not the tools'
     eval_runtime = routed_runtime(build_runtime(cfg), indexes)
