@@ -20,7 +20,7 @@ PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 # file name -> placeholders it must use
 PROMPT_FIELDS = {
     "system": set(),
-    "user": {"question", "documents", "code"},
+    "user": {"question", "documents", "code", "evidence"},   # evidence: optional one-line tally (`evidence_line`)
     "expert_search": {"question", "context"},
     "expert_code": {"question", "context"},
     "expert_answer_boxed": {"question", "context"},
@@ -159,6 +159,15 @@ def evidence_sections(state: EpisodeState, budgets: Budgets, counter: TokenCount
     return (f"Documents:\n{docs}" if docs else ""), (f"Code results:\n{code}" if code else "")
 
 
+def evidence_line(state: EpisodeState) -> str:
+    """A one-line tally of the evidence gathered so far, for prompts that use `{evidence}`:
+    "Evidence so far: none." / "Evidence so far: 2 documents, 1 code result." (a small policy that
+    reads mostly the prompt's last tokens then still sees whether a tool has run)."""
+    parts = [f"{n} {what}{'s' if n != 1 else ''}" for n, what in
+             ((len(state.documents), "document"), (len(state.code_blocks), "code result")) if n]
+    return f"Evidence so far: {', '.join(parts) or 'none'}."
+
+
 def fit_tail(documents: str, code: str, room: int, counter: TokenCounter) -> tuple[str, str]:
     """Cut documents+code to `room` tokens keeping the tail: code (newest) survives longest."""
     code_tokens = counter.count(code)
@@ -173,9 +182,11 @@ def build_messages(state: EpisodeState, prompts: Prompts, budgets: Budgets,
     project's prompt style (orchestrator/prompt_style.py picks between it and upstream's)."""
     documents, code = evidence_sections(state, budgets, counter)
     system = prompts.render("system")
-    fixed = counter.count(system) + counter.count(prompts.render("user", question=state.question, documents="", code=""))
+    evidence = evidence_line(state)
+    fixed = counter.count(system) + counter.count(prompts.render("user", question=state.question, documents="", code="",
+                                                                 evidence=evidence))
     documents, code = fit_tail(documents, code, budgets.context_tokens - fixed, counter)
-    user = prompts.render("user", question=state.question, documents=documents, code=code)
+    user = prompts.render("user", question=state.question, documents=documents, code=code, evidence=evidence)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.context import EpisodeState, TokenCounter
+from orchestrator.context import EpisodeState, TokenCounter, evidence_line
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def orchestrator_context(state: EpisodeState, variant: str, counter: TokenCounte
 def build_messages_upstream(state: EpisodeState, prompts, budgets, counter: TokenCounter) -> list[dict[str, str]]:
     """The orchestrator's chat as upstream builds it: system prompt + one user message."""
     context = orchestrator_context(state, prompts.style, counter)
-    user = prompts.render("user", question=state.question, documents=context, code="")
+    user = prompts.render("user", question=state.question, documents=context, code="", evidence=evidence_line(state))
     return [{"role": "system", "content": prompts.render("system")}, {"role": "user", "content": user}]
 
 

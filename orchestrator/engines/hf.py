@@ -252,6 +252,16 @@ class HFEngine:
         picked = logprobs.gather(-1, tokens[:, None])[:, 0]                  # [A]
         return tokens.tolist(), picked.tolist()
 
+    @staticmethod
+    def _forced(node: dict, room: int) -> tuple[list[int], bool]:
+        """The tokens a choice trie forces from `node` on (each the only child of the one before),
+        at most `room`; and whether they end the choice (the last one's node is a leaf)."""
+        chain = []
+        while len(node) == 1 and len(chain) < room:
+            token, node = next(iter(node.items()))
+            chain.append(token)
+        return chain, bool(chain) and not node
+
     def _generate_batch(self, prompts, params: SamplingParams, seeds, deadlines=None) -> list[Generation]:
         from transformers import DynamicCache
 
@@ -274,29 +284,52 @@ class HFEngine:
         logprobs: list[list[float]] = [[] for _ in prompts]
         finish = ["length"] * n
         gens = self._generators(seeds)
-        live = list(range(n))                                                 # rows still generating
+        live = list(range(n)) if params.max_tokens > 0 else []               # rows still generating
         cache = DynamicCache(config=self.model.config)
+
+        def accept(r: int, token: int, logprob: float) -> bool:
+            """Append `token` to row r; False when the row is finished."""
+            tokens[r].append(token)
+            logprobs[r].append(logprob)
+            if trie:
+                nodes[r] = nodes[r][token]
+            if grammar:
+                matchers[r].accept_token(token)
+            if token in self.eos_ids or completes_stop(self.tokenizer, tokens[r], params.stop):
+                finish[r] = "stop"
+            elif deadlines[r] is not None and time.monotonic() >= deadlines[r]:
+                finish[r] = "timeout"
+            elif len(tokens[r]) >= params.max_tokens:
+                pass                                                          # finish "length"
+            else:
+                return True
+            return False
+
         with torch.inference_mode():
-            for _ in range(params.max_tokens):
+            while live:
                 out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
                                  past_key_values=cache, use_cache=True, logits_to_keep=1)
                 allowed = [list(nodes[r]) if trie else grammar.allowed(matchers[r]) if grammar else None
                            for r in live]
                 picked, lps = self._next_tokens(out.logits[:, -1, :], allowed, params, [gens[r] for r in live])
-                keep = []
-                for k, r in enumerate(live):
-                    tokens[r].append(picked[k])
-                    logprobs[r].append(lps[k])
-                    if trie:
-                        nodes[r] = nodes[r][picked[k]]
-                    if grammar:
-                        matchers[r].accept_token(picked[k])
-                    if picked[k] in self.eos_ids or completes_stop(self.tokenizer, tokens[r], params.stop):
-                        finish[r] = "stop"
-                    elif deadlines[r] is not None and time.monotonic() >= deadlines[r]:
-                        finish[r] = "timeout"
-                    else:
-                        keep.append(k)
+                going = [accept(r, picked[k], lps[k]) for k, r in enumerate(live)]
+                start = [len(tokens[r]) - 1 for r in live]
+                # jump-forward: where the choices leave one token, append it without a forward pass
+                # (its log-prob under the constrained distribution is exactly 0; the row's generator
+                # still draws the uniform a step would, so samples do not change).  A row whose
+                # forced tokens run to its end takes them all; the others take as many as every
+                # such row can, so the rows' new tokens stay the same length (a padded hole inside
+                # a row would shift a sliding attention window and change its logits)
+                chains = {k: self._forced(nodes[r], params.max_tokens - len(tokens[r]))
+                          for k, r in enumerate(live) if going[k] and trie}
+                aligned = [len(c) for c, ends in chains.values() if not ends]
+                for k, (chain, ends) in chains.items():
+                    for token in chain if ends else chain[:min(aligned)]:
+                        torch.rand(1, generator=gens[live[k]], device=self.device)
+                        going[k] = accept(live[k], token, 0.0)
+                        if not going[k]:
+                            break
+                keep = [k for k, g in enumerate(going) if g]
                 if not keep:
                     break
                 if len(keep) < len(live):                                     # drop finished rows
@@ -304,8 +337,9 @@ class HFEngine:
                     cache.batch_select_indices(index)
                     attention, positions = attention[index], positions[index]
                     live = [live[k] for k in keep]
-                ids = torch.tensor([tokens[r][-1] for r in live], device=self.device)[:, None]
-                attention = torch.cat([attention, attention.new_ones((len(live), 1))], dim=1)
-                positions = positions[:, -1:] + 1
+                ids = torch.tensor([tokens[r][start[k]:] for k, r in zip(keep, live)], device=self.device)
+                step = ids.shape[1]
+                attention = torch.cat([attention, attention.new_ones((len(live), step))], dim=1)
+                positions = positions[:, -1:] + torch.arange(1, step + 1, device=self.device)
         return [Generation(token_ids=tokens[r], logprobs=logprobs[r], text=decode(self.tokenizer, tokens[r]),
                            finish_reason=finish[r]) for r in range(n)]

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.context import (Budgets, CodeBlock, Document, EpisodeState, PromptError, Prompts, TokenCounter,
-                                  build_messages)
+                                  build_messages, evidence_line)
 from orchestrator.embedded import smollm2_path
 from orchestrator.extract import extract_answer, extract_boxed, extract_code, extract_query
 
@@ -58,6 +58,21 @@ def test_custom_prompt_folder_overrides_and_validates(tmp_path: Path):
     (tmp_path / "user.txt").write_text("no question here {documents}{code}")
     with pytest.raises(PromptError, match="must contain the {question}"):
         Prompts.load(tmp_path)
+
+
+def test_evidence_tally_placeholder_counts_documents_and_code(tmp_path: Path):
+    state = EpisodeState("q")
+    assert evidence_line(state) == "Evidence so far: none."
+    state.add_documents([Document("a", "x")])
+    assert evidence_line(state) == "Evidence so far: 1 document."
+    state.add_documents([Document("b", "y")])
+    state.code_blocks.append(CodeBlock("print(1)", "1"))
+    assert evidence_line(state) == "Evidence so far: 2 documents, 1 code result."
+    (tmp_path / "user.txt").write_text("{documents}{code}Problem: {question}\n{evidence}")
+    user = build_messages(state, Prompts.load(tmp_path), Budgets(), TokenCounter())[1]["content"]
+    assert user.endswith("Problem: q\nEvidence so far: 2 documents, 1 code result.")
+    # the default prompt does not use it: its user message is unchanged
+    assert "Evidence so far" not in build_messages(state, Prompts.load(), Budgets(), TokenCounter())[1]["content"]
 
 
 def test_extractors():

@@ -154,8 +154,9 @@ def test_checks_compare_accuracy_cost_and_the_favoured_share_per_preference():
 
 
 def test_cheap_search_aliases_read_the_shallow_index_and_the_deep_one_the_full_biographies(world):
-    """Aliases differ in capability: search-2 / search-3 see only name and birth city (a year
-    question fails there), search-1 the full passage; each call on its own runtime copy."""
+    """Aliases differ in capability: search-1 / search-2 see only name and birth city (a year
+    question fails there), search-3 (served per task as gpt-5) the full passage; each call on its
+    own runtime copy."""
     paths, catalog = world
     places = {json.loads(line)["id"]: json.loads(line)["contents"] for line in paths["places"].read_text().splitlines()}
     corpus = {json.loads(line)["id"]: json.loads(line)["contents"] for line in paths["corpus"].read_text().splitlines()}
@@ -180,14 +181,15 @@ def test_cheap_search_aliases_read_the_shallow_index_and_the_deep_one_the_full_b
     from orchestrator.context import EpisodeState
     from orchestrator.loop import Task
     runtime = RoutedRuntime(catalog=catalog, prompts=Prompts.load(PROMPTS_DIR), llm=llm, retriever=None,
-                            overrides={"search-1": {"retriever": Fixed(corpus)}, "search-2": {"retriever": Fixed(places)}})
-    for alias, has_year in (("search-1", True), ("search-2", False)):
+                            overrides={"search-3": {"retriever": Fixed(corpus)}, "search-2": {"retriever": Fixed(places)}})
+    for alias, has_year in (("search-3", True), ("search-2", False)):
         state = EpisodeState(with_preference(Task("t", "In which year was X born?"), "favour").question)
         call, _ = runtime.call("search", alias, state)
         assert call.error is None and (year in state.documents[0].contents) is has_year
         assert "Preference" not in seen[-1]           # the expert reads the problem, not the preference
     assert runtime.retriever is None            # the shared runtime itself is never changed
-    assert SEARCH_DEPTH["search-1"] == "deep" and SEARCH_DEPTH["search-2"] == SEARCH_DEPTH["search-3"] == "shallow"
+    assert SEARCH_DEPTH["search-3"] == "deep" and SEARCH_DEPTH["search-1"] == SEARCH_DEPTH["search-2"] == "shallow"
+    assert task_tools()["search"] == {"search-1": "Qwen3-32B", "search-2": "gpt-5-mini", "search-3": "gpt-5"}
     assert all(a in SEARCH_DEPTH for a in UNSEEN_TOOLS["search"])
 
 
@@ -285,8 +287,8 @@ def test_tool_spread_moves_that_share_of_the_tool_decision_to_the_other_allowed_
 
 
 def test_prior_reads_the_shared_prefix_once_with_the_logits_of_whole_rows(tmp_path):
-    """next_token_logits (the warm-up's prompted alias prior) reuses the rows' common prefix's
-    key/value cache; each row's logits equal a forward pass over the whole row."""
+    """next_token_logits (the warm-up's prompted alias prior) reads each shared prefix once and
+    reuses its key/value cache; each row's logits equal a forward pass over the whole row."""
     import torch
     from _train_world import build_policy
     from transformers import AutoModelForCausalLM
@@ -294,7 +296,9 @@ def test_prior_reads_the_shared_prefix_once_with_the_logits_of_whole_rows(tmp_pa
     from training.quickstart.warmup import next_token_logits
 
     model = AutoModelForCausalLM.from_pretrained(build_policy(tmp_path / "policy")).eval()
-    rows = [[5, 9, 11, 40, 41, 7], [5, 9, 11, 40, 52], [5, 9, 11, 40, 41, 8, 13]]   # common prefix: 4 ids
+    # a prefix tree: all share 4 ids, two of them 5; one row ends inside another; one repeats
+    rows = [[5, 9, 11, 40, 41, 7], [5, 9, 11, 40, 52], [5, 9, 11, 40, 41, 8, 13], [5, 9, 11, 40, 41],
+            [5, 9, 11, 40, 41, 8, 13], [5, 9]]
     for row, got in zip(rows, next_token_logits(model, rows)):
         with torch.inference_mode():
             whole = model(input_ids=torch.tensor([row])).logits[0, -1]

@@ -8,9 +8,9 @@ three kinds of question, each solvable only through the right tool:
   the sandbox runs it) gives the number.
 
 Aliases differ in capability, with real local components (`CAPABILITIES`): the search aliases
-`search-2` (gpt-5-mini price) and `search-3` (Qwen3-32B price) read a *shallow* index (a
-gazetteer: name and birth city only), `search-1` (gpt-5 price) the *deep* index (the full
-biographies, years included).  So the cheap search is right for city questions and wrong for
+`search-1` (Qwen3-32B price, per task: `TASK_MODELS`) and `search-2` (gpt-5-mini price) read a
+*shallow* index (a gazetteer: name and birth city only), `search-3` (gpt-5 price, per task) the
+*deep* index (the full biographies, years included).  So the cheap search is right for city questions and wrong for
 year questions; a policy that routes well pays for the deep search only where it is needed.
 The reasoners and answer aliases are equally able (the same greedy SmolLM2-135M-Instruct,
 profile `local`) and differ in price.
@@ -55,10 +55,16 @@ TOOL_ALIASES = {
 }
 FAVOURED_ALIAS = "answer-4"
 # the quickstart tasks' own alias -> model choices where they differ from tools.json (per-task
-# tool mappings are per-example fields, PAPER.md §2): the favoured alias is served as the dearest
-# answer model, so `cost` pulls away from it at every step (tools.json: answer-4 = Qwen3-32B,
-# which is cheaper than answer-1's gpt-5 and drew `cost` towards it too, docs/training.md)
-TASK_MODELS = {"answer-4": "claude-sonnet-4"}
+# tool mappings are per-example fields, PAPER.md §2):
+# - the favoured alias is served as the dearest answer model, so `cost` pulls away from it at every
+#   step (tools.json: answer-4 = Qwen3-32B, which is cheaper than answer-1's gpt-5 and drew `cost`
+#   towards it too, docs/training.md);
+# - the deep search (gpt-5) sits on `search-3` and Qwen3-32B on `search-1`: the alias's last token
+#   is the decision, and a tiny policy shares one output row per token across tools, so the
+#   outcome-driven push to the deep search on year questions, on `search-1`, also pushed
+#   `reasoner-1` and `answer-1` (gpt-5) against the cost reward (docs/training.md, fifth round);
+#   `3` is a decision no other quickstart tool has
+TASK_MODELS = {"answer-4": "claude-sonnet-4", "search-1": "Qwen3-32B", "search-3": "gpt-5"}
 PREFERENCE_PREFIX = "Preference:"
 # name -> (preference vector, the words the policy reads on the question's last line)
 PRESETS = {
@@ -71,7 +77,7 @@ MAIN_PRESET = "cost"                                              # the checks' 
 PREFERENCE = PRESETS[MAIN_PRESET][0]
 # alias -> the index its search reads (others: the runtime's defaults)
 SHALLOW, DEEP = "shallow", "deep"
-SEARCH_DEPTH = {"search-1": DEEP, "search-2": SHALLOW, "search-3": SHALLOW,
+SEARCH_DEPTH = {"search-3": DEEP, "search-1": SHALLOW, "search-2": SHALLOW,
                 "finder-a": DEEP, "finder-b": SHALLOW}
 # a held-out catalog: aliases, models and prices the policy never saw in training
 UNSEEN_TOOLS = {

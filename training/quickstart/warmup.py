@@ -144,23 +144,54 @@ def _common_prefix(rows: list[list[int]]) -> int:
 
 
 def next_token_logits(model, rows: list[list[int]]) -> list[torch.Tensor]:
-    """The model's next-token logits [V] after each row; the rows' common prefix is read once and
-    its key/value cache reused for every row (equal to reading each row whole, up to float
-    rounding)."""
+    """The model's next-token logits [V] after each row, each shared prefix read once: the rows
+    form a prefix tree, every stretch of tokens that several rows share is run once and its
+    key/value cache reused by all of them (the quickstart's rows share the system prompt, and a
+    task's rows under the three preference presets share everything up to the preference line).
+    Equal to reading each row whole, up to float rounding."""
     import copy
 
-    shared = _common_prefix(rows)
+    out: list[torch.Tensor | None] = [None] * len(rows)
+
+    def extended(cache, tokens: list[int]):
+        cache = copy.deepcopy(cache)
+        return model(input_ids=torch.tensor([tokens]), past_key_values=cache, use_cache=True).past_key_values
+
+    def leaf(i: int, done: int, cache) -> None:
+        out[i] = model(input_ids=torch.tensor([rows[i][done:]]), past_key_values=copy.deepcopy(cache),
+                       logits_to_keep=1).logits[0, -1]
+
+    def walk(idx: list[int], done: int, cache) -> None:
+        """`idx`'s rows share rows[.][:done], whose keys/values `cache` holds (None: done == 0)."""
+        if len(idx) == 1:
+            return leaf(idx[0], done, cache)
+        shared = _common_prefix([rows[i] for i in idx])
+        if shared > done:
+            cache, done = extended(cache, rows[idx[0]][done:shared]), shared
+        branches: dict[int, list[int]] = {}
+        for i in idx:
+            branches.setdefault(rows[i][done], []).append(i)
+        if len(branches) == 1:             # a row ends one token after the shared part
+            ending = [i for i in idx if len(rows[i]) == done + 1]
+            for i in ending:
+                leaf(i, done, cache)
+            rest = [i for i in idx if len(rows[i]) > done + 1]
+            return walk(rest, done, cache) if rest else None
+        for branch in branches.values():
+            walk(branch, done, cache)
+
     with torch.inference_mode():
-        cache = model(input_ids=torch.tensor([rows[0][:shared]]), use_cache=True).past_key_values if shared else None
-        return [model(input_ids=torch.tensor([row[shared:]]), past_key_values=copy.deepcopy(cache),
-                      logits_to_keep=1).logits[0, -1] for row in rows]
+        if rows:
+            walk(list(range(len(rows))), 0, None)
+    return out
 
 
 def prompted_alias_choices(demos: list[Demonstration]) -> list[dict[int, float]]:
     """The embedded prompted model's alias choice at each demonstration's alias decision:
     SmolLM2-135M-Instruct's next-token distribution there, restricted to the aliases' tokens and
-    renormalised ({} for a turn with no alias choice).  The turns share the system prompt (the
-    tool schemas): it is read once (`next_token_logits`)."""
+    renormalised ({} for a turn with no alias choice).  Shared prefixes (the system prompt with
+    the tool schemas; a turn's prompt under each preset up to its preference line) are read once
+    (`next_token_logits`)."""
     from orchestrator.embedded import smollm2_path
     from orchestrator.gateway.backends.transformers_backend import load_model
 
@@ -216,12 +247,26 @@ def with_own_alias_choices(demos: list[Demonstration], choices: list[dict[int, f
     return demos
 
 
-def decision_loss(model, demos: list[Demonstration], pad_id: int) -> torch.Tensor:
-    """Mean over decisions of the cross-entropy between the target and the policy. []"""
+def decision_loss(model, demos: list[Demonstration], pad_id: int, share_prefix: bool = True) -> torch.Tensor:
+    """Mean over decisions of the cross-entropy between the target and the policy. []
+
+    `share_prefix`: the batch's common prefix (the system prompt with the tool schemas, most of
+    every quickstart prompt) runs once and its key/value cache, repeated over the rows, serves
+    every row's remainder; the loss and its gradients equal the whole rows' (float rounding)."""
     batch = collate_samples([d.as_sample() for d in demos], pad_id)
     rows, cols = batch.response_mask.bool().nonzero(as_tuple=True)                  # [N], [N]
-    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
-    logp = model.get_output_embeddings()(hidden[rows, cols - 1]).float().log_softmax(-1)   # [N, V]
+    shared = _common_prefix([d.prompt_ids + d.response_ids for d in demos]) if share_prefix else 0
+    decoder = model.get_decoder()
+    if shared:
+        cache = decoder(input_ids=batch.input_ids[:1, :shared], use_cache=True).past_key_values
+        cache.batch_repeat_interleave(len(demos))
+        rest = batch.input_ids[:, shared:]                                           # [B, L - S]
+        positions = torch.arange(shared, batch.input_ids.shape[1])[None].expand(len(demos), -1)
+        hidden = decoder(input_ids=rest, attention_mask=batch.attention_mask, position_ids=positions,
+                         past_key_values=cache, use_cache=True).last_hidden_state    # [B, L - S, H]
+    else:
+        hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    logp = model.get_output_embeddings()(hidden[rows, cols - 1 - shared]).float().log_softmax(-1)   # [N, V]
     target = torch.zeros_like(logp)                                                  # [N, V]
     for n, (r, c) in enumerate(zip(rows.tolist(), cols.tolist())):
         d = demos[r]
