@@ -252,6 +252,8 @@ class HFEngine:
         picked = logprobs.gather(-1, tokens[:, None])[:, 0]                  # [A]
         return tokens.tolist(), picked.tolist()
 
+    jump_forward = True     # choices: forced tokens without a forward pass (False: one pass per token)
+
     @staticmethod
     def _forced(node: dict, room: int) -> tuple[list[int], bool]:
         """The tokens a choice trie forces from `node` on (each the only child of the one before),
@@ -321,7 +323,7 @@ class HFEngine:
                 # such row can, so the rows' new tokens stay the same length (a padded hole inside
                 # a row would shift a sliding attention window and change its logits)
                 chains = {k: self._forced(nodes[r], params.max_tokens - len(tokens[r]))
-                          for k, r in enumerate(live) if going[k] and trie}
+                          for k, r in enumerate(live) if going[k] and trie and self.jump_forward}
                 aligned = [len(c) for c, ends in chains.values() if not ends]
                 for k, (chain, ends) in chains.items():
                     for token in chain if ends else chain[:min(aligned)]:

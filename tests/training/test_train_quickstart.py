@@ -359,3 +359,60 @@ def test_demonstrated_tasks_under_every_preset_differ_only_in_the_preference_lin
         assert {(t.id, t.answer) for t in group} == {(task.id, task.answer)}
     with pytest.raises(ValueError, match="--demo-presets"):
         demonstrated_tasks(tasks, "some")
+
+
+def test_warmup_loss_reads_the_shared_prefix_once_with_the_whole_rows_loss_and_gradients(tmp_path):
+    """decision_loss runs the batch's common prefix (the system prompt) once and repeats its
+    key/value cache over the rows: loss and gradients equal those of the whole rows, on a
+    sliding-window policy whose window is shorter than the rows' own parts."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from orchestrator.embedded import smollm2_path
+    from training.quickstart.warmup import Demonstration, decision_loss
+    from training.tiny_policy import build_tiny_policy
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path())
+    model = AutoModelForCausalLM.from_pretrained(
+        build_tiny_policy(tmp_path / "p", tok, hidden=32, layers=2, heads=2, seed=5, local_window=6)).eval()
+    prefix = list(range(100, 130))
+    demos = [Demonstration(prefix + [200 + i] * (5 + 3 * i), [7, 8 + i, 9, 0], {1: {8: 0.5, 8 + i: 0.5}, 2: {9: 1.0}},
+                           "search") for i in range(4)]
+    results = []
+    for share in (False, True):
+        model.zero_grad()
+        loss = decision_loss(model, demos, tok.pad_token_id, share_prefix=share)
+        loss.backward()
+        results.append((loss.item(), [p.grad.clone() for p in model.parameters()]))
+    (whole, whole_grads), (shared, shared_grads) = results
+    assert shared == pytest.approx(whole, rel=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(whole_grads, shared_grads))
+
+
+def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
+    """alias_weight w: the loss is (sum of the tool decisions' cross-entropies + w x the alias
+    decisions') / (their count + w x the alias count), checked against a whole-row forward pass."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from orchestrator.embedded import smollm2_path
+    from training.quickstart.warmup import Demonstration, decision_loss
+    from training.tiny_policy import build_tiny_policy
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path())
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_policy(tmp_path / "p", tok, hidden=32, layers=2,
+                                                                   heads=2, seed=1)).eval()
+    # position 1: the tool decision (first), position 2: the alias decision (two options)
+    demos = [Demonstration([50, 51, 52 + i], [7, 8, 9 + i, 0], {1: {8: 1.0}, 2: {9: 0.25, 10: 0.75}}, "answer")
+             for i in range(2)]
+    tool_ce, alias_ce = [], []
+    with torch.no_grad():
+        for d in demos:
+            logp = model(input_ids=torch.tensor([d.prompt_ids + d.response_ids])).logits[0].log_softmax(-1)
+            at = lambda pos: logp[len(d.prompt_ids) + pos - 1]                  # noqa: E731
+            tool_ce.append(-at(1)[8].item())
+            alias_ce.append(-(0.25 * at(2)[9] + 0.75 * at(2)[10]).item())
+        plain = decision_loss(model, demos, tok.pad_token_id, share_prefix=False).item()
+        weighted = decision_loss(model, demos, tok.pad_token_id, alias_weight=3.0).item()
+    assert plain == pytest.approx((sum(tool_ce) + sum(alias_ce)) / 4, rel=1e-5)
+    assert weighted == pytest.approx((sum(tool_ce) + 3 * sum(alias_ce)) / (2 + 3 * 2), rel=1e-5)

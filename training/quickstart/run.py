@@ -113,7 +113,8 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
     console.print(f"warm-up: {len(demos)} demonstrated turns from {len(demo_tasks)} tasks; "
                   f"alias distribution taught ({args.alias_prior}): {taught}; other tools: {args.tool_spread}")
     warm = supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
-                             batch_size=args.warmup_batch, seed=cfg.run.seed, log=console.print)
+                             batch_size=args.warmup_batch, seed=cfg.run.seed, alias_weight=args.alias_weight,
+                             log=console.print)
     return warm, taught
 
 
@@ -321,6 +322,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="passes over the demonstrated turns (8 left the tool decision unlearned in one run)")
     parser.add_argument("--warmup-lr", type=float, default=5e-3)
     parser.add_argument("--warmup-batch", type=int, default=8)
+    parser.add_argument("--alias-weight", type=float, default=4.0,
+                        help="weight of the alias decisions in the warm-up loss (tool decisions: 1); the answer "
+                             "alias's targets are the only ones that differ between preference presets")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
     return parser.parse_args(argv)
 
@@ -376,6 +380,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
                "presets": {k: v[0] for k, v in PRESETS.items()}, "main_preset": MAIN_PRESET, "train_mix": TRAIN_MIX,
                "unseen_tools": UNSEEN_TOOLS, "eval_temperature": args.eval_temperature,
                "warmup_alias_distribution": {"source": args.alias_prior, "floor": args.alias_floor,
+                                             "loss_weight": args.alias_weight,
                                              "per_tool": taught, "tool_spread": args.tool_spread,
                                              "spread_to": args.spread_to},
                "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,

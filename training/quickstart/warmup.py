@@ -247,8 +247,13 @@ def with_own_alias_choices(demos: list[Demonstration], choices: list[dict[int, f
     return demos
 
 
-def decision_loss(model, demos: list[Demonstration], pad_id: int, share_prefix: bool = True) -> torch.Tensor:
+def decision_loss(model, demos: list[Demonstration], pad_id: int, share_prefix: bool = True,
+                  alias_weight: float = 1.0) -> torch.Tensor:
     """Mean over decisions of the cross-entropy between the target and the policy. []
+
+    `alias_weight`: the alias decisions (`_alias_positions`) weigh this much, the tool decisions 1
+    (a weighted mean): the only targets that differ between a task's preference presets are its
+    answer alias's, a few hundredths of the whole loss at weight 1.
 
     `share_prefix`: the batch's common prefix (the system prompt with the tool schemas, most of
     every quickstart prompt) runs once and its key/value cache, repeated over the rows, serves
@@ -268,16 +273,20 @@ def decision_loss(model, demos: list[Demonstration], pad_id: int, share_prefix: 
         hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
     logp = model.get_output_embeddings()(hidden[rows, cols - 1 - shared]).float().log_softmax(-1)   # [N, V]
     target = torch.zeros_like(logp)                                                  # [N, V]
+    weight = torch.ones(len(rows))                                                   # [N]
     for n, (r, c) in enumerate(zip(rows.tolist(), cols.tolist())):
         d = demos[r]
         for token, p in d.targets[c - len(d.prompt_ids)].items():
             target[n, token] = p
-    return -(target * logp).sum(-1).mean()
+        if c - len(d.prompt_ids) in _alias_positions(d):
+            weight[n] = alias_weight
+    return (-(target * logp).sum(-1) * weight).sum() / weight.sum()
 
 
 def supervised_warmup(model_dir: Path, out_dir: Path, demos: list[Demonstration], *, epochs: int, lr: float,
-                      batch_size: int, seed: int, log=print) -> Path:
-    """AdamW on `decision_loss`, lr decaying linearly to 0; saves the policy to `out_dir`."""
+                      batch_size: int, seed: int, alias_weight: float = 1.0, log=print) -> Path:
+    """AdamW on `decision_loss` (alias decisions weighted `alias_weight`), lr decaying linearly to
+    0; saves the policy to `out_dir`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(seed)
@@ -293,7 +302,7 @@ def supervised_warmup(model_dir: Path, out_dir: Path, demos: list[Demonstration]
         rng.shuffle(order)
         losses = []
         for i in range(0, len(order), batch_size):
-            loss = decision_loss(model, order[i:i + batch_size], tokenizer.pad_token_id)
+            loss = decision_loss(model, order[i:i + batch_size], tokenizer.pad_token_id, alias_weight=alias_weight)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

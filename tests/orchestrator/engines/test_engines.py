@@ -367,3 +367,37 @@ def test_vllm_update_weights_by_rebuild_matches_transformers(vllm_engine, refere
     finally:
         vllm_engine.weight_sync = "inplace"
         vllm_engine.update_weights(folders["A"])
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_hf_jump_forward_equals_one_pass_per_token_with_fewer_passes(tmp_path, temperature):
+    """Constrained decoding appends the tokens the choices force without a forward pass: the same
+    tokens, log-probs and finish reasons as one pass per token, on a sliding-window policy (where a
+    padded hole inside a row would change the logits) with prompts of different lengths and calls
+    of different lengths in one batch."""
+    from transformers import AutoTokenizer
+
+    from orchestrator.embedded import smollm2_path
+    from orchestrator.engines.hf import HFEngine
+    from orchestrator.toolcall import allowed_call_strings
+    from training.tiny_policy import build_tiny_policy
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path())
+    path = build_tiny_policy(tmp_path / "policy", tok, hidden=32, layers=2, heads=2, seed=3, local_window=8)
+    choices = allowed_call_strings({"search": ["search-1", "search-2"], "enhance_reasoning": ["reasoner-1"],
+                                    "answer": ["answer-1", "answer-math-2"]})
+    prompts = [tok(" ".join(["word"] * n))["input_ids"] for n in (3, 17, 40, 9, 25, 1)] * 4
+    params = SamplingParams(temperature=temperature, max_tokens=48, choices=choices, seed=11)
+    runs = {}
+    for jump in (False, True):
+        engine = HFEngine(str(path), device="cpu", seed=0)
+        engine.jump_forward = jump
+        calls = []
+        engine.model.register_forward_hook(lambda *a: calls.append(1))
+        runs[jump] = (engine.generate(prompts, params), len(calls))
+    (slow, slow_passes), (fast, fast_passes) = runs[False], runs[True]
+    assert len({g.text for g in fast}) > 1 or temperature == 0          # several calls in the batch
+    for a, b in zip(slow, fast):
+        assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason == "stop"
+        assert b.logprobs == pytest.approx(a.logprobs, abs=1e-5)
+    assert fast_passes * 3 < slow_passes, (fast_passes, slow_passes)

@@ -1,0 +1,119 @@
+"""The quickstart's two shortcuts, timed against the plain paths they replace (same results):
+
+1. constrained decoding with jump-forward (`HFEngine.jump_forward`): the tokens the allowed
+   calls force are appended without a forward pass, vs one pass per token;
+2. the warm-up loss with the shared prefix read once (`decision_loss(share_prefix=True)`), vs
+   every row read whole (forward + backward).
+
+Both on the quickstart's tiny policy shape (hidden 128, 2 layers, a 64-token window in the
+first layer, SmolLM2's tokenizer, random weights) with rows shaped like its prompts: a common
+560-token prefix (the system prompt with the tool schemas) and a 140-token remainder of its own.
+One torch thread; median of `--repeats`.
+
+    python bench/quickstart_speedups.py [--rows 32] [--repeats 3] [--write]
+
+--write puts the table into the "Quickstart speed-ups" section of docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _report import write_section
+
+from orchestrator.embedded import smollm2_path
+from orchestrator.engine import SamplingParams
+from orchestrator.engines.hf import HFEngine
+from orchestrator.toolcall import allowed_call_strings
+from training.quickstart.env import TOOL_ALIASES
+from training.quickstart.warmup import Demonstration, decision_loss
+from training.tiny_policy import build_tiny_policy
+
+PREFIX, OWN = 560, 140
+
+
+def timed(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=32, help="rows per generate call (the quickstart's max_batch)")
+    parser.add_argument("--batch", type=int, default=8, help="warm-up batch size")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path())
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(1000, 40000, (PREFIX,), generator=gen).tolist()
+    rows = [prefix + torch.randint(1000, 40000, (OWN,), generator=gen).tolist() for _ in range(args.rows)]
+    choices = allowed_call_strings(TOOL_ALIASES)
+    params = SamplingParams(temperature=1.0, max_tokens=48, choices=choices, seed=0)
+    table = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build_tiny_policy(Path(tmp) / "policy", tok, hidden=128, layers=2, heads=4, seed=0, local_window=64)
+        outputs = {}
+        for jump in (False, True):
+            engine = HFEngine(str(path), device="cpu", seed=0)
+            engine.jump_forward = jump
+            engine.generate(rows[:2], params)                                          # warm-up
+            seconds = timed(lambda: outputs.__setitem__(jump, engine.generate(rows, params)), args.repeats)
+            table.append((f"generate {args.rows} constrained calls", "jump-forward" if jump else "one pass per token",
+                          seconds))
+        same = [g.token_ids for g in outputs[False]] == [g.token_ids for g in outputs[True]]
+
+        model = AutoModelForCausalLM.from_pretrained(path).eval()
+        call = tok(choices[0], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        demos = [Demonstration(r, call, {len(call) - 3: {call[-3]: 1.0}}, "search") for r in rows[:args.batch]]
+        losses = {}
+
+        def step(share: bool) -> None:
+            model.zero_grad()
+            loss = decision_loss(model, demos, tok.pad_token_id, share_prefix=share)
+            loss.backward()
+            losses[share] = loss.item()
+
+        for share in (False, True):
+            step(share)
+            table.append((f"warm-up loss + backward, batch of {args.batch}",
+                          "shared prefix once" if share else "whole rows", timed(lambda: step(share), args.repeats)))
+    text = "\n".join([
+        "## Quickstart speed-ups",
+        "",
+        f"Command: `python bench/quickstart_speedups.py --rows {args.rows} --repeats {args.repeats}`. Machine: "
+        f"{os.cpu_count()}-core CPU ({platform.python_version()}, torch {torch.__version__}), one torch thread, "
+        f"load average {os.getloadavg()[0]:.1f} at the end. Tiny policy of the quickstart's shape (hidden 128, "
+        f"2 layers, 64-token window), rows of a shared {PREFIX}-token prefix + {OWN} tokens of their own.",
+        "",
+        "| work | path | seconds (median) |",
+        "|---|---|---|",
+        *[f"| {w} | {p} | {s:.3f} |" for w, p, s in table],
+        "",
+        f"Same sampled tokens with and without jump-forward: {'yes' if same else 'NO'}; warm-up loss "
+        f"{losses[False]:.6f} whole vs {losses[True]:.6f} shared.",
+    ]) + "\n"
+    print(text)
+    if args.write:
+        write_section(text)
+
+
+if __name__ == "__main__":
+    main()
