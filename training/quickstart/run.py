@@ -314,9 +314,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--spread-to", choices=["evidence", "all"], default="evidence",
                         help="which tools get --tool-spread: the other evidence tool only (a wasted call first) "
                              "or every other tool (also answering without evidence)")
-    parser.add_argument("--answer-first", type=float, default=0.05,
+    parser.add_argument("--answer-first", type=float, default=0.0,
                         help="share of the first tool decision on answering at once, without evidence (a prompted "
-                             "model's guess; always wrong here): GRPO then meets such answers from its first steps")
+                             "model's guess; always wrong here), so that GRPO meets such answers from its first steps "
+                             "(0.05 measured in docs/training.md, fifth round: no better than 0)")
     parser.add_argument("--demo-presets", choices=["own", "all"], default="all",
                         help="warm-up demonstrations of each task under its own preset only, or under every preset "
                              "(the prompted model's choice under each: prompts that differ only in the preference "
