@@ -427,3 +427,13 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
         weighted = decision_loss(model, demos, tok.pad_token_id, alias_weight=3.0).item()
     assert plain == pytest.approx((sum(tool_ce) + sum(alias_ce)) / 4, rel=1e-5)
     assert weighted == pytest.approx((sum(tool_ce) + 3 * sum(alias_ce)) / (2 + 3 * 2), rel=1e-5)
+
+
+@pytest.mark.parametrize("flags, message", [(["--answer-first", "1.5"], "--answer-first 1.5: a share"),
+                                            (["--alias-weight", "0"], "--alias-weight 0.0: a loss weight")])
+def test_bad_warmup_flags_name_the_flag(flags, message, capsys):
+    from training.quickstart.run import _args
+
+    with pytest.raises(SystemExit):
+        _args(flags)
+    assert message in capsys.readouterr().err

@@ -330,7 +330,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="weight of the alias decisions in the warm-up loss (tool decisions: 1); the answer "
                              "alias's targets are the only ones that differ between preference presets")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not 0 <= args.answer_first < 1:
+        parser.error(f"--answer-first {args.answer_first}: a share of the first decision, in [0, 1)")
+    if args.alias_weight <= 0:
+        parser.error(f"--alias-weight {args.alias_weight}: a loss weight, must be > 0")
+    return args
 
 
 def run_seed(args, seed: int, out: Path) -> dict:
