@@ -70,11 +70,16 @@ def main() -> None:
     table = []
     with tempfile.TemporaryDirectory() as tmp:
         path = build_tiny_policy(Path(tmp) / "policy", tok, hidden=128, layers=2, heads=4, seed=0, local_window=64)
-        outputs = {}
+        outputs, passes = {}, {}
         for jump in (False, True):
             engine = HFEngine(str(path), device="cpu", seed=0)
             engine.jump_forward = jump
             engine.generate(rows[:2], params)                                          # warm-up
+            calls: list[int] = []
+            hook = engine.model.register_forward_hook(lambda *a: calls.append(1))
+            engine.generate(rows, params)
+            hook.remove()
+            passes[jump] = len(calls)
             seconds = timed(lambda: outputs.__setitem__(jump, engine.generate(rows, params)), args.repeats)
             table.append((f"generate {args.rows} constrained calls", "jump-forward" if jump else "one pass per token",
                           seconds))
@@ -107,6 +112,9 @@ def main() -> None:
         "|---|---|---|",
         *[f"| {w} | {p} | {s:.3f} |" for w, p, s in table],
         "",
+        f"Forward passes per generate call (prefill included): {passes[False]} one per token, {passes[True]} "
+        f"with jump-forward; calls of {min(len(g.token_ids) for g in outputs[True])}-"
+        f"{max(len(g.token_ids) for g in outputs[True])} tokens. "
         f"Same sampled tokens with and without jump-forward: {'yes' if same else 'NO'}; warm-up loss "
         f"{losses[False]:.6f} whole vs {losses[True]:.6f} shared.",
     ]) + "\n"

@@ -318,7 +318,7 @@ class HFEngine:
                 start = [len(tokens[r]) - 1 for r in live]
                 # jump-forward: where the choices leave one token, append it without a forward pass
                 # (its log-prob under the constrained distribution is exactly 0; the row's generator
-                # still draws the uniform a step would, so samples do not change).  A row whose
+                # still draws the uniform a step would, so a seeded row's samples do not change).  A row whose
                 # forced tokens run to its end takes them all; the others take as many as every
                 # such row can, so the rows' new tokens stay the same length (a padded hole inside
                 # a row would shift a sliding attention window and change its logits)

@@ -286,17 +286,6 @@ def test_tool_spread_moves_that_share_of_the_tool_decision_to_the_other_allowed_
     assert only[1] == pytest.approx({7: 0.7, 8: 0.3})
 
 
-def test_answer_first_moves_a_share_of_the_first_decision_to_answering_at_once():
-    from training.quickstart.warmup import with_answer_first
-
-    # call prefix [1]; the first decision at position 1: tool 7 (demonstrated) / 8 (the spread)
-    got = with_answer_first({1: {7: 0.7, 8: 0.3}, 2: {20: 1.0}}, [1, 7, 20, 0], [[1, 9, 30, 0], [1, 9, 31, 0]], 0.1)
-    assert got[1] == pytest.approx({7: 0.63, 8: 0.27, 9: 0.1}) and got[2] == {20: 1.0}
-    assert with_answer_first({1: {7: 1.0}}, [1, 7, 0], [[1, 9, 0]], 0.0) == {1: {7: 1.0}}
-    with pytest.raises(ValueError, match="expected 1"):
-        with_answer_first({1: {7: 1.0}}, [1, 7, 0], [[2, 9, 0]], 0.1)       # no answer call shares the prefix
-
-
 def test_prior_reads_the_shared_prefix_once_with_the_logits_of_whole_rows(tmp_path):
     """next_token_logits (the warm-up's prompted alias prior) reads each shared prefix once and
     reuses its key/value cache; each row's logits equal a forward pass over the whole row."""
@@ -429,8 +418,8 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
     assert weighted == pytest.approx((sum(tool_ce) + 3 * sum(alias_ce)) / (2 + 3 * 2), rel=1e-5)
 
 
-@pytest.mark.parametrize("flags, message", [(["--answer-first", "1.5"], "--answer-first 1.5: a share"),
-                                            (["--alias-weight", "0"], "--alias-weight 0.0: a loss weight")])
+@pytest.mark.parametrize("flags, message", [(["--alias-weight", "0"], "--alias-weight 0.0: a loss weight"),
+                                            (["--alias-weight", "-1"], "--alias-weight -1.0: a loss weight")])
 def test_bad_warmup_flags_name_the_flag(flags, message, capsys):
     from training.quickstart.run import _args
 

@@ -97,7 +97,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
                              heads=4, seed=cfg.run.seed, local_window=args.local_window or None)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
                            budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk,
-                           tool_spread=args.tool_spread, spread_to=args.spread_to, answer_first=args.answer_first)
+                           tool_spread=args.tool_spread, spread_to=args.spread_to)
     if args.alias_prior == "per-turn":
         demos = with_own_alias_choices(demos, prompted_alias_choices(demos), floor=args.alias_floor)
     elif args.alias_prior == "pooled":
@@ -314,10 +314,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--spread-to", choices=["evidence", "all"], default="evidence",
                         help="which tools get --tool-spread: the other evidence tool only (a wasted call first) "
                              "or every other tool (also answering without evidence)")
-    parser.add_argument("--answer-first", type=float, default=0.0,
-                        help="share of the first tool decision on answering at once, without evidence (a prompted "
-                             "model's guess; always wrong here), so that GRPO meets such answers from its first steps "
-                             "(0.05 measured in docs/training.md, fifth round: no better than 0)")
     parser.add_argument("--demo-presets", choices=["own", "all"], default="all",
                         help="warm-up demonstrations of each task under its own preset only, or under every preset "
                              "(the prompted model's choice under each: prompts that differ only in the preference "
@@ -331,8 +327,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                              "alias's targets are the only ones that differ between preference presets")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
     args = parser.parse_args(argv)
-    if not 0 <= args.answer_first < 1:
-        parser.error(f"--answer-first {args.answer_first}: a share of the first decision, in [0, 1)")
     if args.alias_weight <= 0:
         parser.error(f"--alias-weight {args.alias_weight}: a loss weight, must be > 0")
     return args
@@ -391,7 +385,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
                "warmup_alias_distribution": {"source": args.alias_prior, "floor": args.alias_floor,
                                              "loss_weight": args.alias_weight,
                                              "per_tool": taught, "tool_spread": args.tool_spread,
-                                             "spread_to": args.spread_to, "answer_first": args.answer_first},
+                                             "spread_to": args.spread_to},
                "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,
                "config": str(Path(cfg.run.dir) / "config.yaml"), "stage_seconds": stages,
                "machine": _machine_load(), "threads": cfg.run.threads,

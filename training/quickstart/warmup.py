@@ -83,27 +83,8 @@ def with_tool_spread(targets: dict[int, dict[int, float]], response: list[int], 
     return targets
 
 
-def with_answer_first(targets: dict[int, dict[int, float]], response: list[int], answer_calls: list[list[int]],
-                      share: float) -> dict[int, dict[int, float]]:
-    """`targets` with `share` of the first decision (the tool name) moved to answering at once (the
-    answer calls' token there), the rest scaled by `1 - share`: the starting policy sometimes
-    answers before any evidence, so GRPO sees that such an answer is wrong from its first steps."""
-    if share <= 0 or not targets:
-        return targets
-    pos = min(targets)
-    tokens = {c[pos] for c in answer_calls if len(c) > pos and c[:pos] == response[:pos]}
-    if len(tokens) != 1:
-        raise ValueError(f"answer calls continue the call's prefix with {len(tokens)} tokens at its first decision, "
-                         "expected 1")
-    answer = tokens.pop()
-    moved = {t: p * (1 - share) for t, p in targets[pos].items()}
-    moved[answer] = moved.get(answer, 0.0) + share
-    targets[pos] = moved
-    return targets
-
-
 def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, preset: str | None = None,
-          tool_spread: float = 0.0, spread_tools: list[str] | None = None, answer_first: float = 0.0) -> Demonstration:
+          tool_spread: float = 0.0, spread_tools: list[str] | None = None) -> Demonstration:
     qa = [t for t in catalog.tools if t.kind in ("search", "code", "answer")]
     messages = build_messages(state, prompts, budgets, TokenCounter(tokenizer))
     prompt = tokenizer(render_prompt(tokenizer, messages, catalog.openai_tools(tools=qa)),
@@ -114,10 +95,6 @@ def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, preset: str | 
     to = None if spread_tools is None else choice_token_ids(
         tokenizer, [format_tool_call(name, {"model": a}) for name in spread_tools for a in catalog.tool(name).aliases])
     targets = with_tool_spread(_targets(demonstrated[0], choices, demonstrated), demonstrated[0], choices, tool_spread, to)
-    if answer_first and tool != "answer":
-        answers = choice_token_ids(tokenizer, [format_tool_call("answer", {"model": a})
-                                               for a in catalog.tool("answer").aliases])
-        targets = with_answer_first(targets, demonstrated[0], answers, answer_first)
     return Demonstration(prompt, demonstrated[0], targets, tool, preset)
 
 
@@ -133,13 +110,12 @@ def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
 
 def demonstrations(tasks: list[Task], tokenizer, base_catalog, retriever, *, prompts: Prompts,
                    budgets: Budgets, topk: int, tool_spread: float = 0.0,
-                   spread_to: str = "evidence", answer_first: float = 0.0) -> list[Demonstration]:
+                   spread_to: str = "evidence") -> list[Demonstration]:
     """Two turns per task: the evidence tool, then (with its result in context) answer; at the
     first turn's tool decision `tool_spread` of the probability goes to the other tools
     (`spread_to` "all": a wasted call, or an answer without the evidence) or to the other evidence
     tool only ("evidence": a wasted call; the prompted model searches for a sum or runs code for
-    a name, then must still fetch the right evidence or answer without it); then `answer_first`
-    of that decision goes to answering at once (`with_answer_first`)."""
+    a name, then must still fetch the right evidence or answer without it)."""
     if spread_to not in ("all", "evidence"):
         raise ValueError(f"spread_to={spread_to!r}: expected 'all' or 'evidence'")
     demos = []
@@ -148,7 +124,7 @@ def demonstrations(tasks: list[Task], tokenizer, base_catalog, retriever, *, pro
         state, preset = EpisodeState(task.question), task.metadata.get("preference_name")
         tool = EVIDENCE_TOOL[task.metadata["type"]]
         wrong = None if spread_to == "all" else [t for t in EVIDENCE_TOOL.values() if t != tool]
-        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, tool, preset, tool_spread, wrong, answer_first))
+        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, tool, preset, tool_spread, wrong))
         _evidence(task, state, retriever, topk)
         demos.append(_turn(tokenizer, catalog, prompts, budgets, state, "answer", preset))
     return demos
