@@ -155,7 +155,7 @@ def test_checks_compare_accuracy_cost_and_the_favoured_share_per_preference():
 
 def test_cheap_search_aliases_read_the_shallow_index_and_the_deep_one_the_full_biographies(world):
     """Aliases differ in capability: search-1 / search-2 see only name and birth city (a year
-    question fails there), search-3 (served per task as gpt-5) the full passage; each call on its
+    question fails there), search-3 (served per task as Qwen3-32B) the full passage; each call on its
     own runtime copy."""
     paths, catalog = world
     places = {json.loads(line)["id"]: json.loads(line)["contents"] for line in paths["places"].read_text().splitlines()}
@@ -189,7 +189,7 @@ def test_cheap_search_aliases_read_the_shallow_index_and_the_deep_one_the_full_b
         assert "Preference" not in seen[-1]           # the expert reads the problem, not the preference
     assert runtime.retriever is None            # the shared runtime itself is never changed
     assert SEARCH_DEPTH["search-3"] == "deep" and SEARCH_DEPTH["search-1"] == SEARCH_DEPTH["search-2"] == "shallow"
-    assert task_tools()["search"] == {"search-1": "Qwen3-32B", "search-2": "gpt-5-mini", "search-3": "gpt-5"}
+    assert task_tools()["search"] == {"search-1": "Qwen3-8B", "search-2": "gpt-5-mini", "search-3": "Qwen3-32B"}
     assert all(a in SEARCH_DEPTH for a in UNSEEN_TOOLS["search"])
 
 
