@@ -9,7 +9,7 @@ three kinds of question, each solvable only through the right tool:
 
 Aliases differ in capability, with real local components (`CAPABILITIES`): the search aliases
 `search-1` (Qwen3-8B price, per task: `TASK_MODELS`) and `search-2` (gpt-5-mini price) read a
-*shallow* index (a gazetteer: name and birth city only), `search-3` (Qwen3-32B price, per task) the
+*shallow* index (a gazetteer: name and birth city only), `search-3` (Qwen3-32B price) the
 *deep* index (the full biographies, years included).  So the cheap search is right for city questions and wrong for
 year questions; a policy that routes well pays for the deep search only where it is needed.
 The reasoners and answer aliases are equally able (the same greedy SmolLM2-135M-Instruct,
@@ -59,16 +59,17 @@ FAVOURED_ALIAS = "answer-4"
 # - the favoured alias is served as the dearest answer model, so `cost` pulls away from it at every
 #   step (tools.json: answer-4 = Qwen3-32B, which is cheaper than answer-1's gpt-5 and drew `cost`
 #   towards it too, docs/training.md);
-# - the deep search sits on `search-3`, a shallow one on `search-1`: the alias's last token
-#   is the decision, and a tiny policy shares one output row per token across tools, so the
-#   outcome-driven push to the deep search on year questions, on `search-1`, also pushed
-#   `reasoner-1` and `answer-1` (gpt-5) against the cost reward (docs/training.md, fifth round);
-#   `3` is a decision no other quickstart tool has;
-# - the deep search is the dearest search but not gpt-5 (Qwen3-32B; the shallow ones Qwen3-8B and
-#   gpt-5-mini): the quickstart's experts write a few dozen tokens, so a call costs far less than
-#   the orchestrator's own ~700-token turn, and with a gpt-5 deep search perfect routing cut the
-#   cost by only ~44% (docs/training.md, sixth round)
-TASK_MODELS = {"answer-4": "claude-sonnet-4", "search-1": "Qwen3-8B", "search-3": "Qwen3-32B"}
+# - search-1 is served as Qwen3-8B, a cheap shallow search (tools.json: gpt-5), and the deep search
+#   is `search-3` (tools.json's Qwen3-32B, the dearest of the three here, but not gpt-5):
+#   - the alias's last token is the decision, and a tiny policy shares one output row per token
+#     across tools, so when the deep search was `search-1` the outcome-driven push to it on year
+#     questions also pushed `reasoner-1` and `answer-1` (gpt-5) against the cost reward
+#     (docs/training.md, fifth round); `3` is a decision no other quickstart tool has;
+#   - the quickstart's experts write a few dozen tokens, so an expert call costs less than the
+#     orchestrator's own ~700-token turn; with gpt-5 on the deep search, perfect routing cut the
+#     cost by only ~44% and a policy that sent every lookup to the deep search by 35-39%
+#     (docs/training.md, sixth round)
+TASK_MODELS = {"answer-4": "claude-sonnet-4", "search-1": "Qwen3-8B"}
 PREFERENCE_PREFIX = "Preference:"
 # name -> (preference vector, the words the policy reads on the question's last line)
 PRESETS = {
