@@ -65,9 +65,9 @@ FAVOURED_ALIAS = "answer-4"
 #     across tools, so when the deep search was `search-1` the outcome-driven push to it on year
 #     questions also pushed `reasoner-1` and `answer-1` (gpt-5) against the cost reward
 #     (docs/training.md, fifth round); `3` is a decision no other quickstart tool has;
-#   - the quickstart's experts write a few dozen tokens, so an expert call costs less than the
-#     orchestrator's own ~700-token turn; with gpt-5 on the deep search, perfect routing cut the
-#     cost by only ~44% and a policy that sent every lookup to the deep search by 35-39%
+#   - the quickstart's experts write a few dozen tokens, so the orchestrator's own two ~700-token
+#     turns are about 40% of a starting policy's cost, a floor no routing moves; with gpt-5 on the deep search, perfect routing cut the
+#     cost by only 41-42% and a policy that sent every lookup to the deep search by 35-40%
 #     (docs/training.md, sixth round)
 TASK_MODELS = {"answer-4": "claude-sonnet-4", "search-1": "Qwen3-8B"}
 PREFERENCE_PREFIX = "Preference:"
