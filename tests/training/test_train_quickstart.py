@@ -426,3 +426,29 @@ def test_bad_warmup_flags_name_the_flag(flags, message, capsys):
     with pytest.raises(SystemExit):
         _args(flags)
     assert message in capsys.readouterr().err
+
+
+def test_every_preference_line_has_a_token_found_nowhere_else_in_the_policys_context(world):
+    """The policy tells the presets apart only by their lines' tokens.  "Preference: accuracy
+    only." had one token of its own, " only", and it ends every arithmetic question ("Answer
+    with the number only."), so on half the tasks the accuracy line looked like the question
+    (docs/training.md, seventh round).  Each line must keep a token that occurs in no other
+    line, no question of any split and no part of the orchestrator's prompt."""
+    from transformers import AutoTokenizer
+
+    from orchestrator.embedded import smollm2_path
+
+    paths, catalog = world
+    tok = AutoTokenizer.from_pretrained(smollm2_path())
+    ids = lambda text: set(tok.encode(text, add_special_tokens=False))   # noqa: E731
+    elsewhere = set()
+    for split in ("train", "eval", "warmup"):
+        for task in load_tasks([str(paths[split])]):
+            elsewhere |= ids(task.metadata["plain_question"])
+    for path in PROMPTS_DIR.glob("*.txt"):
+        elsewhere |= ids(path.read_text())
+    elsewhere |= ids(json.dumps(catalog.model_dump()))
+    for name, (_, words) in PRESETS.items():
+        others = set().union(*(ids(w) for n, (_, w) in PRESETS.items() if n != name))
+        own = ids(words) - others - elsewhere
+        assert own, f"preset {name!r}: every token of {words!r} also occurs elsewhere in the context"

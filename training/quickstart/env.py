@@ -7,7 +7,7 @@ three kinds of question, each solvable only through the right tool:
 - arithmetic ("What is 37 * 41 + 12?"): only `enhance_reasoning` (the expert writes Python,
   the sandbox runs it) gives the number.
 
-Aliases differ in capability, with real local components (`CAPABILITIES`): the search aliases
+Aliases differ in capability, with real local components (`SEARCH_DEPTH`): the search aliases
 `search-1` (Qwen3-8B price, per task: `TASK_MODELS`) and `search-2` (gpt-5-mini price) read a
 *shallow* index (a gazetteer: name and birth city only), `search-3` (Qwen3-32B price) the
 *deep* index (the full biographies, years included).  So the cheap search is right for city questions and wrong for
@@ -23,9 +23,12 @@ aliases are equally able, so `answer-4` is a right choice on every question, and
 it as the dearest answer model (`TASK_MODELS`: claude-sonnet-4), so nothing but that weight makes
 it the best one (`cost` rightly moves answers to `answer-math-2`, `accuracy` is indifferent): its
 share rising under `favour` only is the preference being followed.  The prompted SmolLM2 reads
-"use answer-4" (about 0.45 of its answer choice under it, 0.01 otherwise: the warm-up log's
-taught distribution with the floor taken out), which the warm-up teaches with each task
-demonstrated under every preset (training/quickstart/run.py `demonstrated_tasks`).
+"please use answer-4" (about 0.33 of its answer choice under it, 0.01 otherwise: the warm-up
+log's taught distribution with the floor taken out), which the warm-up teaches with each task
+demonstrated under every preset (training/quickstart/run.py `demonstrated_tasks`).  The policy
+tells the lines apart by their tokens only, so each keeps a token found nowhere else in its
+context: "accuracy only." lost that on arithmetic questions, which end "Answer with the number
+only." (docs/training.md, seventh round).
 
 Unseen tools (`UNSEEN_TOOLS`): a held-out catalog whose aliases, models and prices never occur
 in training (PAPER.md §9), with the same capability split (one deep search alias).
@@ -73,9 +76,9 @@ TASK_MODELS = {"answer-4": "claude-sonnet-4", "search-1": "Qwen3-8B"}
 PREFERENCE_PREFIX = "Preference:"
 # name -> (preference vector, the words the policy reads on the question's last line)
 PRESETS = {
-    "accuracy": ({"outcome": 1.0}, f"{PREFERENCE_PREFIX} accuracy only."),
+    "accuracy": ({"outcome": 1.0}, f"{PREFERENCE_PREFIX} accuracy alone."),
     "cost": ({"outcome": 1.0, "cost": 1.0}, f"{PREFERENCE_PREFIX} accuracy and low cost."),
-    "favour": ({"outcome": 1.0, FAVOURED_ALIAS: 1.0}, f"{PREFERENCE_PREFIX} accuracy, use {FAVOURED_ALIAS}."),
+    "favour": ({"outcome": 1.0, FAVOURED_ALIAS: 1.0}, f"{PREFERENCE_PREFIX} accuracy, please use {FAVOURED_ALIAS} to answer."),
 }
 TRAIN_MIX = {"cost": 0.5, "favour": 0.3, "accuracy": 0.2}       # share of training tasks per preset
 MAIN_PRESET = "cost"                                              # the checks' accuracy / cost vector
