@@ -445,8 +445,9 @@ def test_every_preference_line_has_a_token_found_nowhere_else_in_the_policys_con
     for split in ("train", "eval", "warmup"):
         for task in load_tasks([str(paths[split])]):
             elsewhere |= ids(task.metadata["plain_question"])
-    for path in PROMPTS_DIR.glob("*.txt"):
-        elsewhere |= ids(path.read_text())
+    prompts = Prompts.load(PROMPTS_DIR)                  # the policy's own two messages (experts' prompts aside)
+    elsewhere |= ids(prompts.render("system")) | ids(prompts.render("user", question="", documents="", code="",
+                                                                    evidence=""))
     elsewhere |= ids(json.dumps(catalog.model_dump()))
     for name, (_, words) in PRESETS.items():
         others = set().union(*(ids(w) for n, (_, w) in PRESETS.items() if n != name))

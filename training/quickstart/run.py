@@ -319,9 +319,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                              "(the prompted model's choice under each: prompts that differ only in the preference "
                              "line, so the policy learns to read that line rather than the question)")
     parser.add_argument("--warmup-epochs", type=int, default=24,
-                        help="passes over the demonstrated turns (8 left the tool decision unlearned in one run; whether the "
-                             "start reads the preference line still varies by seed at 12, 24 and 32: docs/training.md, "
-                             "sixth round)")
+                        help="passes over the demonstrated turns (8 left the tool decision unlearned in one run; 12, 24 and 32 "
+                             "did not make the start read the old preference lines in every seed; the lines' own tokens "
+                             "did: docs/training.md, sixth and seventh rounds)")
     parser.add_argument("--warmup-lr", type=float, default=5e-3)
     parser.add_argument("--warmup-batch", type=int, default=8)
     parser.add_argument("--alias-weight", type=float, default=4.0,
