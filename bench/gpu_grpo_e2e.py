@@ -12,7 +12,7 @@ completion tokens at temperature 1, the same reward (the share of even token ids
 completion's text), GRPO advantages, clipped loss (0.2 / 0.28) + KL to the frozen initial policy
 (1e-4), AdamW (lr 1e-6, weight decay 0.01), grad-norm clip 1.0, one optimizer step per step.
 
-ours  `training.train.LocalLearner` built from training/configs/quickstart.yaml with the model,
+ours  `training.learner.LocalLearner` built from training/configs/quickstart.yaml with the model,
       device and dtype overridden: its engine (HFEngine sharing the trained model, decoded by the
       static decoder through a bf16 copy refreshed at every call, behind the BatchingEngine),
       then rewards, `compute_advantages`, `TurnSample`s and `LocalLearner.update` (reference
@@ -139,7 +139,7 @@ def run_ours(path: Path, tok, prompts: list[str], args, device: torch.device) ->
     from training.algorithms import compute_advantages
     from training.config import load_config
     from training.samples import TurnSample
-    from training.train import LocalLearner
+    from training.learner import LocalLearner
 
     rows = args.prompts * args.group
     cfg = load_config(ROOT / "training/configs/quickstart.yaml", [

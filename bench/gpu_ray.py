@@ -1,4 +1,4 @@
-"""The Ray scale-out path on GPUs: `training.train.run_distributed` (what
+"""The Ray scale-out path on GPUs: `training.session.run_distributed` (what
 `python -m training.train distributed.backend=ray` runs) on one host's GPUs, with the
 trainer tests' tiny world (tests/_train_world.py: tiny Llama policy, scripted experts).
 
@@ -46,7 +46,7 @@ def main() -> int:
     from training.distributed.config import DistributedConfig
     from training.distributed.group import RayPolicy
     from training.distributed.placement import connect
-    from training.train import run_distributed
+    from training.session import run_distributed
     from training.metrics_log import read_metrics
 
     gpu = args.device.startswith("cuda")

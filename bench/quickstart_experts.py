@@ -40,7 +40,7 @@ def answer_prompts(tmp: Path, paths, index: Path, n_tasks: int) -> list[tuple[st
     from training.config import load_config
     from training.quickstart.run import CONFIG
     from training.tasks import load_tasks
-    from training.train import build_runtime
+    from training.session import build_runtime
 
     cfg = load_config(CONFIG, [f"tools.catalog={tmp / 'world' / 'tools.json'}", f"tools.index={index}"])
     runtime = build_runtime(cfg)

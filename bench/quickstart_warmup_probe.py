@@ -30,7 +30,7 @@ def main(argv: list[str]) -> None:
     from training.quickstart import run as R
     from training.quickstart.warmup import _alias_positions, demonstrations
     from training.tasks import load_tasks
-    from training.train import build_runtime
+    from training.session import build_runtime
 
     args = R._args([a for a in argv if a != "--"])
     torch.set_num_threads(1)
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> None:
         for preset in E.PRESETS:
             tasks = [E.with_preference(t, preset) for t in held_out]
             demos = demonstrations(tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
-                                   budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk)
+                                   budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=runtime.qa.retrieval.topk)
             probs = []
             for d in demos:
                 if d.tool != "answer":

@@ -34,7 +34,8 @@ from orchestrator.catalog import load_catalog  # noqa: E402
 from orchestrator.context import Budgets  # noqa: E402
 from orchestrator.loop import LoopConfig, Task, task_catalog  # noqa: E402
 from orchestrator.records import LLMResponse, Usage  # noqa: E402
-from orchestrator.runtime import ToolRuntime  # noqa: E402
+from orchestrator.settings import load_profile  # noqa: E402
+from orchestrator.setup import build_runtime  # noqa: E402
 from orchestrator.toolcall import allowed_call_strings  # noqa: E402
 
 TOOLS = {"enhance_reasoning": {"reasoner-1": "gpt-5", "reasoner-2": "gpt-5-mini"}}
@@ -73,7 +74,7 @@ def tiny_engine(folder: Path):
     return timed, BatchingEngine(timed, max_batch=64)
 
 
-def runtime(tool_seconds: float, pool: int | None) -> ToolRuntime:
+def runtime(tool_seconds: float, pool: int | None):
     gate = threading.Semaphore(pool) if pool else None
 
     def llm(model, messages, **kw):
@@ -86,7 +87,8 @@ def runtime(tool_seconds: float, pool: int | None) -> ToolRuntime:
 
     def run_code(code, timeout):
         return SimpleNamespace(stdout="1\n", stderr="", exit_code=0, timed_out=False, duration_s=0.0)
-    return ToolRuntime(catalog=load_catalog(), llm=llm, run_code=run_code)
+    profile = load_profile("default")
+    return build_runtime(profile, {"qa": profile.section("qa", "train")}, load_catalog(), llm=llm, run_code=run_code)
 
 
 def measure(engine, timed, rt, args, step: int) -> dict:

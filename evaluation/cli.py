@@ -45,7 +45,10 @@ def add_common_args(parser: argparse.ArgumentParser, default_model: str = "smoll
     g.add_argument("--max-turns", type=int, default=50, help="turn cap per task (paper: 50 in evaluation)")
     t = parser.add_argument_group("tools")
     t.add_argument("--tools", type=Path, help="tools.json (default: the repository's)")
-    t.add_argument("--profile", help="tools.json profile mapping paper models to served ones (e.g. local)")
+    t.add_argument("--profile", help="settings profile: a configs/profiles/ name (default, paper, local, ...) or a "
+                                     "YAML path; budgets, prompts, experts, judge and retrieval come from it")
+    t.add_argument("--serve", help="tools.json serving map (which model answers for each alias model, e.g. local); "
+                                   "default: the profile's `serve`")
     t.add_argument("--prompts", type=Path, help="folder of prompt files overriding orchestrator/prompts/")
     r = parser.add_argument_group("run")
     r.add_argument("--limit", type=int, help="run only the first N tasks")
@@ -117,19 +120,34 @@ def resolve_price_model(args: argparse.Namespace, catalog) -> str:
     return price_model
 
 
-def check_profile(catalog, profile: str | None, tools: Path | None) -> None:
-    """--profile must be in tools.json and serve every alias with a model of the registry.
+def load_run_profile(args):
+    """The settings profile `--profile` names (orchestrator/settings.py); `args.serve` is set to the
+    serving map the run uses (--serve, else the profile's)."""
+    from orchestrator.settings import ProfileError, load_profile
 
-    Without a profile nothing is checked here: each alias model is called as itself and a
+    try:
+        profile = load_profile(args.profile or "default")
+    except ProfileError as exc:
+        raise CLIError(f"--profile {args.profile}: {exc}") from None
+    if getattr(args, "serve", None) is None:
+        args.serve = profile.serve
+    return profile
+
+
+def check_serve(catalog, serve: str | None, tools: Path | None) -> None:
+    """The serving map (--serve or the profile's) must be in tools.json and serve every alias with
+    a model of the registry.
+
+    Without one nothing is checked here: each alias model is called as itself and a
     missing key or server fails that call, recorded per turn.
     """
-    if not profile:
+    if not serve:
         return
-    if profile not in catalog.profiles:
-        raise CLIError(f"--profile {profile!r}: not in tools.json profiles {sorted(catalog.profiles)}")
+    if serve not in catalog.profiles:
+        raise CLIError(f"--serve {serve!r}: not in tools.json profiles {sorted(catalog.profiles)}")
     from orchestrator.gateway.registry import load_registry
 
-    catalog.check_served(load_registry().models, profile, source=str(tools or "tools.json"))
+    catalog.check_served(load_registry().models, serve, source=str(tools or "tools.json"))
 
 
 def git_commit() -> str | None:

@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evaluation.cli import (CLIError, add_common_args, check_common, check_profile, content_hash, default_output,
-                            index_fingerprint, prepare_output, resolve_price_model, use_endpoint)
+from evaluation.cli import (CLIError, add_common_args, check_common, check_serve, content_hash, default_output,
+                            index_fingerprint, load_run_profile, prepare_output, resolve_price_model, use_endpoint)
 from evaluation.error_streak import ErrorStreak
-from evaluation.eval_profile import EvalProfileError, EvalSettings, load_eval_profile
 from evaluation.judge import JUDGE_STYLES, Judge, JudgeError
 from evaluation.loaders import LoaderError, load_benchmark
 from evaluation.qa import MODES, QASetup, solve
@@ -25,6 +24,7 @@ from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, run_tasks
 from orchestrator.catalog import CatalogError, load_catalog
 from orchestrator.context import PromptError
 from orchestrator.gateway.errors import GatewayConfigError
+from orchestrator.settings import ProfileError, QASettings
 
 DEFAULT_DATA = {"hle": "cais/hle", "frames": None}
 # The embedded default is small on purpose: SmolLM2 on 2 CPU cores makes ~10 tokens/s.
@@ -46,13 +46,13 @@ def build_parser(benchmark: str) -> argparse.ArgumentParser:
     parser.add_argument("--mode", choices=MODES, default="all",
                         help="all: full tool set; basic: every alias is the orchestrator itself; none: answer directly")
     add_common_args(parser)
-    # resolved in resolve() from the profile (configs/eval_profiles.yaml) and the backend (run_defaults.py)
+    # resolved in resolve() from the profile (configs/profiles/) and the backend (run_defaults.py)
     parser.set_defaults(max_turns=None, max_tokens=None, temperature=None, concurrency=None)
     t = parser.add_argument_group("retrieval, experts and judge")
     t.add_argument("--retriever", help="retrieval service base URL(s), comma-separated (POST /retrieve)")
     t.add_argument("--index", type=Path, help="index folder (retrieval/build_index.py) searched in-process")
     t.add_argument("--topk", type=int, help="documents per search (default: the profile's, e.g. paper: "
-                                            "50 for HLE, 150 for FRAMES; else 3)")
+                                            "50 for HLE, 150 for FRAMES; default: 3)")
     t.add_argument("--expert-max-tokens", type=int, help="completion tokens per expert call, every expert "
                                                          "(default: per expert, from the profile)")
     t.add_argument("--constrained", action=argparse.BooleanOptionalAction, default=None,
@@ -92,38 +92,46 @@ def embedded_world(out_dir: Path, n_tasks: int) -> tuple[Path, Path]:
     return tasks, index
 
 
-def resolve(args: argparse.Namespace, benchmark: str, catalog) -> tuple[bool, EvalSettings, str]:
+def resolve(args: argparse.Namespace, benchmark: str, catalog) -> tuple[bool, QASettings, str]:
     """Fill every default the user left open: the profile and CPU sizing from where the models run
-    (evaluation/run_defaults.py), budgets, top-k and judge from the profile's settings
-    (configs/eval_profiles.yaml).  Returns whether the embedded default is used, the settings,
-    and the line that says what was chosen and why."""
+    (evaluation/run_defaults.py), budgets, top-k and judge from the profile's `qa.<benchmark>`
+    section (configs/profiles/).  Flags given on the command line win, and the settings returned
+    carry them, so the run config records what ran.  Returns whether the embedded default is
+    used, the settings, and the line that says what was chosen and why."""
     embedded = benchmark == "frames" and args.data is None
     if args.stop_after_errors < 0:
         raise CLIError(f"--stop-after-errors must be >= 0, got {args.stop_after_errors}")
     why = choose_profile(args, catalog, embedded)
+    profile = load_run_profile(args)
     small = cpu_sized(args)
-    settings = load_eval_profile(args.profile, benchmark)
+    settings = profile.section("qa", benchmark)
     orch = settings.orchestrator
     args.max_turns = args.max_turns or (EMBEDDED["max_turns"] if small else orch.max_turns)
     args.max_tokens = args.max_tokens or (EMBEDDED["max_tokens"] if small else orch.max_tokens)
     args.temperature = orch.temperature if args.temperature is None else args.temperature
-    args.topk = args.topk or settings.topk.get(benchmark, 3)
+    args.topk = args.topk or settings.retrieval.topk
     if small and not args.expert_max_tokens:
         args.expert_max_tokens = EMBEDDED["expert_max_tokens"]
+    experts = settings.experts
     if args.expert_max_tokens:   # one budget for every expert, over the profile's
-        settings.experts = {k: v.model_copy(update={"max_tokens": args.expert_max_tokens})
-                            for k, v in (settings.experts or {"default": settings.expert("default")}).items()}
+        experts = {k: v.model_copy(update={"max_tokens": args.expert_max_tokens})
+                   for k, v in (experts or {"default": settings.expert("default")}).items()}
     args.constrained = small if args.constrained is None else args.constrained
     args.judge_style = args.judge_style or settings.judge.prompt
     if small and not args.judge_model:
         # rules only (a 135M model cannot judge): FRAMES answers are phrases found in a reply; HLE's exact strings
         args.judge_model = "contains" if benchmark == "frames" else "exact"
     args.judge_model = args.judge_model or settings.judge.model or args.model
+    settings = settings.model_copy(update={
+        "orchestrator": orch.model_copy(update={"max_turns": args.max_turns, "max_tokens": args.max_tokens,
+                                                "temperature": args.temperature}),
+        "retrieval": settings.retrieval.model_copy(update={"topk": args.topk}), "experts": experts,
+        "judge": settings.judge.model_copy(update={"model": args.judge_model, "prompt": args.judge_style})})
     shared = size_concurrency(args, catalog)
-    experts = args.expert_max_tokens or "per-profile"
+    budget = args.expert_max_tokens or "per-profile"
     line = (f"setting: {'embedded default' if small else 'profile budgets'}; profile {args.profile} ({why}); "
             f"{args.max_turns} turns of {args.max_tokens} tokens{', constrained' if args.constrained else ''}; "
-            f"experts {experts} tokens; judge {args.judge_model}; "
+            f"experts {budget} tokens; judge {args.judge_model}; "
             f"concurrency {args.concurrency}" + (f" (in-process {', '.join(shared)})" if shared else ""))
     return embedded, settings, line
 
@@ -140,7 +148,7 @@ def check_keys(args: argparse.Namespace, catalog) -> None:
         for tool in catalog.tools:
             if tool.kind in ("search", "code", "answer"):
                 for spec in tool.aliases.values():
-                    needed.setdefault(catalog.served_model(spec.model, args.profile), f"expert {spec.model}")
+                    needed.setdefault(catalog.served_model(spec.model, args.serve), f"expert {spec.model}")
     for model, role in needed.items():
         if model not in registry.models:
             continue   # unknown names fail with the gateway's own message on first use
@@ -152,27 +160,18 @@ def check_keys(args: argparse.Namespace, catalog) -> None:
                            f"configs/models.yaml api_key_env); set it, or choose another model/profile")
 
 
-def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever, settings: EvalSettings,
-                benchmark: str) -> QASetup:
-    from orchestrator.context import UPSTREAM_PROMPTS_DIR, Prompts
-    from orchestrator.loop import LoopConfig
+def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever, settings: QASettings) -> QASetup:
     from orchestrator.policy import ChatPolicy
-    from orchestrator.runtime import ToolRuntime
+    from orchestrator.setup import build_runtime, load_prompts, loop_config
 
-    if settings.prompts == "upstream":
-        prompts = Prompts.load(args.prompts or UPSTREAM_PROMPTS_DIR / benchmark, style=f"upstream-{benchmark}")
-    else:
-        prompts = Prompts.load(args.prompts)
+    prompts = load_prompts(settings, args.prompts)
     runtime = None
     if args.mode != "none":
-        runtime = ToolRuntime(catalog=catalog, profile=args.profile, retriever=retriever, prompts=prompts,
-                              topk=args.topk, experts=settings.experts, send_eid=settings.send_eid,
-                              search_fee=settings.search_fee,
-                              override_model=args.model if args.mode == "basic" else None)
+        runtime = build_runtime(None, {"qa": settings}, catalog, serve=args.serve, retriever=retriever, prompts=prompts,
+                                override_model=args.model if args.mode == "basic" else None)
     return QASetup(mode=args.mode, model=args.model, price_model=price_model, catalog=catalog, runtime=runtime,
                    policy=ChatPolicy(args.model, price_model=price_model),
-                   loop=LoopConfig(max_turns=args.max_turns, temperature=args.temperature,
-                                   max_tokens=args.max_tokens, constrained=args.constrained),
+                   loop=loop_config(settings, constrained=args.constrained),
                    judge=Judge(args.judge_model, args.judge_prompt, style=args.judge_style,
                                max_tokens=settings.judge.max_tokens), prompts=prompts)
 
@@ -187,7 +186,7 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     price_model = resolve_price_model(args, catalog)
     if args.endpoint:
         use_endpoint(args, out_dir, price_model)
-    check_profile(catalog, args.profile, args.tools)
+    check_serve(catalog, args.serve, args.tools)
     check_keys(args, catalog)
     data = args.data
     if embedded:
@@ -198,11 +197,12 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
         print(f"  malformed: {bad}", file=sys.stderr)
     retriever = make_retriever(args)
     if retriever is None and args.mode != "none":
-        print("warning: no --retriever/--index: every search call will fail (recorded per turn)", file=sys.stderr)
-    setup = build_setup(args, catalog, price_model, retriever, settings, benchmark)
+        print("note: no --retriever/--index: the search tool is not offered", file=sys.stderr)
+    setup = build_setup(args, catalog, price_model, retriever, settings)
     config: dict[str, Any] = {
         "benchmark": benchmark, "data": str(data), "split": args.split, "model": args.model,
-        "price_model": price_model, "mode": args.mode, "profile": args.profile, "endpoint": args.endpoint,
+        "price_model": price_model, "mode": args.mode, "profile": args.profile, "serve": args.serve,
+        "endpoint": args.endpoint,
         "endpoint_model": args.endpoint_model, "setting": choice,
         "tools": str(args.tools or "tools.json"), "catalog_sha256": content_hash(catalog.model_dump(mode="json")),
         "prompts": str(args.prompts or "orchestrator/prompts"), "prompts_sha256": content_hash(setup.prompts.templates),
@@ -212,8 +212,7 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
         "expert_max_tokens": args.expert_max_tokens, "temperature": args.temperature,
         "constrained": args.constrained, "judge_model": setup.judge.model, "judge_style": args.judge_style,
         "judge_prompt_sha256": content_hash(setup.judge.template), "concurrency": args.concurrency,
-        "prompt_style": settings.prompts, "send_eid": settings.send_eid, "search_fee": settings.search_fee,
-        "experts": {k: v.model_dump() for k, v in settings.experts.items()}, "tasks_loaded": len(loaded.tasks),
+        "settings": settings.model_dump(mode="json"), "tasks_loaded": len(loaded.tasks),
         "skipped": loaded.skipped, "malformed": [str(m) for m in loaded.malformed]}
     prepare_output(out_dir, config, args.resume, force=args.force)
     with ResultsFile(out_dir / RESULTS_NAME, resume=args.resume, retry_errors=args.retry_errors) as results:
@@ -238,7 +237,7 @@ def main(benchmark: str, argv: list[str] | None = None) -> int:
     try:
         return run(benchmark, args)
     except (CLIError, LoaderError, CatalogError, JudgeError, RunError, PromptError, GatewayConfigError,
-            EvalProfileError) as exc:
+            ProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

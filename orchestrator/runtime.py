@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any, Callable, Protocol
 
 from orchestrator.catalog import Catalog
 from orchestrator.context import Budgets, CodeBlock, Document, EpisodeState, Prompts, TokenCounter, expert_context
 from orchestrator.extract import answer_style, extract_answer, extract_code, extract_query
+from orchestrator.settings import ExpertSettings, QASettings, Tau2Settings
 from orchestrator.gateway.errors import ProviderRejected
 from orchestrator.records import ExpertCall, LLMResponse, ToolCall
 from orchestrator.toolcall import format_tool_call, parse_tool_calls
@@ -30,30 +29,29 @@ class Retriever(Protocol):
         """Search-R1 contract: per query a list of {"document": {"id", "contents"}, "score", ...}."""
 
 
-class ExpertSettings(BaseModel):
-    """How one expert is called (configs/eval_profiles.yaml `experts:`).  Units: tokens, characters."""
-
-    model_config = ConfigDict(extra="forbid")
-    max_tokens: int = Field(2048, ge=1, description="completion tokens per call")
-    temperature: float = Field(0.0, ge=0)
-    context_tokens: int = Field(24000, ge=1, description="documents + code results in the expert's prompt")
-    code_tokens: int = Field(24000, ge=1, description="of which code blocks and outputs at most")
-    doc_chars: int | None = Field(None, ge=1, description="each document cut to this many characters")
-    answer_format: Literal["tags", "tags_brief", "boxed", "auto"] = "auto"
-    extra_body: dict[str, Any] = Field(default_factory=dict)
-
-
-# Search fee per local search (tools.search_fee): "web" charges what a web search with its
+# Search fee per local search (settings `costs.search_fee`): "web" charges what a web search with its
 # page extractions costs (upstream's training charge: one search + WEB_PAGES_PER_SEARCH pages);
 # "tokens" the query's tokens at the orchestrator's input price; "none" nothing (web fallbacks
 # the retriever reports are charged in every mode).
 SEARCH_FEES = ("web", "tokens", "none")
 WEB_PAGES_PER_SEARCH = 30
-# Code fee per sandbox run (tools.code_fee): "seconds" charges its wall time at
+# Code fee per sandbox run (settings `costs.code_fee`): "seconds" charges its wall time at
 # fees.code_per_second (the paper's price); "none" nothing.  Wall time differs run to run and
 # machine to machine: where every correct rollout of a group made the same calls, the group's
 # min-max normalisation turns that microsecond noise into the whole [0, 1] cost coordinate.
 CODE_FEES = ("seconds", "none")
+
+
+def _rejected_errors() -> tuple[type[Exception], ...]:
+    try:
+        from retrieval.client import RetrievalRejected
+    except ImportError:   # retrieval's dependencies not installed: no retriever can raise it
+        return (ProviderRejected,)
+    return (ProviderRejected, RetrievalRejected)
+
+
+# Requests refused as such (not the weather): they end the episode, naming the refusal.
+REJECTED = _rejected_errors()
 
 
 def _default_llm(*args, **kwargs):
@@ -68,38 +66,37 @@ def _default_sandbox(code: str, timeout: float):
 
 @dataclass
 class ToolRuntime:
-    """Everything a tool call needs; one per run, shared by concurrent episodes (thread-safe)."""
+    """Everything a tool call needs; one per run, shared by concurrent episodes (thread-safe).
+
+    Built by orchestrator/setup.py `build_runtime` from a profile's settings section
+    (orchestrator/settings.py), never by hand in a script: `sections` holds the profile's
+    section of each episode kind the run plays (QA tools read `qa`, `call_expert` reads `tau2`).
+    """
 
     catalog: Catalog
-    profile: str | None = None
+    # episode kind -> its settings section (orchestrator/settings.py EPISODE_SETTINGS)
+    sections: dict[str, Any] = field(default_factory=lambda: {"qa": QASettings(), "tau2": Tau2Settings()})
+    serve: str | None = None        # tools.json `profiles` entry: which model answers for each alias model
     retriever: Retriever | None = None
     prompts: Prompts = field(default_factory=Prompts.load)
     budgets: Budgets = field(default_factory=Budgets)
     override_model: str | None = None   # "basic tools" mode: every alias served by this model
-    topk: int = 3
-    code_timeout: float = 60.0
-    expert_max_tokens: int = 512
-    expert_temperature: float = 0.0
-    experts: dict[str, ExpertSettings] = field(default_factory=dict)   # by model (or "default")
-    send_eid: bool = False          # pass the task id as the retriever's `eid` (per-question pools)
-    search_fee: str = "none"        # one of SEARCH_FEES
-    code_fee: str = "seconds"       # one of CODE_FEES
     llm: Callable[..., Any] = _default_llm
     run_code: Callable[[str, float], Any] = _default_sandbox
 
-    def __post_init__(self) -> None:
-        if self.search_fee not in SEARCH_FEES:
-            raise ValueError(f"search_fee: {self.search_fee!r} is not one of {SEARCH_FEES}")
-        if self.code_fee not in CODE_FEES:
-            raise ValueError(f"code_fee: {self.code_fee!r} is not one of {CODE_FEES}")
+    def section(self, kind: str):
+        if kind not in self.sections:
+            raise ValueError(f"this runtime has no {kind!r} settings (it has {sorted(self.sections)}); "
+                             f"build it with orchestrator.setup.build_runtime for that episode kind")
+        return self.sections[kind]
 
-    def settings(self, model: str) -> ExpertSettings:
-        """How expert `model` is called: its `experts` entry, else "default", else the scalar fields."""
-        found = self.experts.get(model) or self.experts.get("default")
-        if found is not None:
-            return found
-        return ExpertSettings(max_tokens=self.expert_max_tokens, temperature=self.expert_temperature,
-                              context_tokens=self.budgets.context_tokens, code_tokens=self.budgets.context_tokens)
+    @property
+    def qa(self) -> QASettings:
+        return self.section("qa")
+
+    def expert(self, model: str, kind: str = "qa") -> ExpertSettings:
+        """How expert `model` is called in `kind` episodes: its `experts` entry, else "default"."""
+        return self.section(kind).expert(model)
 
     def tool_schemas(self, catalog: Catalog, tools: list) -> list[dict]:
         """The function schemas the orchestrator sees: upstream's text and order under an
@@ -110,15 +107,16 @@ class ToolRuntime:
         return catalog.openai_tools(tools=tools)
 
     def served(self, model: str) -> str:
-        return self.override_model or self.catalog.served_model(model, self.profile)
+        return self.override_model or self.catalog.served_model(model, self.serve)
 
     def call(self, tool_name: str, alias: str, state: EpisodeState, catalog: Catalog | None = None) -> tuple[ExpertCall, str | None]:
         """Run one validated call; return what happened and the final answer (answer tool only).
 
         Failures (the expert's server, the sandbox, the retriever) are recorded in
-        `ExpertCall.error`; they never end the episode by themselves.  Except one: a
-        request the provider rejects (ProviderRejected: an unsupported parameter, a wrong
-        key) is raised, since no choice of the orchestrator can fix it.
+        `ExpertCall.error`; they never end the episode by themselves.  Except a request the
+        provider or the retrieval service rejects (ProviderRejected: an unsupported parameter,
+        a wrong key; RetrievalRejected: an unknown eid, a bad filter): it is raised, since no
+        choice of the orchestrator can fix it.
         """
         catalog = catalog or self.catalog
         tool = catalog.tool(tool_name)
@@ -135,7 +133,7 @@ class ToolRuntime:
                 answer = self._answer(call, state, catalog)
             else:
                 raise ValueError(f"tool kind {tool.kind!r} is not a QA tool")
-        except ProviderRejected:
+        except REJECTED:
             raise
         except Exception as exc:  # recorded, not fatal: the orchestrator may try another tool
             call.error = f"{type(exc).__name__}: {exc}"
@@ -152,7 +150,7 @@ class ToolRuntime:
         started = time.monotonic()
         proposal = None
         try:
-            response = self._ask(call, messages, catalog, tools=tools)
+            response = self.ask(call, messages, catalog, kind="tau2", tools=tools)
             calls = response.tool_calls or parse_tool_calls(response.text)[1]
             if not calls:
                 raise ValueError(f"the expert proposed no tool call: {response.text[:200]!r}")
@@ -166,8 +164,11 @@ class ToolRuntime:
         return call, proposal
 
     # ---- the three tools ---------------------------------------------------------------
-    def _ask(self, call: ExpertCall, messages: list[dict], catalog: Catalog, **kwargs) -> LLMResponse:
-        settings = self.settings(call.model)
+    def ask(self, call: ExpertCall, messages: list[dict], catalog: Catalog, kind: str = "qa",
+            **kwargs) -> LLMResponse:
+        """One expert call for `call.model`, with that expert's settings in `kind` episodes; its
+        usage and dollars added to `call`."""
+        settings = self.expert(call.model, kind)
         if settings.extra_body:
             kwargs["extra_body"] = settings.extra_body
         response = self.llm(self.served(call.model), messages, temperature=settings.temperature,
@@ -178,20 +179,19 @@ class ToolRuntime:
 
     def _ask_expert(self, call: ExpertCall, prompt: str, catalog: Catalog, system: str = "") -> str:
         messages = [{"role": "system", "content": system}] if system else []
-        return self._ask(call, messages + [{"role": "user", "content": prompt}], catalog).text
+        return self.ask(call, messages + [{"role": "user", "content": prompt}], catalog).text
 
     def _context(self, state: EpisodeState, model: str) -> str:
         if self.prompts.style.startswith("upstream"):
             from orchestrator.upstream_prompts import expert_context_upstream
-            return expert_context_upstream(state, self.settings(model), TokenCounter())
-        if not self.experts:
-            return expert_context(state, self.budgets, TokenCounter())
-        return expert_context(state, self.budgets, TokenCounter(), room=self.settings(model).context_tokens)
+            return expert_context_upstream(state, self.expert(model), TokenCounter())
+        return expert_context(state, self.budgets, TokenCounter(), room=self.expert(model).context_tokens)
 
     def _search_fee(self, query: str, catalog: Catalog) -> float:
-        if self.search_fee == "web":
+        fee = self.qa.costs.search_fee
+        if fee == "web":
             return catalog.search_cost(web_searches=1, pages=WEB_PAGES_PER_SEARCH)
-        if self.search_fee == "tokens" and catalog.orchestrator_price_model:
+        if fee == "tokens" and catalog.orchestrator_price_model:
             price = catalog.price(catalog.orchestrator_price_model)
             return price.input * TokenCounter().count(query) / 1_000_000
         return 0.0
@@ -199,41 +199,49 @@ class ToolRuntime:
     def _search(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> None:
         if self.retriever is None:
             raise RuntimeError("no retriever configured: start the retrieval service or pass --index")
+        search, retrieval = self.qa.search, self.qa.retrieval
         reply = self._ask_expert(call, self.prompts.render(
             "expert_search", question=state.question, context=self._context(state, call.model)), catalog)
-        query = extract_query(reply, fallback=state.question)
-        if self.send_eid and state.task_id is not None:
-            result = self.retriever.retrieve([query], self.topk, eid=state.task_id)
-        else:
-            result = self.retriever.retrieve([query], self.topk)
+        query = extract_query(reply, fallback=state.question if search.query_fallback == "question" else reply)
+        if len(query) < search.min_query_chars:
+            call.output = f"query {query!r} is shorter than {search.min_query_chars} characters: no search"
+            return
+        filters = {"eid": state.task_id if retrieval.send_eid else None,
+                   "min_score": retrieval.min_score, "min_length": retrieval.min_length}
+        result = self.retriever.retrieve([query], retrieval.topk, **{k: v for k, v in filters.items() if v is not None})
         docs = [Document(id=str(h["document"]["id"]), contents=h["document"]["contents"],
                          source=h["document"].get("source", "local")) for h in result[0]]
         # web fallback fees, as the retriever reports them (RetrievalClient's `Retrieved`)
         call.cost += catalog.search_cost(web_searches=getattr(result, "web_searches", 0),
                                          pages=getattr(result, "pages", 0))
         call.cost += self._search_fee(query, catalog)
-        new = state.add_documents(docs)
+        new = state.add_documents(docs[::-1] if search.doc_order == "reverse" else docs, by=search.dedupe)
         listing = "".join(f"\n[{d.id}{' web' if d.source == 'web' else ''}] {d.contents[:200]}" for d in docs)
         call.output = f"query: {query!r}; {len(docs)} documents ({new} new){listing}"
 
     def _code(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> None:
+        code_settings = self.qa.code
         reply = self._ask_expert(call, self.prompts.render(
             "expert_code", question=state.question, context=self._context(state, call.model)), catalog)
-        code = extract_code(reply)
+        code = extract_code(reply, last=code_settings.block == "last")
         if code is None:
             call.output = "the expert wrote no ```python block"
             return
-        result = self.run_code(code, self.code_timeout)
-        if self.code_fee == "seconds":
+        result = self.run_code(code, code_settings.timeout)
+        if self.qa.costs.code_fee == "seconds":
             call.cost += catalog.code_cost(result.duration_s)
-        output = result.stdout if result.exit_code == 0 else f"{result.stdout}\n[exit {result.exit_code}] {result.stderr[-1000:]}"
-        if result.timed_out:
-            output += f"\n[timed out after {self.code_timeout:g} s]"
-        state.code_blocks.append(CodeBlock(code=code, output=output.strip()))
+        if code_settings.output == "stdout":
+            output = result.stdout
+        else:
+            output = result.stdout if result.exit_code == 0 else f"{result.stdout}\n[exit {result.exit_code}] {result.stderr[-1000:]}"
+            if result.timed_out:
+                output += f"\n[timed out after {code_settings.timeout:g} s]"
+        if output.strip() or code_settings.keep_empty:
+            state.code_blocks.append(CodeBlock(code=code, output=output.strip()))
         call.output = output.strip()[:2000]
 
     def _answer(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> str:
-        fmt = self.settings(call.model).answer_format
+        fmt = self.expert(call.model).answer_format
         if fmt == "auto":
             fmt = answer_style(self.served(call.model))
         name = f"expert_answer_{fmt}"

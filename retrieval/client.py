@@ -28,6 +28,12 @@ class RetrievalError(RuntimeError):
     """Retrieval failed: a bad request (not retried) or every attempt failed."""
 
 
+class RetrievalRejected(RetrievalError):
+    """The service refused the request itself (HTTP 4xx: an unknown `eid`, a bad filter, a
+    too-long query).  The same request cannot succeed on retry, and no choice of the
+    orchestrator can fix it: callers end the task with it instead of feeding it back."""
+
+
 class _Transient(Exception):
     """A failure worth retrying on another replica."""
 
@@ -99,7 +105,7 @@ class RetrievalClient:
         try:
             hits, usage = self._service.retrieve(batch)
         except QueryError as err:
-            raise RetrievalError(str(err)) from None
+            raise RetrievalRejected(str(err)) from None
         return Retrieved(hits, usage["web_searches"], usage["pages"])
 
     def _next_url(self) -> str:
@@ -129,7 +135,7 @@ class RetrievalClient:
                 message = resp.json().get("error") or resp.text
             except ValueError:
                 message = resp.text
-            raise RetrievalError(f"{url} rejected the request (HTTP {resp.status_code}): {message[:500]}")
+            raise RetrievalRejected(f"{url} rejected the request (HTTP {resp.status_code}): {message[:500]}")
         return resp.json()
 
     def _failed(self, url: str) -> None:

@@ -31,13 +31,19 @@ class ConfigError(ValueError):
     """A config file or override that does not fit the schema; the message names the key."""
 
 
-# keys that were replaced: the error says what to write instead
-_RENAMED = {"algorithm.mini_batches": "algorithm.ppo_mini_batch_size (per-turn samples per optimizer step, "
-                                      "upstream 16; 0 = the whole step in one optimizer step)"}
+# settings that live in the profile (`tools.profile`, configs/profiles/), not in a training config
+IN_PROFILE = {"tools.topk": "qa.train.retrieval.topk", "tools.expert_max_tokens": "qa.train.experts.default.max_tokens",
+              "tools.search_fee": "qa.train.costs.search_fee", "tools.code_fee": "qa.train.costs.code_fee",
+              "tools.code_timeout": "qa.train.code.timeout", "rollout.tau2_user_model": "tau2.train.user.model",
+              "rollout.tau2_user_max_tokens": "tau2.train.user.max_tokens",
+              "rollout.tau2_max_steps": "tau2.train.max_steps", "reward.judge_model": "qa.train.judge.model"}
 
 
-def _renamed(key: str) -> str:
-    return f" ({key} was replaced by {_RENAMED[key]})" if key in _RENAMED else ""
+def _in_profile(key: str) -> str:
+    if key not in IN_PROFILE:
+        return ""
+    return (f" ({key} is a profile setting: write {IN_PROFILE[key]} in the profile `tools.profile` names, "
+            f"configs/profiles/*.yaml or a YAML file of your own that `extends:` one)")
 
 
 @dataclass
@@ -85,30 +91,23 @@ class RolloutConfig:
     max_string_chars: int = ARG_MAX_CHARS   # constrained function calls (tau2): longest string argument
     concurrency: int = 64               # episodes in flight (threads); tool calls overlap
     tau2_user: Literal["simulator", "solo"] = "simulator"   # tau2 tasks: tau2's user simulator (upstream) | no user
-    tau2_user_model: str = "smollm2-135m"   # the user simulator (configs/models.yaml); upstream: gpt-5
-    tau2_max_steps: int = 40            # tau2 max_steps per conversation (every message counts); upstream 40
-    tau2_user_max_tokens: int = 512     # the user simulator's reply cap (upstream's gpt-5 user: none)
 
 
 @dataclass
 class ToolsConfig:
     catalog: str | None = None          # tools.json; None = the repository's
-    profile: str | None = None          # tools.json profile mapping alias models to served ones
+    profile: str = "default"            # the settings profile (configs/profiles/NAME.yaml or a path): its
+                                        # qa.train / tau2.train sections give experts, judge, retrieval, costs
+    serve: str | None = None            # tools.json serving map; null: the profile's `serve`
     prompts: str | None = None          # prompt folder overriding orchestrator/prompts
     index: str | None = None            # local retrieval index folder (RetrievalClient.in_process)
     retrieval_url: str | None = None    # or a running /retrieve service
-    topk: int = 3                       # documents per search (upstream training: 30)
-    expert_max_tokens: int = 512
-    search_fee: Literal["web", "tokens", "none"] = "none"   # per local search: web-search fee equivalent | query tokens | 0
-    code_fee: Literal["seconds", "none"] = "seconds"   # per sandbox run: wall time x fees.code_per_second | 0
-    code_timeout: float = 60.0
     memoize_experts: bool = False       # cache expert replies by (served model, prompt): greedy experts only
 
 
 @dataclass
 class RewardConfig:
     judge: Literal["exact", "contains", "llm"] = "exact"   # QA outcome: rules only, +whole-word match, +LLM judge
-    judge_model: str | None = None      # for judge: llm
 
 
 @dataclass
@@ -221,7 +220,7 @@ def _field_type(cls, parts: list[str], key: str):
         hints = typing.get_type_hints(tp)
         if part not in hints:
             where = ".".join(parts[:i]) or "the top level"
-            raise ConfigError(f"{key}: unknown key {part!r} in {where}; known: {sorted(hints)}{_renamed(key)}")
+            raise ConfigError(f"{key}: unknown key {part!r} in {where}; known: {sorted(hints)}{_in_profile(key)}")
         tp = hints[part]
     return tp
 
@@ -235,7 +234,7 @@ def from_dict(cls, data: Any, where: str):
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(data) - set(hints))
     if unknown:
-        hint = "".join(_renamed(f"{where}.{k}" if where else k) for k in unknown)
+        hint = "".join(_in_profile(f"{where}.{k}" if where else k) for k in unknown)
         raise ConfigError(f"{where + ': ' if where else ''}unknown key(s) {unknown}; known: {sorted(hints)}{hint}")
     values = {}
     for name, tp in hints.items():
@@ -318,8 +317,6 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.algorithm.correct_sample_boost < 0:
         raise ConfigError(f"algorithm.correct_sample_boost: must be >= 0 (0: off, the paper's form; upstream 0.1), "
                           f"got {cfg.algorithm.correct_sample_boost}")
-    if cfg.reward.judge == "llm" and not cfg.reward.judge_model:
-        raise ConfigError("reward.judge_model: required when reward.judge is 'llm' (an LLM_CALL model name)")
     if cfg.trainer.total_steps < 0 or cfg.trainer.epochs < 1:
         raise ConfigError(f"trainer.total_steps must be >= 0 and trainer.epochs >= 1, got "
                           f"{cfg.trainer.total_steps}, {cfg.trainer.epochs}")

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from orchestrator.context import EpisodeState, TokenCounter
 from orchestrator.episodes.base import LoopConfig, Task, take_turn, task_catalog
-from orchestrator.gateway.errors import ProviderRejected
 from orchestrator.prompt_style import turn_messages
 from orchestrator.records import Rollout
-from orchestrator.runtime import ToolRuntime
+from orchestrator.runtime import REJECTED, ToolRuntime
 from orchestrator.toolcall import ToolCallError, allowed_call_strings, validate_alias_call
 
 
@@ -20,14 +19,17 @@ def run_qa_episode(task: Task, policy, runtime: ToolRuntime, config: LoopConfig,
                    counter: TokenCounter | None = None) -> Rollout:
     """Run the QA loop on one task and return the recorded rollout."""
     catalog = task_catalog(runtime.catalog, task)
-    qa_tools = [t for t in catalog.tools if t.kind in ("search", "code", "answer")]
-    allowed = {t.name: list(t.aliases) for t in qa_tools}
-    schemas = runtime.tool_schemas(catalog, qa_tools)
-    choices = allowed_call_strings(allowed) if config.constrained else None
+    # no retriever: no search tool to offer (every call of it would fail)
+    kinds = ("search", "code", "answer") if runtime.retriever is not None else ("code", "answer")
+    offered = _Offer([t for t in catalog.tools if t.kind in kinds], runtime, catalog, config)
     counter = counter or TokenCounter(getattr(getattr(policy, "engine", None), "tokenizer", None))
     state = EpisodeState(task.question, task_id=task.id)
     rollout = Rollout(task_id=task.id)
+    single_search = runtime.qa.search.single_search
     for index in range(config.max_turns):
+        if single_search and state.documents:   # upstream's FRAMES: search withdrawn once documents exist
+            offered = offered.without("search")
+        allowed, schemas, choices = offered.allowed, offered.schemas, offered.choices
         messages = turn_messages(state, runtime.prompts, config.budgets, counter)
         taken = take_turn(policy, messages, schemas, index, catalog, config, rollout, choices=choices)
         if taken is None:
@@ -45,7 +47,7 @@ def run_qa_episode(task: Task, policy, runtime: ToolRuntime, config: LoopConfig,
         turn.valid = True
         try:
             turn.expert, answer = runtime.call(calls[0].name, alias, state, catalog)
-        except ProviderRejected as exc:   # not the orchestrator's to fix: the episode ends with it
+        except REJECTED as exc:   # not the orchestrator's to fix: the episode ends with it
             rollout.stop_reason = f"error: {exc}"
             return rollout
         if catalog.tool(calls[0].name).kind == "answer" and turn.expert.error is None:
@@ -53,3 +55,18 @@ def run_qa_episode(task: Task, policy, runtime: ToolRuntime, config: LoopConfig,
             return rollout
     rollout.stop_reason = "max_turns"
     return rollout
+
+
+class _Offer:
+    """The tools offered this turn: their aliases, schemas and (constrained decoding) call strings."""
+
+    def __init__(self, tools, runtime: ToolRuntime, catalog, config: LoopConfig):
+        self.tools, self._runtime, self._catalog, self._config = tools, runtime, catalog, config
+        self.allowed = {t.name: list(t.aliases) for t in tools}
+        self.schemas = runtime.tool_schemas(catalog, tools)
+        self.choices = allowed_call_strings(self.allowed) if config.constrained else None
+
+    def without(self, kind: str) -> "_Offer":
+        if not any(t.kind == kind for t in self.tools):
+            return self
+        return _Offer([t for t in self.tools if t.kind != kind], self._runtime, self._catalog, self._config)

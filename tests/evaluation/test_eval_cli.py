@@ -50,7 +50,7 @@ def env(tmp_path, backend, monkeypatch, capsys):
 
 def run(script, env, *args, subprocess_run=False):
     """The script as a user runs it (subprocess), or its main() in this process (faster)."""
-    argv = ["--tools", str(env["tools"]), "--profile", "mock", "--model", "mock-orch", "--judge-model", "mock-judge",
+    argv = ["--tools", str(env["tools"]), "--profile", "default", "--serve", "mock", "--model", "mock-orch", "--judge-model", "mock-judge",
             "--no-progress", *map(str, args)]
     if subprocess_run:
         return subprocess.run([sys.executable, str(REPO / "evaluation" / script), *argv], capture_output=True,

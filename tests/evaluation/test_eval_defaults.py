@@ -37,7 +37,7 @@ def test_with_keys_and_paper_profile_the_papers_setting(monkeypatch):
     for extra in ([], ["--profile", "paper"]):
         args, line = resolved("hle", "--data", "hle.jsonl", "--model", "Qwen3-8B", *extra)
         assert args.profile == "paper" and args.constrained is False
-        # configs/eval_profiles.yaml's paper section: upstream's 12k orchestrator tokens, per-expert budgets
+        # configs/profiles/paper.yaml qa.hle: upstream's 12k orchestrator tokens, per-expert budgets
         assert (args.max_turns, args.max_tokens, args.expert_max_tokens) == (50, 12000, None)
         assert args.concurrency == 16 and args.judge_model == "gpt-5" and args.judge_style == "upstream"
         assert "profile budgets" in line

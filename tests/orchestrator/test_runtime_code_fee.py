@@ -9,6 +9,7 @@ from orchestrator.catalog import load_catalog
 from orchestrator.context import EpisodeState
 from orchestrator.records import LLMResponse, Usage
 from orchestrator.runtime import ToolRuntime
+from orchestrator.settings import CostSettings, QASettings
 
 
 def _runtime(code_fee: str, seconds: float) -> ToolRuntime:
@@ -18,7 +19,8 @@ def _runtime(code_fee: str, seconds: float) -> ToolRuntime:
     def run_code(code, timeout):
         return SimpleNamespace(stdout="2\n", stderr="", exit_code=0, timed_out=False, duration_s=seconds)
 
-    return ToolRuntime(catalog=load_catalog(), llm=llm, run_code=run_code, code_fee=code_fee)
+    return ToolRuntime(catalog=load_catalog(), llm=llm, run_code=run_code,
+                       sections={"qa": QASettings(costs=CostSettings(code_fee=code_fee))})
 
 
 def test_code_fee_seconds_charges_wall_time_and_none_charges_tokens_only():
@@ -35,6 +37,10 @@ def test_code_fee_seconds_charges_wall_time_and_none_charges_tokens_only():
     assert costs["none", 2.0] == costs["none", 3.0] == pytest.approx(tokens)   # wall time no longer enters
 
 
-def test_unknown_code_fee_is_named():
-    with pytest.raises(ValueError, match="code_fee: 'wall'"):
-        _runtime("wall", 1.0)
+def test_unknown_code_fee_in_a_profile_is_named(tmp_path):
+    from orchestrator.settings import ProfileError, load_profile
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("extends: default\nqa:\n  train:\n    costs: {code_fee: wall}\n")
+    with pytest.raises(ProfileError, match=r"mine.yaml: qa.train.costs.code_fee: Input should be 'seconds' or 'none'"):
+        load_profile(mine)

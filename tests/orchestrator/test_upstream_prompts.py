@@ -23,7 +23,8 @@ from orchestrator.context import (
 )
 from orchestrator.prompt_style import turn_messages
 from orchestrator.records import LLMResponse
-from orchestrator.runtime import ExpertSettings, ToolRuntime
+from orchestrator.runtime import ToolRuntime
+from orchestrator.settings import ExpertSettings, QASettings
 from orchestrator.upstream_prompts import (
     expert_context_upstream,
     extract_answer_upstream,
@@ -131,7 +132,7 @@ def _runtime(style, experts, replies):
         return LLMResponse(model=model, text=replies.get(model, ""))
     catalog = load_catalog()
     prompts = Prompts.load(UPSTREAM_PROMPTS_DIR / style.removeprefix("upstream-"), style=style)
-    return ToolRuntime(catalog=catalog, prompts=prompts, experts=experts, llm=llm), seen
+    return ToolRuntime(catalog=catalog, prompts=prompts, sections={"qa": QASettings(experts=experts)}, llm=llm), seen
 
 
 def test_expert_prompts_equal_upstream_construction():

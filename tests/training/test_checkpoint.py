@@ -102,7 +102,7 @@ def test_rng_state_round_trips():
 def test_trainer_refuses_a_mismatched_or_corrupt_latest_checkpoint(tmp_path, train_world):
     from _train_world import fake_runtime, overrides
     from training.config import load_config
-    from training.train import run
+    from training.session import run
 
     policy, tasks = train_world
     config = lambda **kw: load_config(None, overrides(tmp_path, policy, tasks, **kw))  # noqa: E731
@@ -121,7 +121,7 @@ sys.path[:0] = [{root!r}, {tests!r}]
 from pathlib import Path
 from _train_world import fake_runtime, overrides
 from training.config import load_config
-from training.train import run
+from training.session import run
 root, policy, tasks = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 cfg = load_config(None, overrides(root, policy, tasks, **{{"trainer.total_steps": 50, "trainer.save_every": 100}}))
 run(cfg, runtime=fake_runtime(expert_delay=0.5))

@@ -21,7 +21,7 @@ def _cfg(tmp_path, train_world, **extra):
 
 def test_single_process_checkpoint_is_refused_by_the_ray_backend_before_any_actor(tmp_path, train_world, monkeypatch):
     from training.distributed.group import RayPolicy
-    from training.train import run
+    from training.session import run
 
     run(_cfg(tmp_path, train_world), runtime=fake_runtime())
     checkpoint = list_checkpoints(tmp_path / "run" / "checkpoints")[-1]
@@ -60,7 +60,7 @@ def test_ray_checkpoint_is_refused_by_the_single_process_trainer(tmp_path, train
         shutil.copy(path / "model" / "config.json", path / "deepspeed" / "latest")
     verify_checkpoint(path, fingerprint(cfg))
 
-    from training.train import run
+    from training.session import run
     with pytest.raises(CheckpointError) as err:
         run(cfg, runtime=fake_runtime())
     message = str(err.value)

@@ -80,7 +80,7 @@ def test_split_mode_zero2_two_ranks_equal_one_process_and_engine_gets_the_weight
 
     from training.checkpoint import list_checkpoints, verify_checkpoint
     from training.distributed.group import RayPolicy
-    from training.train import run_distributed
+    from training.session import run_distributed
     from training.distributed.weight_sync import digest
     from orchestrator.engines.hf import HFEngine
     from training.metrics_log import read_metrics
@@ -138,7 +138,7 @@ def test_split_mode_zero2_two_ranks_equal_one_process_and_engine_gets_the_weight
 
         # 5. the single-process trainer refuses this checkpoint by name, before loading anything
         from training.checkpoint import CheckpointError
-        from training.train import run
+        from training.session import run
         cfg4 = load_config(None, overrides(tmp_path, policy_dir, tasks, **{"trainer.total_steps": 4}))
         with pytest.raises(CheckpointError, match=r"step-00000003 was written with distributed.backend=ray"):
             run(cfg4, runtime=fake_runtime())

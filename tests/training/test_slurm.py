@@ -193,7 +193,7 @@ if __name__ == "__main__":
     sys.path[:0] = [str(REPO), str(REPO / "tests")]
     from _train_world import fake_runtime
     from training.config import load_config
-    from training.train import run
+    from training.session import run
 
     args = sys.argv[1:]
     i = args.index("--config")

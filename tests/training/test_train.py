@@ -22,7 +22,7 @@ from training.tasks import TaskSampler, load_tasks
 
 
 def _train(tmp_path, train_world, **extra):
-    from training.train import run
+    from training.session import run
 
     policy, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy, tasks, **extra))

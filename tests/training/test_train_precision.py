@@ -58,7 +58,7 @@ def test_precision_table():
 
 
 def test_bfloat16_at_lr_1e6_changes_the_weights_where_bf16_adamw_does_not(train_world, tmp_path):
-    from training.train import load_policy, make_optimizer
+    from training.policy_setup import load_policy, make_optimizer
 
     policy, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy, tasks, **{"model.dtype": "bfloat16", "optim.lr": "1e-6"}))
@@ -83,7 +83,7 @@ def test_bfloat16_at_lr_1e6_changes_the_weights_where_bf16_adamw_does_not(train_
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_a_half_precision_run_trains_and_checkpoints_float32_master_weights(train_world, tmp_path, dtype):
-    from training.train import run
+    from training.session import run
 
     policy, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy, tasks, **{
@@ -101,7 +101,8 @@ def test_float16_scales_the_loss_skips_an_overflowing_step_and_checkpoints_the_s
     """float16: float32 master weights + fp16 autocast + GradScaler.  A step whose scaled
     gradients overflow fp16 (advantages of 1e4 x the initial scale 2^16) leaves the weights
     as they were and halves the scale; the next, ordinary step moves them."""
-    from training.train import LocalLearner, load_policy, make_optimizer
+    from training.learner import LocalLearner
+    from training.policy_setup import load_policy, make_optimizer
 
     policy, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy, tasks, **{"model.dtype": "float16", "trainer.total_steps": 1}))
@@ -138,7 +139,7 @@ def test_float16_step_with_more_mini_batches_than_samples_trains_the_non_empty_o
     """np.array_split leaves empty mini-batches when a step has fewer samples than
     algorithm.mini_batches (after filtering): they are skipped; with a GradScaler an empty
     one would reach unscale_/step without gradients and raise."""
-    from training.train import load_policy, make_optimizer
+    from training.policy_setup import load_policy, make_optimizer
 
     policy, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy, tasks, **{"model.dtype": "float16"}))

@@ -13,6 +13,7 @@ from orchestrator.loop import LoopConfig, run_episode
 from orchestrator.policy import TokenPolicy
 from orchestrator.records import LLMResponse, Usage
 from orchestrator.runtime import ToolRuntime
+from orchestrator.settings import QASettings, RetrievalSettings
 from orchestrator.toolcall import allowed_call_strings
 from training.quickstart.env import (FAVOURED_ALIAS, MAIN_PRESET, PRESETS, PROMPTS_DIR, SEARCH_DEPTH, TOOL_ALIASES,
                                      TRAIN_MIX, UNSEEN_TOOLS, RoutedRuntime, build_world, question_kind,
@@ -130,7 +131,8 @@ def test_warmup_turns_are_exactly_what_the_loop_feeds_and_records(world):
 
     for task, turns in ((lookup, demos[:2]), (arith, demos[2:])):
         engine = Replay(turns)
-        runtime = ToolRuntime(catalog=catalog, retriever=retriever, prompts=prompts, budgets=budgets, topk=1,
+        runtime = ToolRuntime(catalog=catalog, retriever=retriever, prompts=prompts, budgets=budgets,
+                              sections={"qa": QASettings(retrieval=RetrievalSettings(topk=1))},
                               llm=llm, run_code=run_code)
         rollout = run_episode(task, TokenPolicy(engine, "Qwen3-8B"), runtime,
                               LoopConfig(max_turns=2, constrained=True, budgets=budgets))

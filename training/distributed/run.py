@@ -3,8 +3,8 @@
     rollouts (engines on Ray) -> rewards, filters, advantages (train.py's train_step)
     -> PPO update (DeepSpeed ZeRO ranks) -> weight sync (timed) -> log -> checkpoint
 
-`RayLearner` is `training.train.LocalLearner`'s interface (update / save / close, an
-engine, a tokenizer) over a `RayPolicy`; `training.train.train_loop` drives both, so task
+`RayLearner` is `training.learner.LocalLearner`'s interface (update / save / close, an
+engine, a tokenizer) over a `RayPolicy`; `training.session.train_loop` drives both, so task
 sampling, rewards, filters, samples, metrics, checkpoints with auto-resume and
 SIGTERM -> checkpoint + exit 143 are one piece of code.
 """

@@ -241,11 +241,15 @@ def routed_runtime(base: ToolRuntime, indexes: dict[str, Path]) -> RoutedRuntime
     from retrieval.client import RetrievalClient
     from training.rollouts import MemoizedLLM
 
+    from orchestrator.setup import build_runtime
+
     retrievers = {depth: RetrievalClient.in_process(str(path)) for depth, path in indexes.items()}
-    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(ToolRuntime)}
-    llm = fields["llm"]
+    llm = base.llm
     if isinstance(llm, MemoizedLLM):
         llm._llm = UnbatchedExpert(llm._llm)
     else:
-        fields["llm"] = UnbatchedExpert(llm)
-    return RoutedRuntime(**fields, overrides={a: {"retriever": retrievers[d]} for a, d in SEARCH_DEPTH.items()})
+        llm = UnbatchedExpert(llm)
+    return build_runtime(None, base.sections, base.catalog, retriever=base.retriever, prompts=base.prompts,
+                         context_tokens=base.budgets.context_tokens, override_model=base.override_model,
+                         serve=base.serve, llm=llm, run_code=base.run_code, cls=RoutedRuntime,
+                         overrides={a: {"retriever": retrievers[d]} for a, d in SEARCH_DEPTH.items()})

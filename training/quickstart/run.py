@@ -96,7 +96,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
     init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
                              heads=4, seed=cfg.run.seed, local_window=args.local_window or None)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
-                           budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=cfg.tools.topk,
+                           budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=runtime.qa.retrieval.topk,
                            tool_spread=args.tool_spread, spread_to=args.spread_to)
     if args.alias_prior == "per-turn":
         demos = with_own_alias_choices(demos, prompted_alias_choices(demos), floor=args.alias_floor)
@@ -143,7 +143,9 @@ def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judg
     Few episodes run at once (`concurrency`): a tool call's latency is its wall time, and on
     2 cores every extra concurrent expert call would stretch the others'."""
     from evaluation.quickstart_loop import summarise
-    from training.train import _strip_tokens, load_policy, make_engine_for, rollout_loop_config
+    from training.learner import make_engine_for
+    from training.policy_setup import load_policy
+    from training.session import _strip_tokens, rollout_loop_config
 
     model, tokenizer = load_policy(str(model_dir), cfg.model.dtype, cfg.run.device)
     engine = make_engine_for(cfg, model, tokenizer)
@@ -336,7 +338,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_seed(args, seed: int, out: Path) -> dict:
     """The whole quickstart for one seed under `out`; returns its summary (also out/summary.json)."""
-    from training.train import build_runtime, run
+    from training.session import build_runtime, run, train_judge
     from training.rollouts import MemoizedLLM
 
     started, stages = time.monotonic(), {}
@@ -360,7 +362,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
     eval_runtime = routed_runtime(build_runtime(cfg), indexes)
     if not isinstance(eval_runtime.llm, MemoizedLLM):
         eval_runtime.llm = MemoizedLLM(eval_runtime.llm)
-    judge = make_judge(cfg.reward.judge, cfg.reward.judge_model)
+    judge = train_judge(cfg)
     stage("world", t0)
     t0 = time.monotonic()
     warm, taught = prepare_policy(out, cfg, eval_runtime, demo_tasks, args)

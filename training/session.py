@@ -1,0 +1,268 @@
+"""Training's library: set-up from the config and its profile, the step, the loop
+(training/train.py is the script that runs it; docs/training.md).
+
+One step, top to bottom (`train_loop`):
+  1. take `rollout.tasks_per_step` tasks; run G = `rollout.rollouts_per_task` episodes of
+     each concurrently (generation batched, tool calls of different rollouts overlap);
+  2. judge each final answer (outcome 0/1), reward each group with its task's preference
+     vector, drop unfinished rollouts and flat groups, compute group-relative advantages;
+  3. one sample per valid orchestrator turn; clipped PPO + mse KL to the frozen
+     reference; AdamW with grad-norm clipping; the engine takes the new weights;
+  4. log (metrics.jsonl, wandb, console); checkpoint every `trainer.save_every` steps.
+
+The policy learns in this process (training/learner.py `LocalLearner`) or on Ray actors
+(training/distributed/run.py `RayLearner`).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from orchestrator.catalog import load_catalog
+from orchestrator.episodes.base import LoopConfig, Task
+from orchestrator.fail_closed import check_step
+from orchestrator.engines.common import eos_token_ids
+from orchestrator.records import Rollout
+from orchestrator.runtime import ToolRuntime
+from orchestrator.settings import OrchestratorSettings, Profile, ProfileError, load_profile
+from orchestrator.setup import build_runtime as build, load_prompts, loop_config
+from training import checkpoint as ckpt
+from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, save_config, to_dict
+from training.metrics_log import MetricsLogger
+from training.preflight import check_device
+from training.rollouts import MemoizedLLM, Preempted, collect_rollouts, mask_forced_tokens
+from training.samples import build_turn_samples, mini_batch_count
+from training.scoring import make_judge, rollout_metrics, score_groups
+from training.tasks import TaskSampler, load_tasks
+
+
+# ---------------------------------------------------------------------------- set-up pieces
+def train_profile(cfg: TrainConfig) -> Profile:
+    """The settings profile `tools.profile` names (its qa.train and tau2.train sections)."""
+    try:
+        return load_profile(cfg.tools.profile)
+    except ProfileError as exc:
+        raise ConfigError(f"tools.profile: {exc}") from None
+
+
+def rollout_loop_config(cfg: TrainConfig, temperature: float | None = None) -> LoopConfig:
+    """The episode settings: the orchestrator's turns from `rollout.*`, the tau2 user simulator
+    and steps from the profile's `tau2.train` (training rollouts and the quickstart's evaluation)."""
+    turns = OrchestratorSettings(max_turns=cfg.rollout.max_turns, max_tokens=cfg.rollout.max_tokens,
+                                 temperature=cfg.rollout.temperature if temperature is None else temperature,
+                                 context_tokens=cfg.rollout.context_tokens)
+    return loop_config(train_profile(cfg).section("tau2", "train"), orchestrator=turns,
+                       constrained=cfg.rollout.constrained, max_string_chars=cfg.rollout.max_string_chars,
+                       tau2_user=cfg.rollout.tau2_user)
+
+
+def build_runtime(cfg: TrainConfig) -> ToolRuntime:
+    """The tools every rollout calls: catalog, retriever, sandbox, experts (through LLM_CALL), with
+    the profile's `qa.train` and `tau2.train` settings."""
+    profile = train_profile(cfg)
+    sections = {"qa": profile.section("qa", "train"), "tau2": profile.section("tau2", "train")}
+    retriever = None
+    if cfg.tools.index:
+        from retrieval.client import RetrievalClient
+        retriever = RetrievalClient.in_process(cfg.tools.index)
+    elif cfg.tools.retrieval_url:
+        from retrieval.client import RetrievalClient
+        retriever = RetrievalClient([cfg.tools.retrieval_url])
+    runtime = build(profile, sections, load_catalog(cfg.tools.catalog), retriever=retriever,
+                    prompts=load_prompts(sections["qa"], cfg.tools.prompts), context_tokens=cfg.rollout.context_tokens,
+                    serve=cfg.tools.serve)
+    if cfg.tools.memoize_experts:
+        runtime.llm = MemoizedLLM(runtime.llm)
+    return runtime
+
+
+def train_judge(cfg: TrainConfig) -> Callable[[Task, Rollout], bool]:
+    """`reward.judge` with the profile's `qa.train.judge` (model, prompt, budget) for `llm`."""
+    settings = train_profile(cfg).section("qa", "train").judge
+    if cfg.reward.judge == "llm" and not settings.model:
+        raise ConfigError(f"reward.judge: llm needs qa.train.judge.model in the profile {cfg.tools.profile!r} "
+                          f"(an LLM_CALL model name)")
+    return make_judge(cfg.reward.judge, settings.model, style=settings.prompt, max_tokens=settings.max_tokens)
+
+
+def _strip_tokens(rollout: Rollout) -> dict[str, Any]:
+    d = rollout.to_dict()
+    for turn in d["turns"]:
+        for key in ("prompt_ids", "response_ids", "logprobs", "loss_mask"):
+            turn.pop(key, None)
+    return d
+
+
+# ---------------------------------------------------------------------------- the loop
+@dataclass
+class Session:
+    """Everything a run holds, whichever backend learns; built by `open_session`,
+    advanced by `train_step`, driven by `train_loop`."""
+
+    cfg: TrainConfig
+    tasks: list[Task]
+    learner: Any                  # LocalLearner, or training.distributed.run.RayLearner
+    sampler: TaskSampler
+    runtime: ToolRuntime
+    judge: Callable[[Task, Rollout], bool]
+    loop_config: LoopConfig
+    logger: MetricsLogger
+    start_step: int
+    total_steps: int
+
+    def save(self, step: int, data_position: int) -> Path:
+        state = {"rng": ckpt.rng_state(), "data_position": data_position, "step": step,
+                 "wandb_id": self.logger.wandb_id}
+        path = self.learner.save(step, state)
+        self.logger.message(f"checkpoint: {path}")
+        return path
+
+
+def resume_point(cfg: TrainConfig) -> tuple[ckpt.Checkpoint | None, dict[str, Any]]:
+    """The verified checkpoint `run.resume` names (None: start fresh) and its trainer state."""
+    resume_from = ckpt.resolve_resume(cfg.run.resume, Path(cfg.run.dir) / "checkpoints")
+    checkpoint = ckpt.verify_checkpoint(resume_from, fingerprint(cfg)) if resume_from else None
+    return checkpoint, (checkpoint.load_state() if checkpoint else {})
+
+
+def open_session(cfg: TrainConfig, tasks: list[Task], total_steps: int, learner, checkpoint, state: dict[str, Any],
+                 runtime: ToolRuntime | None, judge) -> Session:
+    """Data position, RNG and wandb run from the checkpoint; tools, judge, logger."""
+    sampler = TaskSampler(len(tasks), cfg.run.seed, cfg.data.shuffle)
+    start_step, wandb_id = 0, None
+    if checkpoint:
+        ckpt.set_rng_state(state["rng"])
+        sampler.position, start_step, wandb_id = state["data_position"], checkpoint.step, state.get("wandb_id")
+    run_dir = Path(cfg.run.dir)
+    logger = MetricsLogger(run_dir, config=to_dict(cfg), name=cfg.run.name, project=cfg.logging.project,
+                           wandb_mode=cfg.logging.wandb, wandb_id=wandb_id, console=cfg.logging.console,
+                           resume_step=start_step, total_steps=total_steps)
+    logger.message(f"[bold]config[/] (saved to {run_dir / 'config.yaml'}):\n{dump_yaml(cfg)}")
+    logger.message(f"{len(tasks)} tasks, {total_steps} steps {learner.description}; "
+                   + (f"resuming from {checkpoint.path} (step {start_step})" if checkpoint else "starting fresh"))
+    loop_config = rollout_loop_config(cfg)
+    return Session(cfg, tasks, learner, sampler, runtime or build_runtime(cfg),
+                   judge or train_judge(cfg), loop_config, logger, start_step, total_steps)
+
+
+def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollout]]) -> dict[str, Any]:
+    """Steps 2-6 on one batch of rollout groups: score, filter, samples, PPO update, sync."""
+    cfg = s.cfg
+    # forced tokens were the constraint's choice, not the policy's (each turn records its constraint)
+    mask_forced_tokens(groups, s.learner.tokenizer, eos_token_ids(s.learner.tokenizer, cfg.model.path))
+    scored = score_groups(batch, groups, s.judge, estimator=cfg.algorithm.advantage,
+                          min_group_std=cfg.algorithm.min_group_std, boost=cfg.algorithm.correct_sample_boost)
+    samples = build_turn_samples(scored.rollouts, scored.advantages)
+    update = s.learner.update(samples, step)   # 5-6: also advances the LR schedule when samples is empty
+    rewards = [r for g in scored.rewards for r in g]
+    metrics = {**rollout_metrics(groups), **update, "reward/mean": sum(rewards) / max(1, len(rewards)),
+               "filter/groups_kept": float(scored.groups_kept), "filter/rollouts_kept": float(len(scored.rollouts)),
+               "train/samples": float(len(samples)), "train/tokens": float(sum(sum(x.loss_mask) for x in samples)),
+               "train/optimizer_steps": float(cfg.algorithm.ppo_epochs * mini_batch_count(len(samples), cfg.algorithm.ppo_mini_batch_size)
+                                              if samples else 0),
+               "data/epoch": s.sampler.epoch}
+    if isinstance(s.runtime.llm, MemoizedLLM):
+        metrics["tools/expert_cache_hits"] = float(s.runtime.llm.hits)
+    return metrics
+
+
+def train_loop(s: Session) -> dict[str, Any]:
+    """Steps `start_step`..`total_steps`: rollouts, `train_step`, log, checkpoint; SIGTERM ->
+    checkpoint + exit 143.  Returns the last step's metrics."""
+    cfg, metrics = s.cfg, {}
+    with ckpt.Preemption() as preempt:
+        for step in range(s.start_step, s.total_steps):
+            started, position = time.monotonic(), s.sampler.position
+            batch = [s.tasks[i] for i in s.sampler.take(cfg.rollout.tasks_per_step)]
+            try:   # 1. rollouts
+                with s.logger.progress(f"step {step + 1} rollouts", len(batch)) as bar:
+                    job = bar.add_task("rollouts", total=len(batch) * cfg.rollout.rollouts_per_task)
+                    groups = collect_rollouts(
+                        batch, s.learner.engine, s.runtime, s.loop_config,
+                        rollouts_per_task=cfg.rollout.rollouts_per_task, seed=cfg.run.seed, step=step,
+                        price_model=cfg.model.price_model, concurrency=cfg.rollout.concurrency,
+                        should_stop=lambda: preempt.requested, on_done=lambda i, r: bar.advance(job))
+            except Preempted:   # the weights are still those of `step`: save them and the data position
+                s.save(step, position)
+                s.logger.close()
+                os._exit(ckpt.PREEMPTED_EXIT_CODE)   # abandon the running episodes' threads
+            check_step(groups, step + 1)   # fail closed: every call failed for one configuration reason
+            rollout_time = time.monotonic() - started
+            metrics = train_step(s, step, batch, groups)   # 2-6
+            metrics.update({"time/rollout": rollout_time, "time/step": time.monotonic() - started})
+            s.logger.log(step + 1, metrics)   # 7
+            if cfg.logging.rollouts_every and (step + 1) % cfg.logging.rollouts_every == 0:
+                _append_rollouts(Path(cfg.run.dir) / "rollouts.jsonl", step + 1, batch, groups)
+            if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == s.total_steps or preempt.requested:
+                s.save(step + 1, s.sampler.position)
+            if preempt.requested:
+                s.logger.close()
+                os._exit(ckpt.PREEMPTED_EXIT_CODE)
+    return metrics
+
+
+def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
+        judge: Callable[[Task, Rollout], bool] | None = None, make_learner: Callable | None = None) -> dict[str, Any]:
+    """Train as `cfg` says; return the last step's metrics.  `runtime`/`judge` override the
+    config's tools and judge (tests and custom environments).  The policy learns in this
+    process (`distributed.backend: none`) or on Ray actors (`ray`, docs/cluster.md);
+    `make_learner(cfg, checkpoint, state, total_steps)` overrides that choice."""
+    if cfg.distributed.backend != "ray":   # (Ray places the policy on its workers' devices)
+        check_device(cfg.run.device)
+    run_dir = Path(cfg.run.dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    for stale in ckpt.remove_stale_temps(run_dir / "checkpoints"):
+        print(f"removed {stale}: the temporary folder of a save that was killed", file=sys.stderr)
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    # the schedule counts training steps, also those whose batch was filtered empty
+    warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+    torch.manual_seed(cfg.run.seed)
+    tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
+    total_steps = cfg.trainer.total_steps or cfg.trainer.epochs * max(1, len(tasks) // cfg.rollout.tasks_per_step)
+    checkpoint, state = resume_point(cfg)
+    if make_learner is None and cfg.distributed.backend == "ray":   # same config, placed on Ray (docs/cluster.md)
+        from training.distributed.run import RayLearner
+        make_learner = RayLearner.start
+    if make_learner is None:
+        from training.learner import LocalLearner
+        make_learner = LocalLearner
+    learner = make_learner(cfg, checkpoint, state, total_steps)
+    try:
+        s = open_session(cfg, tasks, total_steps, learner, checkpoint, state, runtime, judge)
+        metrics = train_loop(s)
+    finally:
+        learner.close()
+    s.logger.close()
+    return metrics
+
+
+def run_distributed(cfg, dist=None, *, runtime=None,
+                    judge: Callable[[Task, Rollout], bool] | None = None, policy=None) -> dict[str, Any]:
+    """`run` with the Ray actors `cfg.distributed` (or `dist`, a DistributedConfig) describes.
+
+    `runtime`/`judge` override the config's tools and judge (tests); `policy`: an already
+    started RayPolicy to use (and leave running), else one is started and shut down here.
+    """
+    from training.distributed.run import RayLearner
+
+    return run(cfg, runtime=runtime, judge=judge, make_learner=lambda c, checkpoint, state, total: RayLearner.start(
+        c, checkpoint, state, total, dist=dist, policy=policy))
+
+
+def _append_rollouts(path: Path, step: int, tasks: list[Task], groups: list[list[Rollout]]) -> None:
+    import json
+
+    with path.open("a") as f:
+        for task, group in zip(tasks, groups):
+            for r in group:
+                f.write(json.dumps({"step": step, "question": task.question, "reference": task.answer,
+                                    **_strip_tokens(r)}) + "\n")
