@@ -29,6 +29,15 @@ def error_signature(record: dict) -> str | None:
     return _VOLATILE.sub("#", text).strip()
 
 
+def _shown(record: dict, signature: str) -> str:
+    """The error as the last task met it (its own numbers and addresses, which the signature
+    blanks), for the stop line; a provider rejection as its signature."""
+    if _REJECTED.search(str(record.get("error") or "")):
+        return signature
+    text = re.sub(r" \(after \d+ turns\)$", "", str(record.get("error") or "").strip())
+    return text if len(text) <= 600 else text[:600] + " ..."
+
+
 class ErrorStreak:
     """Counts consecutive error records with one signature; `limit` 0 never stops."""
 
@@ -50,6 +59,6 @@ class ErrorStreak:
                 return None
             self.count += 1
             if self.limit and self.count >= self.limit:
-                return (f"stopped: the last {self.count} tasks failed with the same error: {sig} "
+                return (f"stopped: the last {self.count} tasks failed with the same error: {_shown(record, sig)} "
                         f"(fix it, then continue with --resume --retry-errors; --stop-after-errors 0 never stops)")
             return None

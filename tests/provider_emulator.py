@@ -105,8 +105,10 @@ class ProviderEmulator(MockBackend):
 
     def __init__(self, answers: dict[str, str], plan=(("search", "search-1"), ("enhance_reasoning", "reasoner-3"),
                                                       ("answer", "answer-1")),
-                 reject_models: set[str] | None = None, doc_chars: int = 3000, answer_prefix: str = "", **kw: Any):
+                 reject_models: set[str] | None = None, doc_chars: int = 3000, answer_prefix: str = "",
+                 eids: set[str] | None = None, **kw: Any):
         super().__init__(answers=answers, **kw)
+        self.eids = eids                        # eid whitelists it has (None: no eid file, as our server)
         self.plan = list(plan)
         self.reject_models = reject_models or set()
         self.doc_chars = doc_chars
@@ -215,6 +217,12 @@ class ProviderEmulator(MockBackend):
         async def retrieve(request: Request):
             body = await request.json()
             self.retrievals.append(body)
+            eid = body.get("eid")
+            if eid is not None and (self.eids is None or eid not in self.eids):   # retrieval/searcher.py's 422s
+                why = ("this server has no eid whitelists; start it with --eid-file" if self.eids is None
+                       else f"unknown eid {eid[:100]!r}; it is not a key of the eid file")
+                self.rejected.append({"model": "retrieval", "status": 422, "message": f"eid: {why}"})
+                return JSONResponse({"error": f"eid: {why}"}, status_code=422)
             k = body.get("topk", 3)
             hits = [[{"document": {"id": f"{body.get('eid', 'doc')}-{i}",
                                    "contents": f"Document {i} about the missing fact. " + "filler " * (self.doc_chars // 7)},

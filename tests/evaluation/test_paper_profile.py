@@ -28,9 +28,9 @@ ANSWERS = {r["question"]: r["answer"] for r in ROWS}
 
 @pytest.fixture()
 def world(tmp_path, monkeypatch, capsys):
-    def start(plan, drop_rules, reject_models, answer_prefix):
+    def start(plan, drop_rules, reject_models, answer_prefix, eids):
         emu = ProviderEmulator(ANSWERS, plan=plan, reject_models=set(reject_models),
-                               answer_prefix=answer_prefix).start()
+                               answer_prefix=answer_prefix, eids=eids).start()
         models = tmp_path / "models.yaml"
         models.write_text(yaml.safe_dump(emulator_registry(emu.root, drop_rules=set(drop_rules))))
         monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(models))
@@ -40,15 +40,17 @@ def world(tmp_path, monkeypatch, capsys):
         return emu, data
     emus = []
 
-    def run(benchmark, plan, *args, drop_rules=frozenset(), reject_models=frozenset(), answer_prefix=""):
+    def run(benchmark, plan, *args, drop_rules=frozenset(), reject_models=frozenset(), answer_prefix="",
+            eids=frozenset(r["id"] for r in ROWS), retriever=None):
         from evaluation.qa_cli import main
 
-        emu, data = start(plan, drop_rules, reject_models, answer_prefix)
+        emu, data = start(plan, drop_rules, reject_models, answer_prefix, None if eids is None else set(eids))
         emus.append(emu)
         out = tmp_path / f"run-{benchmark}-{len(emus)}"
         capsys.readouterr()
         code = main(benchmark, ["--profile", "paper", "--model", "Qwen3-8B", "--data", str(data),
-                                "--retriever", emu.root, "--output", str(out), "--no-progress", "--no-report",
+                                "--retriever", retriever or emu.root, "--output", str(out), "--no-progress",
+                                "--no-report",
                                 *map(str, args)])
         stdout, stderr = capsys.readouterr()
         recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
@@ -107,6 +109,58 @@ def test_frames_paper_profile_runs_with_zero_rejected_requests(world):
     assert llama and all(b["temperature"] == 0.2 and b["max_completion_tokens"] == 40000 for b in llama)
     assert "wrap only the exact answer without any explanation within <answer> and </answer>." in \
         llama[0]["messages"][-1]["content"]
+
+
+@pytest.fixture(scope="module")
+def wiki_server(tmp_path_factory):
+    """Our real retrieval service (uvicorn, FastAPI, a flat index) over a corpus holding the
+    answers, started without an eid file, as a FRAMES wiki server is."""
+    from _retrieval_world import live, write_jsonl
+
+    from retrieval.build_index import build
+    from retrieval.encoders import Encoder
+    from retrieval.searcher import Searcher
+    from retrieval.server import create_app
+    from retrieval.service import RetrievalService
+
+    folder = tmp_path_factory.mktemp("wiki")
+    rows = [{"id": f"w{i}", "contents": f"Fact {i}: the missing fact is {r['answer']}. " + "Background. " * 12}
+            for i, r in enumerate(ROWS)]
+    rows += [{"id": f"w{i}b", "contents": f"{r['answer']} appears here too. " + "More text. " * 12}
+             for i, r in enumerate(ROWS)]
+    build(write_jsonl(folder / "corpus.jsonl", rows), folder / "index", encoder=Encoder(), progress=False)
+    with live(create_app(RetrievalService(Searcher(folder / "index")))) as url:
+        yield url
+
+
+def test_frames_paper_profile_against_our_retrieval_server_gets_documents_for_every_search(world, wiki_server):
+    # FRAMES under the paper profile sends no eid (upstream's wiki server ignores it; ours, with no
+    # eid file, answers 422): every search returns documents, and the search tool is withdrawn after it
+    plan = [("search", "search-3"), ("answer", "answer-3")]
+    r = world("frames", plan, "--concurrency", 1, retriever=wiki_server)
+    assert r.code == 0, r.stderr
+    searches = [t for x in r.records for t in x["turns"] if t["tool"] == "search"]
+    assert len(searches) == len(ROWS) and all(t["error"] is None for t in searches), searches
+    assert all(" documents (" in t["output"] and not t["output"].split("; ")[1].startswith("0 documents")
+               for t in searches), searches
+    assert all(x["status"] == "ok" and x["correct"] for x in r.records), r.records
+    # single search (eval_frames.py:477-482): once documents exist the orchestrator is not offered `search`
+    orch = _by_model(r.emu, "Qwen/Qwen3-8B")
+    later = [b for b in orch if "Doc 1:" in b["messages"][1]["content"]]
+    assert later and all("search" not in {t["function"]["name"] for t in b["tools"]} for b in later)
+    assert all("search" in {t["function"]["name"] for t in b["tools"]} for b in orch if b not in later)
+
+
+def test_hle_eid_rejected_by_the_retrieval_server_stops_the_run_naming_it(world, wiki_server):
+    # HLE sends eid (per-question pools); a server without those pools refuses every search: the
+    # task ends with the refusal (not fed back as "no documents") and the run stops naming it
+    plan = [("search", "search-1"), ("answer", "answer-1")]
+    r = world("hle", plan, "--concurrency", 1, "--judge-model", "exact", retriever=wiki_server)
+    assert r.code == 3
+    assert len(r.records) == 3 and all(x["status"] == "error" for x in r.records), r.records
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("stopped: the last 3 tasks failed with the same error") and "HTTP 422" in last
+    assert "eid: this server has no eid whitelists" in last
 
 
 def test_every_gpt5_call_rejected_stops_the_run_naming_the_error(world):
