@@ -123,7 +123,7 @@ class AlgorithmConfig:
     ppo_mini_batch_size: int = 16       # per-turn samples per optimizer step (upstream: 16); 0 = one step per epoch
     micro_batch_size: int = 8           # samples per forward/backward (gradient accumulation)
     old_logprobs: Literal["recompute", "engine"] = "recompute"
-    correct_sample_boost: float = 0.0   # upstream-only: + this to the advantage where reward >= 1 (upstream: 0.1)
+    correct_sample_boost: float = 0.0   # upstream-only: + this to the advantage where the advantage >= 1 (upstream: 0.1)
 
 
 @dataclass

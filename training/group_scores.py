@@ -60,8 +60,8 @@ def score_group(inputs: Sequence[Mapping[str, Any]], preference: Mapping[str, fl
         min_std: groups whose reward sample std is below this are dropped (paper: 0.1).
         boost: upstream-only "correct-sample advantage boost" (its `correct_sample_advantage_
             boost_value`, 0.1 in its training script; 0 = off, the paper's form): added to the
-            advantage of every rollout whose reward is >= `boost_threshold` (upstream: 1.0,
-            compared with a 1e-5 tolerance).  Only rollouts of kept groups are boosted.
+            advantage of every rollout whose group-normalised advantage is >= `boost_threshold`
+            (upstream: 1.0, compared with a 1e-5 tolerance).  Only rollouts of kept groups are boosted.
     """
     if len(finished) != len(inputs):
         raise ValueError(f"got {len(inputs)} rollouts but {len(finished)} finished flags; pass one per rollout")
@@ -75,5 +75,7 @@ def score_group(inputs: Sequence[Mapping[str, Any]], preference: Mapping[str, fl
         return GroupScore(rewards, [0.0] * g, False, [False] * g)
     advantages = compute_advantages(rewards, [0] * g, estimator).tolist()
     if boost:
-        advantages = [a + boost if r >= boost_threshold - 1e-5 else a for a, r in zip(advantages, rewards)]
+        # upstream compares the *normalised* reward (its token_level_rewards hold the advantage,
+        # main_grpo_quick3.py:88, dp_actor.py:341-346), not the raw preference reward
+        advantages = [a + boost if a >= boost_threshold - 1e-5 else a for a in advantages]
     return GroupScore(rewards, advantages, True, [bool(f) for f in finished])

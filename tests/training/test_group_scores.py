@@ -53,14 +53,18 @@ def test_a_flat_group_is_dropped_and_trains_nothing():
     assert not score.kept and score.trained == [False] * 4 and score.advantages == [0.0] * 4
 
 
-def test_correct_sample_boost_adds_to_rollouts_at_the_threshold_only():
-    # R = [2, 1.75, 1, 0 x5] as in the issue case; threshold 1.0: the three correct ones get +0.1.
+def test_correct_sample_boost_adds_where_the_normalised_advantage_reaches_the_threshold():
+    # R = [2, 1.75, 1, 0 x5]: mean 0.59375, sample std sqrt(5.2421875 / 7) = 0.86538, so
+    # A = [1.6250, 1.3361, 0.4695, -0.6861 x5].  Upstream boosts where the *normalised* reward
+    # (the advantage) is >= 1: the first two get +0.1; the third is correct (R = 1) but A < 1.
     group = [rollout(1, 0.01), rollout(1, 0.02), rollout(1, 0.05)] + [rollout(0, 0.03) for _ in range(5)]
     finished = [True] * 3 + [False] * 5
     plain = score_group(group, {"outcome": 1.0, "cost": 1.0}, finished)
     boosted = score_group(group, {"outcome": 1.0, "cost": 1.0}, finished, boost=0.1)
     diff = [b - a for a, b in zip(plain.advantages, boosted.advantages)]
-    assert diff == pytest.approx([0.1, 0.1, 0.1, 0, 0, 0, 0, 0], abs=1e-6)
+    assert plain.advantages[:3] == pytest.approx([1.40625 / 0.865381, 1.15625 / 0.865381, 0.40625 / 0.865381],
+                                                 abs=1e-4)
+    assert diff == pytest.approx([0.1, 0.1, 0, 0, 0, 0, 0, 0], abs=1e-6)
 
 
 def test_an_unfinished_rollout_cannot_carry_a_positive_outcome():
