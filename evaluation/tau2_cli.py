@@ -1,7 +1,11 @@
 """The tau2-bench command line (run_tau2.py is a thin wrapper over `main`).
 
-    python evaluation/run_tau2.py --domains airline --model Qwen3-8B --user-model gpt-5 ...
+    python evaluation/run_tau2.py --domains airline --model Qwen3-8B --profile paper ...
     python evaluation/run_tau2.py --rescore RESULTS.json [RESULTS.json ...]
+
+Settings come from the profile's `tau2.eval` section (`--profile NAME|path`, default `default`;
+configs/profiles/, orchestrator/settings.py `Tau2Settings`); the budget flags below override
+single values of it, and run_config.json records the section as it ran.
 """
 from __future__ import annotations
 
@@ -10,12 +14,13 @@ import json
 import sys
 from pathlib import Path
 
-from evaluation.cli import (CLIError, add_common_args, check_common, check_profile, content_hash, default_output,
-                            prepare_output, resolve_price_model, use_endpoint)
+from evaluation.cli import (CLIError, add_common_args, check_common, check_serve, content_hash, default_output,
+                            load_run_profile, prepare_output, resolve_price_model, use_endpoint)
 from evaluation.error_streak import ErrorStreak
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, read_records, run_tasks
 from orchestrator.catalog import CatalogError, load_catalog
 from orchestrator.gateway.errors import GatewayConfigError
+from orchestrator.settings import ProfileError, Tau2Settings
 
 
 def check_user_key(model: str) -> None:
@@ -27,8 +32,8 @@ def check_user_key(model: str) -> None:
     entry = load_registry().models.get(model)
     env = entry.key_env() if entry else None
     if entry and env and entry.backend in ("openai", "azure", "anthropic") and not os.environ.get(env):
-        raise CLIError(f"--user-model {model} needs the environment variable {env} (its API key); set it, "
-                       f"or pass another --user-model")
+        raise CLIError(f"--user-model {model} (the user simulator) needs the environment variable {env} (its API "
+                       f"key); set it, or pass another --user-model")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,20 +57,64 @@ def build_parser() -> argparse.ArgumentParser:
                         help="all: domain tools + call_expert; basic: every expert is the orchestrator itself; "
                              "none: domain tools only")
     add_common_args(parser)
-    parser.set_defaults(max_turns=200, temperature=0.0)
+    # None: the profile's tau2.eval value (resolve_settings)
+    parser.set_defaults(max_turns=None, temperature=None, max_tokens=None)
     # In tau2 the cap counts every message (agent, user, environment): tau2's max_steps.
-    parser._option_string_actions["--max-turns"].help = "tau2 max_steps per simulation (default: %(default)s)"
-    u = parser.add_argument_group("tau2")
-    u.add_argument("--user-model", help="user simulator, a configs/models.yaml name (default: gpt-5 under "
-                                        "--profile paper, as upstream; else --model)")
+    parser._option_string_actions["--max-turns"].help = "tau2 max_steps per simulation (default: the profile's)"
+    parser._option_string_actions["--temperature"].help = "orchestrator sampling temperature (default: the profile's)"
+    parser._option_string_actions["--max-tokens"].help = ("completion tokens per orchestrator turn "
+                                                          "(default: the profile's)")
+    u = parser.add_argument_group("tau2 (default: the profile's tau2.eval values)")
+    u.add_argument("--user-model", help="user simulator, a configs/models.yaml name (default: the profile's "
+                                        "user.model, else --model)")
     u.add_argument("--stop-after-errors", type=int, default=3,
                    help="stop when this many tasks in a row fail with the same error (0: never; default %(default)s)")
-    u.add_argument("--user-temperature", type=float, default=0.0)
-    u.add_argument("--expert-max-tokens", type=int, default=1024, help="completion tokens per expert reply")
-    u.add_argument("--max-errors", type=int, default=10, help="tau2: tool errors before a simulation stops")
-    u.add_argument("--seed", type=int, default=300, help="tau2 simulation seed")
+    u.add_argument("--user-temperature", type=float, help="user simulator temperature")
+    u.add_argument("--user-max-tokens", type=int, help="completion tokens per user simulator reply")
+    u.add_argument("--expert-max-tokens", type=int, help="completion tokens per expert reply, every expert")
+    u.add_argument("--max-errors", type=int, help="tau2: tool errors before a simulation stops")
+    u.add_argument("--seed", type=int, help="tau2 simulation seed")
     u.add_argument("--log-level", default="WARNING", help="tau2's log level (loguru)")
     return parser
+
+
+def resolve_settings(args: argparse.Namespace, section: Tau2Settings) -> Tau2Settings:
+    """The profile's tau2.eval section with the flags given on the command line applied (the
+    user simulator defaulting to --model), and `args` filled with the values that run."""
+    orch = section.orchestrator
+    if orch is None:
+        raise CLIError(f"--profile {args.profile or 'default'}: its tau2.eval section has no `orchestrator` "
+                       f"settings (max_tokens, temperature); add them")
+    for flag, value in (("--user-max-tokens", args.user_max_tokens), ("--expert-max-tokens", args.expert_max_tokens),
+                        ("--max-errors", args.max_errors)):   # --max-turns, --max-tokens: check_common
+        if value is not None and value < 1:
+            raise CLIError(f"{flag} must be >= 1, got {value}")
+    for flag, value in (("--temperature", args.temperature), ("--user-temperature", args.user_temperature)):
+        if value is not None and value < 0:
+            raise CLIError(f"{flag} must be >= 0, got {value}")
+    pick = lambda flag, profile: profile if flag is None else flag   # noqa: E731
+    orch = orch.model_copy(update={"max_tokens": pick(args.max_tokens, orch.max_tokens),
+                                   "temperature": pick(args.temperature, orch.temperature)})
+    user = section.user.model_copy(update={"model": args.user_model or section.user.model or args.model,
+                                           "temperature": pick(args.user_temperature, section.user.temperature),
+                                           "max_tokens": pick(args.user_max_tokens, section.user.max_tokens)})
+    experts = section.experts
+    if args.expert_max_tokens:   # one budget for every expert, over the profile's
+        experts = {k: v.model_copy(update={"max_tokens": args.expert_max_tokens})
+                   for k, v in (experts or {"default": section.expert("default")}).items()}
+    settings = section.model_copy(update={
+        "orchestrator": orch, "user": user, "experts": experts, "max_steps": pick(args.max_turns, section.max_steps),
+        "max_errors": pick(args.max_errors, section.max_errors), "seed": pick(args.seed, section.seed)})
+    args.max_turns, args.max_tokens, args.temperature = settings.max_steps, orch.max_tokens, orch.temperature
+    args.user_model, args.user_temperature, args.user_max_tokens = user.model, user.temperature, user.max_tokens
+    args.max_errors, args.seed = settings.max_errors, settings.seed
+    return settings
+
+
+def _shown(path: str) -> str:
+    """A profile file as the run records it: relative to the repository when inside it."""
+    full, repo = Path(path).resolve(), Path(__file__).resolve().parents[1]
+    return str(full.relative_to(repo)) if full.is_relative_to(repo) else str(full)
 
 
 def _pass1(value: float | None) -> str:
@@ -132,26 +181,33 @@ def run(args: argparse.Namespace) -> int:
     price_model = resolve_price_model(args, catalog)
     if args.endpoint:
         use_endpoint(args, out_dir, price_model)
-    check_profile(catalog, args.profile, args.tools)
+    profile = load_run_profile(args)
+    settings = resolve_settings(args, profile.section("tau2", "eval"))
+    check_serve(catalog, args.serve, args.tools)
     task_ids = [t.strip() for t in args.task_ids.split(",")] if args.task_ids else None
     try:
         jobs = load_jobs(domains, task_ids, args.limit)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     print(f"tau2: {len(jobs)} tasks ({', '.join(domains)})")
-    user_model = args.user_model or ("gpt-5" if args.profile == "paper" else args.model)
-    check_user_key(user_model)
+    check_user_key(settings.user.model)
+    orch, user = settings.orchestrator, settings.user
     config = {"benchmark": "tau2", "domains": domains, "model": args.model, "price_model": price_model,
-              "mode": args.mode, "profile": args.profile, "endpoint": args.endpoint, "user_model": user_model,
-              "max_steps": args.max_turns, "max_errors": args.max_errors, "seed": args.seed,
-              "temperature": args.temperature, "tools": str(args.tools or "tools.json"), "task_ids": task_ids,
-              "catalog_sha256": content_hash(catalog.model_dump(mode="json")), "max_tokens": args.max_tokens,
-              "expert_max_tokens": args.expert_max_tokens, "user_temperature": args.user_temperature}
+              "mode": args.mode, "profile": profile.name, "profile_source": _shown(profile.source),
+              "serve": args.serve, "endpoint": args.endpoint, "user_model": user.model,
+              "max_steps": settings.max_steps, "max_errors": settings.max_errors, "seed": settings.seed,
+              "temperature": orch.temperature, "max_tokens": orch.max_tokens,
+              "expert_max_tokens": args.expert_max_tokens, "user_temperature": user.temperature,
+              "user_max_tokens": user.max_tokens, "tools": str(args.tools or "tools.json"), "task_ids": task_ids,
+              "catalog_sha256": content_hash(catalog.model_dump(mode="json")),
+              "settings": settings.model_dump(mode="json")}
     prepare_output(out_dir, config, args.resume, force=args.force)
-    setup = Tau2Setup(model=args.model, price_model=price_model, catalog=catalog, mode=args.mode,
-                      profile=args.profile, temperature=args.temperature, max_tokens=args.max_tokens,
-                      expert_max_tokens=args.expert_max_tokens, user_model=user_model, user_temperature=args.user_temperature, max_steps=args.max_turns,
-                      max_errors=args.max_errors, seed=args.seed)
+    setup = Tau2Setup(model=args.model, price_model=price_model, catalog=catalog, settings=settings, mode=args.mode,
+                      profile=profile, serve=args.serve)
+    print(f"setting: profile {profile.name} ({_shown(profile.source)}); orchestrator {orch.max_tokens} tokens at "
+          f"temperature {orch.temperature:g}; user {user.model} ({user.max_tokens} tokens); max_steps "
+          f"{settings.max_steps}; experts {args.expert_max_tokens or 'per-profile'} tokens; call_expert text "
+          f"{settings.expert_text}; {settings.max_tool_calls} tool call(s) per message; context {settings.context}")
     with ResultsFile(out_dir / RESULTS_NAME, resume=args.resume, retry_errors=args.retry_errors) as results:
         for msg in results.repair.messages(results.path):
             print(msg, file=sys.stderr)
@@ -178,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.task_set and not args.rescore:
             raise CLIError("--task-set needs --rescore")
         return print_rescore(args.rescore, args.task_set) if args.rescore else run(args)
-    except (CLIError, CatalogError, RunError, GatewayConfigError, json.JSONDecodeError) as exc:
+    except (CLIError, CatalogError, RunError, GatewayConfigError, ProfileError, json.JSONDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -28,11 +28,13 @@ from tau2.utils.utils import get_now  # noqa: E402
 
 from orchestrator.catalog import Catalog  # noqa: E402
 from orchestrator.episodes.tau2 import run_tau2_episode  # noqa: E402
-from orchestrator.episodes.tau2_agent import EXPERT_TOOL  # noqa: E402
+from orchestrator.episodes.tau2_common import EXPERT_TOOL  # noqa: E402
 from orchestrator.loop import LoopConfig, Task  # noqa: E402
 from orchestrator.policy import ChatPolicy  # noqa: E402
 from orchestrator.records import Rollout  # noqa: E402
 from orchestrator.runtime import ToolRuntime  # noqa: E402
+from orchestrator.settings import OrchestratorSettings, Profile, Tau2Settings, load_profile  # noqa: E402
+from orchestrator.setup import build_runtime, loop_config  # noqa: E402
 
 DOMAINS = ("airline", "retail", "telecom")   # PAPER.md §8: 50 / 114 / 114 tasks (base split)
 AGENT_NAME = "toolorchestra_orchestrator"
@@ -55,22 +57,30 @@ class Tau2Job:
 
 @dataclass
 class Tau2Setup:
-    """The run's settings: the orchestrator (a configs/models.yaml name), its experts and the user."""
+    """The run's settings: the orchestrator (a configs/models.yaml name) and the profile's resolved
+    `tau2.eval` section (orchestrator/settings.py `Tau2Settings`: the orchestrator's budgets, the
+    experts', the user simulator, steps, seed and upstream's variants), flags already applied."""
 
     model: str                      # served orchestrator
     price_model: str                # its row in tools.json prices
     catalog: Catalog
-    user_model: str
+    settings: Tau2Settings = field(default_factory=lambda: load_profile("default").section("tau2", "eval"))
     mode: str = "all"               # all: call_expert; basic: every expert is the orchestrator; none: no experts
-    profile: str | None = None
-    temperature: float = 0.0
-    max_tokens: int = 1024
-    expert_max_tokens: int = 1024
-    user_temperature: float = 0.0
-    max_steps: int = 200
-    max_errors: int = 10
-    seed: int = 300
+    profile: Profile | None = None  # where `settings` came from (recorded in the tau2 results files)
+    serve: str | None = None        # tools.json serving map (default: the profile's)
     llm: Callable[..., Any] = field(default=_default_llm)
+
+    @property
+    def user_model(self) -> str:
+        """The user simulator: the settings' (`user.model`), else the orchestrator's model."""
+        return self.settings.user.model or self.model
+
+    @property
+    def orchestrator(self) -> OrchestratorSettings:
+        if self.settings.orchestrator is None:
+            raise ValueError("the tau2 settings have no `orchestrator` (a `train` section?); evaluation needs "
+                             "its max_tokens and temperature: use the profile's tau2.eval")
+        return self.settings.orchestrator
 
 
 def load_jobs(domains: list[str], task_ids: list[str] | None = None, limit: int | None = None) -> list[Tau2Job]:
@@ -96,11 +106,10 @@ def episode_parts(setup: Tau2Setup, job: Tau2Job) -> tuple[Task, ChatPolicy, Too
     task = Task(id=job.id, question="", kind="tau2",
                 metadata={"tau2_domain": job.domain, "tau2_task": job.task, "call_expert": setup.mode != "none"})
     policy = ChatPolicy(setup.model, price_model=setup.price_model, llm=setup.llm)
-    runtime = ToolRuntime(catalog=setup.catalog, profile=setup.profile, expert_max_tokens=setup.expert_max_tokens,
-                          override_model=setup.model if setup.mode == "basic" else None, llm=setup.llm)
-    config = LoopConfig(temperature=setup.temperature, max_tokens=setup.max_tokens, tau2_user="simulator",
-                        tau2_user_model=setup.user_model, tau2_user_temperature=setup.user_temperature,
-                        tau2_max_steps=setup.max_steps, tau2_max_errors=setup.max_errors, tau2_seed=setup.seed)
+    runtime = build_runtime(setup.profile, {"tau2": setup.settings}, setup.catalog, serve=setup.serve,
+                            override_model=setup.model if setup.mode == "basic" else None, llm=setup.llm)
+    config = loop_config(setup.settings, orchestrator=setup.orchestrator, tau2_user="simulator",
+                         tau2_user_model=setup.user_model)
     return task, policy, runtime, config
 
 
@@ -173,13 +182,15 @@ def write_tau2_results(out_dir: Path, records: list[dict], setup: Tau2Setup) -> 
         wanted = {r["id"].split("/", 1)[1] for r in recs}
         tasks = [t for t in get_tasks(task_set_name=domain, task_split_name="base") if t.id in wanted]
         sims = [SimulationRun.model_validate(r["simulation"]) if r.get("status") == "ok"
-                else _failed_simulation(r, setup.seed) for r in recs]
-        c = setup
+                else _failed_simulation(r, setup.settings.seed) for r in recs]
+        c, s = setup, setup.settings
         info = get_info(domain=domain, agent=AGENT_NAME, user=USER_NAME, llm_agent=c.model,
-                        llm_args_agent={"temperature": c.temperature, "mode": c.mode, "price_model": c.price_model,
-                                        "profile": c.profile},
-                        llm_user=setup.user_model, llm_args_user={"temperature": setup.user_temperature},
-                        num_trials=1, max_steps=setup.max_steps, max_errors=setup.max_errors, seed=setup.seed)
+                        llm_args_agent={"temperature": c.orchestrator.temperature,
+                                        "max_tokens": c.orchestrator.max_tokens, "mode": c.mode,
+                                        "price_model": c.price_model, "profile": c.profile.name if c.profile else None},
+                        llm_user=c.user_model, llm_args_user={"temperature": s.user.temperature,
+                                                              "max_tokens": s.user.max_tokens},
+                        num_trials=1, max_steps=s.max_steps, max_errors=s.max_errors, seed=s.seed)
         path = out_dir / f"tau2_{domain}.json"
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(Results(info=info, tasks=tasks, simulations=sims).model_dump_json(indent=2))

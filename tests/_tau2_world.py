@@ -22,6 +22,8 @@ from _train_world import _run_code
 from orchestrator.catalog import load_catalog
 from orchestrator.records import LLMResponse, ToolCall, Usage
 from orchestrator.runtime import ToolRuntime
+from orchestrator.settings import load_profile
+from orchestrator.setup import build_runtime
 
 STRONG = ("gpt-5", "gpt-5-mini")
 
@@ -74,8 +76,11 @@ def scripted_llm(tasks: list[dict]):
 
 
 def scripted_runtime(school: Path) -> ToolRuntime:
+    """Training's runtime (the default profile's qa.train and tau2.train sections) with the scripted experts."""
     tasks = json.loads((school / "tasks.json").read_text())
-    return ToolRuntime(catalog=load_catalog(), llm=scripted_llm(tasks), run_code=_run_code)
+    profile = load_profile("default")
+    sections = {"qa": profile.section("qa", "train"), "tau2": profile.section("tau2", "train")}
+    return build_runtime(profile, sections, load_catalog(), llm=scripted_llm(tasks), run_code=_run_code)
 
 
 def policy_texts(school: Path) -> list[str]:

@@ -26,8 +26,10 @@ MIN_GROUP_REWARD_STD = 0.1
 
 
 def has_final_answer(rollout: Rollout) -> bool:
-    """True when the episode ended with a final answer (`Rollout.finished`)."""
-    return bool(rollout.finished)
+    """True when the episode ended with a final answer (`Rollout.finished`), or is a tau2
+    conversation tau2 cut and scored that the profile trains anyway (`info["train_unfinished"]`,
+    orchestrator/episodes/tau2.py: upstream's `correct > -1`, generation_quick3.py:1363)."""
+    return bool(rollout.finished or rollout.info.get("train_unfinished"))
 
 
 def keep_finished(rollouts: Sequence[Rollout]) -> list[Rollout]:

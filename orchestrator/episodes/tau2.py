@@ -16,6 +16,11 @@ upstream: gpt-5), served through `runtime.llm`; the episode stops after
 The Rollout: one Turn per policy message (episodes/tau2_agent.py), `finished` when the
 conversation ended by itself (the user or the agent stopped), `outcome` = tau2's reward,
 `info` = {"reward", "termination", "simulation" (tau2's SimulationRun as JSON), "user_cost"}.
+A conversation tau2 cut (max_steps, too_many_errors) is scored by tau2 (reward 0) and stays
+unfinished; under the profile's `train_unfinished` (`runtime.section("tau2")`; paper's
+`tau2.train`) it also carries `info["train_unfinished"] = True`, which training's filter 1
+(training/filters.py `has_final_answer`) trains like a finished one: upstream marks every
+rollout whose simulation wrote a reward as valid (generation_quick3.py:1363, `correct > -1`).
 """
 from __future__ import annotations
 
@@ -92,7 +97,7 @@ def run_tau2_episode(task: Task, policy, runtime, config: LoopConfig, counter: T
     user_model = config.tau2_user_model or getattr(policy, "model", None)
     if not user_model:
         raise ValueError("tau2 episodes with a user simulator need LoopConfig.tau2_user_model "
-                         "(training: rollout.tau2_user_model; run_tau2.py: --user-model)")
+                         "(the profile's tau2.<use>.user.model; run_tau2.py: --user-model)")
     user = LLMCallUser(tools=user_tools, instructions=str(tau2_task.user_scenario), llm=user_model,
                        llm_args={"temperature": config.tau2_user_temperature,
                                  "max_tokens": config.tau2_user_max_tokens}, catalog=runtime.catalog,
@@ -122,4 +127,6 @@ def run_tau2_episode(task: Task, policy, runtime, config: LoopConfig, counter: T
     rollout.final_answer = said[-1] if said else None
     rollout.info = {"reward": rollout.outcome, "termination": termination, "evaluator": "tau2",
                     "user_cost": simulation.user_cost, "simulation": simulation.model_dump(mode="json")}
+    if not rollout.finished and runtime.section("tau2").train_unfinished:
+        rollout.info["train_unfinished"] = True
     return rollout

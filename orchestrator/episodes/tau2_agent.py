@@ -3,7 +3,7 @@
 Adapted as upstream adapts tau2's LLMAgent (ToolOrchestra's evaluation/tau2-bench,
 tau2/utils/llm_utils.py `to_litellm_messages` / `generate`):
 
-- the domain policy's paragraphs about `transfer_to_human_agents` are replaced by the
+- the domain policy's passages about `transfer_to_human_agents` are replaced by the
   call-expert policy (`EXPERT_POLICY`, upstream's `EXPERT_POLICT`), and the system prompt ends
   with upstream's format line (`AGENT_FORMAT`: thinking in <think>, the message to the user
   in <message>, the call in <tool_call>);
@@ -15,6 +15,13 @@ tau2/utils/llm_utils.py `to_litellm_messages` / `generate`):
   tools, reads the same conversation and writes the agent's message (a reply or domain calls);
   that message is what tau2 sees.  An empty reply becomes upstream's "Wait a minute, I will
   take it very soon".
+
+The profile's tau2 section (`runtime.section("tau2")`, orchestrator/settings.py `Tau2Settings`)
+picks ours or upstream's variant of each (episodes/tau2_common.py): the expert text (policy
+rewrite and `call_expert` schema), the suffix appended to a model's last message, how the chat
+is fitted into the context, and how many tool calls of one message tau2 executes
+(`max_tool_calls`: ours 1, the orchestrator's first call, an expert's message as written;
+upstream 6 of either, llm_utils.py:588-598; tau2 runs them in order, one MultiToolMessage back).
 
 Every policy turn is recorded on the episode's Rollout by `take_turn` (token ids, loss mask,
 decoding constraint, usage, cost); the expert's cost and latency go on the turn's `expert`.
@@ -42,23 +49,15 @@ from tau2.user.user_simulator import UserSimulator  # noqa: E402
 from orchestrator.catalog import Catalog  # noqa: E402
 from orchestrator.context import TokenCounter  # noqa: E402
 from orchestrator.episodes.base import take_turn  # noqa: E402
+from orchestrator.episodes.tau2_common import (EXPERT_POLICY, EXPERT_TOOL, OMITTED, TRANSFER_TOOL,  # noqa: E402
+                                               WAIT, expert_policy, expert_schema, fit_context, kept_calls,
+                                               suffix_for, tool_response, with_suffix)
 from orchestrator.records import ExpertCall, LLMResponse, Rollout, Usage  # noqa: E402
 from orchestrator.toolcall import ToolCallError, format_tool_call, validate_schema_call  # noqa: E402
 
-EXPERT_TOOL = "call_expert"
-TRANSFER_TOOL = "transfer_to_human_agents"   # tau2's; call_expert replaces it (PAPER.md §1)
 EMPTY_RETRIES = 2   # the user simulator's empty reply is asked again this many times
-WAIT = "Wait a minute, I will take it very soon"   # upstream's stand-in for an empty agent message
-OMITTED = "[earlier output omitted]"
-EXPERT_POLICY = (
-    "You should transfer the user to an expert if you are not confident about how to reply or which tool to "
-    "use. To transfer, first make a tool call to call_expert, and then choose an expert based on the task "
-    "difficulty, i.e. strong expert on tricky task, and weaker expert on simpler task. Think carefully about "
-    "whether you are confident to meet user expectation, or call an appropriate expert based on both expert "
-    "cost and performance.")
 AGENT_FORMAT = ("  You are dedicated to provide the best service. Wrap thinking process between <think> </think>, "
                 "message between <message> </message> and the tool call between <tool_call> </tool_call> .")
-_TRANSFER_LINE = re.compile(r"transfer_to_human_agents|\b(transfer|escalat)\w*\b[^.\n]*\bhuman agent", re.I)
 
 
 class AgentFailure(RuntimeError):
@@ -69,21 +68,6 @@ def _default_llm(*args, **kwargs) -> LLMResponse:
     from LLM_CALL import get_llm_response
 
     return get_llm_response(*args, **kwargs)
-
-
-def expert_policy(domain_policy: str) -> str:
-    """The domain policy with its human-transfer lines replaced by the call-expert policy (once)."""
-    out, replaced = [], False
-    for line in domain_policy.split("\n"):
-        if _TRANSFER_LINE.search(line):
-            if not replaced:
-                out.append(EXPERT_POLICY)
-                replaced = True
-            continue
-        out.append(line)
-    if not replaced:
-        out += ["", EXPERT_POLICY]
-    return "\n".join(out)
 
 
 def user_visible(text: str) -> str:
@@ -125,10 +109,11 @@ class PolicyAgent(LocalAgent[LLMAgentState]):
         super().__init__(tools=domain_tools, domain_policy=domain_policy)
         self.policy, self.runtime, self.catalog, self.config = policy, runtime, catalog, config
         self.rollout, self.counter, self.instruction = rollout, counter, instruction
+        self.settings = runtime.section("tau2")                         # orchestrator/settings.py Tau2Settings
         self.expert_schemas = [t.openai_schema for t in tools]          # tau2's own tools, as upstream
         self.expert = catalog.tool(EXPERT_TOOL) if experts and any(t.name == EXPERT_TOOL for t in catalog.tools) else None
-        self.schemas = [t.openai_schema for t in domain_tools] + (catalog.openai_tools(tools=[self.expert])
-                                                                 if self.expert else [])
+        self.schemas = [t.openai_schema for t in domain_tools] + (
+            [expert_schema(catalog, self.expert, self.settings.expert_text)] if self.expert else [])
         self.grammar = None
         if config.constrained:
             from orchestrator.toolcall import message_or_call_grammar
@@ -136,7 +121,7 @@ class PolicyAgent(LocalAgent[LLMAgentState]):
 
     @property
     def system_prompt(self) -> str:
-        policy = expert_policy(self.domain_policy) if self.expert else self.domain_policy
+        policy = expert_policy(self.domain_policy, self.settings.expert_text) if self.expert else self.domain_policy
         text = SYSTEM_PROMPT.format(domain_policy=policy, agent_instruction=AGENT_INSTRUCTION) + AGENT_FORMAT
         return text + (f"\n\n{self.instruction}" if self.instruction else "")
 
@@ -154,13 +139,14 @@ class PolicyAgent(LocalAgent[LLMAgentState]):
     def policy_messages(self, state: LLMAgentState) -> list[dict]:
         """The conversation as the policy reads it: its own earlier text as it wrote it, an
         expert's message with its calls in hermes markup, tool results as `<tool_response>` user
-        messages (Qwen's rendering); the oldest tool results are cut to fit the context budget."""
-        budgets = self.config.budgets
+        messages (Qwen's rendering), fitted into the context (episodes/tau2_common.py
+        `fit_context`), the profile's suffix for the policy's model on the last message."""
+        context, budgets = self.settings.context, self.config.budgets
         messages = [{"role": "system", "content": self.system_prompt}]
         for m in state.messages:
             if isinstance(m, ToolMessage):
-                output = self.counter.head(m.content or "", budgets.doc_tokens)
-                messages.append({"role": "user", "content": f"<tool_response>\n{output}\n</tool_response>"})
+                messages.append({"role": "user", "content": tool_response(m.content or "", context, budgets,
+                                                                          self.counter)})
             elif isinstance(m, AssistantMessage):
                 said = (m.raw_data or {}).get("policy_text")
                 if said is None:
@@ -169,14 +155,9 @@ class PolicyAgent(LocalAgent[LLMAgentState]):
                 messages.append({"role": "assistant", "content": said})
             else:
                 messages.append({"role": "user", "content": m.content or ""})
-        total = sum(self.counter.count(m["content"]) for m in messages)
-        for m in messages:
-            if total <= budgets.context_tokens:
-                break
-            if m["role"] == "user" and m["content"].startswith("<tool_response>"):
-                total -= self.counter.count(m["content"]) - self.counter.count(OMITTED)
-                m["content"] = OMITTED
-        return messages
+        messages = fit_context(messages, context, budgets, self.counter, self.schemas)
+        return with_suffix(messages, suffix_for(self.settings, getattr(self.policy, "model", None),
+                                                getattr(self.policy, "price_model", None)))
 
     # ---- one agent message ---------------------------------------------------------------
     def generate_next_message(self, message: ValidAgentInputMessage, state: LLMAgentState
@@ -190,23 +171,25 @@ class PolicyAgent(LocalAgent[LLMAgentState]):
         turn, out, calls, errors = taken
         raw = {"policy_text": out.text, "orchestrator": {"text": out.text, "cost": turn.policy_cost}}
         content, tool_calls, cost, usage = user_visible(out.text), None, turn.policy_cost, out.usage
+        calls = kept_calls(calls, self.settings.max_tool_calls)
         if calls:
-            call = turn.tool_call = calls[0]
-            try:
-                validate_schema_call(call, self.schemas)
-                turn.valid = True
-            except ToolCallError as exc:   # sent anyway: tau2's environment answers the error, as upstream
-                turn.invalid_reason = str(exc)
-            if turn.valid and call.name == EXPERT_TOOL:
-                turn.expert, reply = self._ask_expert(call.arguments[self.expert.argument], state)
+            # every call is sent, valid or not: tau2's environment answers the errors, as upstream
+            reasons = [r for r in map(self._invalid, calls) if r]
+            turn.tool_call, turn.valid, turn.invalid_reason = calls[0], not reasons, (reasons or [None])[0]
+            # the expert named last wins and its message replaces the policy's calls (upstream's mode_to_call)
+            asked = next((c for c in reversed(calls) if c.name == EXPERT_TOOL and not self._invalid(c)), None)
+            if asked is not None:
+                turn.tool_call = asked
+                turn.expert, reply = self._ask_expert(asked.arguments[self.expert.argument], state)
                 cost += turn.expert.cost
                 usage = usage + turn.expert.usage
                 raw["expert"] = {"alias": turn.expert.alias, "model": turn.expert.model, "cost": turn.expert.cost}
-                content, tool_calls = (reply.text.split("</think>")[-1].strip(), _tau2_calls(reply.tool_calls)) \
+                content, tool_calls = (reply.text.split("</think>")[-1].strip(),
+                                       _tau2_calls(self._expert_calls(reply.tool_calls))) \
                     if reply is not None else (WAIT, None)
             else:
-                content, tool_calls = None, _tau2_calls([call])
-                turn.action = call
+                content, tool_calls = None, _tau2_calls(calls)
+                turn.action = calls[0]
         else:
             turn.invalid_reason = errors[0] if errors else None
             turn.valid = bool(content) and not errors
@@ -220,14 +203,34 @@ class PolicyAgent(LocalAgent[LLMAgentState]):
         state.messages.append(msg)
         return msg, state
 
+    def _invalid(self, call) -> str | None:
+        """Why `call` does not fit the policy's tools (None: it does).  An expert name the catalog
+        lacks is refused here too: upstream's schema has no `enum` to refuse it."""
+        try:
+            validate_schema_call(call, self.schemas)
+        except ToolCallError as exc:
+            return str(exc)
+        if call.name == EXPERT_TOOL and call.arguments.get(self.expert.argument) not in self.expert.aliases:
+            return (f"{EXPERT_TOOL}: unknown {self.expert.argument} {call.arguments.get(self.expert.argument)!r}; "
+                    f"this task has {list(self.expert.aliases)}")
+        return None
+
+    def _expert_calls(self, calls) -> list:
+        """The expert's calls sent to tau2: upstream cuts them as any agent message (max_tool_calls
+        > 1); ours (1, the policy's single call) sends the expert's message as it wrote it."""
+        cap = self.settings.max_tool_calls
+        return kept_calls(calls, cap) if cap > 1 else list(calls or [])
+
     def _ask_expert(self, alias: str, state: LLMAgentState) -> tuple[ExpertCall, LLMResponse | None]:
-        """The alias's expert writes the agent's next message from tau2's own prompt and tools."""
+        """The alias's expert writes the agent's next message from tau2's own prompt and tools
+        (plus the profile's suffix for its model on the last message)."""
         call = ExpertCall(tool=EXPERT_TOOL, alias=alias, model=self.expert.aliases[alias].model)
         messages = to_openai_messages([SystemMessage(role="system", content=self.expert_system_prompt),
                                        *state.messages])
+        messages = with_suffix(messages, suffix_for(self.settings, call.model))
         started, reply = time.monotonic(), None
         try:
-            reply = self.runtime._ask(call, messages, self.catalog, tools=self.expert_schemas)
+            reply = self.runtime.ask(call, messages, self.catalog, kind="tau2", tools=self.expert_schemas)
             if not reply.tool_calls and not reply.text.strip():
                 call.error, reply = "the expert sent an empty message", None
             else:
@@ -272,4 +275,4 @@ class LLMCallUser(UserSimulator):
 
 
 __all__ = ["AgentFailure", "LLMCallUser", "PolicyAgent", "expert_policy", "to_openai_messages", "user_visible",
-           "EXPERT_TOOL", "TRANSFER_TOOL", "Usage"]
+           "EXPERT_POLICY", "EXPERT_TOOL", "OMITTED", "TRANSFER_TOOL", "WAIT", "Usage"]

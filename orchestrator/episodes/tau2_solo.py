@@ -27,6 +27,11 @@ the first user message and no simulator answers.
 - The outcome is tau2's verdict (orchestrator/domain_outcome.py), stored in
   `Rollout.outcome` (0/1) and `Rollout.info`.
 
+The profile's tau2 section (`runtime.section("tau2")`) applies as in the user-simulator
+episode for `context` (how the chat is fitted, episodes/tau2_common.py) and `expert_suffix`;
+not for `expert_text` or `max_tool_calls`: this episode is ours (its own prompts, `done`, one
+action per turn), upstream has no counterpart.
+
 Invalid calls (unparseable, unknown tool, bad arguments) are recorded on the turn, not
 executed, and answered with the error in the next context.  Under constrained decoding
 (`LoopConfig.constrained`) every turn is one well-typed call to one of the tools
@@ -43,6 +48,8 @@ from orchestrator.context import TokenCounter
 from orchestrator.domain import Domain, cached_domain
 from orchestrator.domain_outcome import DomainStep, check_task, result_text, verdict
 from orchestrator.episodes.base import take_turn, task_catalog
+from orchestrator.episodes.tau2_common import (DONE_TOOL, EXPERT_TOOL, OMITTED,  # noqa: F401 - OMITTED: tests
+                                               TRANSFER_TOOL, fit_context, suffix_for, tool_response, with_suffix)
 from orchestrator.records import Rollout, ToolCall
 from orchestrator.toolcall import (
     ARG_MAX_CHARS,
@@ -52,16 +59,12 @@ from orchestrator.toolcall import (
     validate_schema_call,
 )
 
-EXPERT_TOOL = "call_expert"
-TRANSFER_TOOL = "transfer_to_human_agents"   # tau2's; call_expert replaces it (PAPER.md §1)
-DONE_TOOL = "done"
 DONE_SCHEMA = {"type": "function", "function": {
     "name": DONE_TOOL,
     "description": "Call this when the user's request is handled; it ends the conversation.",
     "parameters": {"type": "object", "properties": {"message": {
         "type": "string", "description": "Your final message to the user: what they asked to know, what you changed."}},
         "required": []}}}
-OMITTED = "[earlier output omitted]"
 
 
 @dataclass
@@ -111,28 +114,23 @@ def task_grammar(task, catalog, max_string_chars: int = ARG_MAX_CHARS) -> str:
 
 
 class Transcript:
-    """The chat the policy reads; tool output cut to budget, oldest output dropped first."""
+    """The chat the policy reads, fitted into the context as the tau2 agent's is
+    (episodes/tau2_common.py: ours cuts each output and drops the oldest first; upstream's
+    `cut_middle_turns` drops whole middle messages).  The system prompt and request always stay."""
 
-    def __init__(self, system: str, request: str, budgets, counter: TokenCounter):
+    def __init__(self, system: str, request: str, budgets, counter: TokenCounter, context: str = "per_output",
+                 tools: list[dict] | None = None):
         self.messages = [{"role": "system", "content": system}, {"role": "user", "content": request}]
-        self.budgets, self.counter = budgets, counter
+        self.budgets, self.counter, self.context, self.tools = budgets, counter, context, tools or []
 
     def add(self, said: str, observation: str) -> None:
-        output = self.counter.head(observation, self.budgets.doc_tokens)
         self.messages += [{"role": "assistant", "content": said},
-                          {"role": "user", "content": f"<tool_response>\n{output}\n</tool_response>"}]
+                          {"role": "user", "content": tool_response(observation, self.context, self.budgets,
+                                                                    self.counter)}]
 
     def fit(self) -> list[dict]:
-        """The messages within `budgets.context_tokens`: the oldest tool outputs are replaced
-        by a marker until the rest fits (the system prompt and request always stay)."""
-        messages = [dict(m) for m in self.messages]
-        total = sum(self.counter.count(m["content"]) for m in messages)
-        for m in messages[3::2]:
-            if total <= self.budgets.context_tokens:
-                break
-            total -= self.counter.count(m["content"]) - self.counter.count(OMITTED)
-            m["content"] = OMITTED
-        return messages
+        """The messages within `budgets.context_tokens` (a copy)."""
+        return fit_context([dict(m) for m in self.messages], self.context, self.budgets, self.counter, self.tools)
 
 
 def _said(out) -> str:
@@ -159,7 +157,8 @@ def run_solo_episode(task, policy, runtime, config, counter: TokenCounter | None
     extra: dict[str, Any] = {"grammar": call_grammar(tools, config.max_string_chars)} if config.constrained else {}
     counter = counter or TokenCounter(getattr(getattr(policy, "engine", None), "tokenizer", None))
     system = runtime.prompts.render("domain_system", policy=dt.domain.policy, instruction=task.question)
-    transcript = Transcript(system, dt.request, config.budgets, counter)
+    settings = runtime.section("tau2")
+    transcript = Transcript(system, dt.request, config.budgets, counter, settings.context, tools)
     db, steps = dt.domain.fresh_db(), []
     rollout = Rollout(task_id=task.id, stop_reason="max_turns", kind="tau2")
     for index in range(config.max_turns):
@@ -181,7 +180,9 @@ def run_solo_episode(task, policy, runtime, config, counter: TokenCounter | None
         action, prefix = calls[0], ""
         if action.name == EXPERT_TOOL:
             alias = action.arguments[catalog.tool(EXPERT_TOOL).argument]
-            turn.expert, action = runtime.propose(EXPERT_TOOL, alias, messages, expert_tools, catalog)
+            suffix = suffix_for(settings, catalog.tool(EXPERT_TOOL).aliases[alias].model)
+            turn.expert, action = runtime.propose(EXPERT_TOOL, alias, with_suffix(messages, suffix), expert_tools,
+                                                  catalog)
             if action is not None:
                 try:
                     validate_schema_call(action, expert_tools)

@@ -33,7 +33,7 @@ def tau2_run(tmp_path_factory):
         mp.setenv("TOOLORCHESTRA_MODELS", str(tmp / "models.yaml"))
         out = tmp / "run"
         code = main(["--domains", "airline", "--task-ids", "0,2", "--model", "mock-orch", "--user-model", "mock-user",
-                     "--tools", str(tmp / "tools.json"), "--profile", "mock", "--output", str(out),
+                     "--tools", str(tmp / "tools.json"), "--serve", "mock", "--output", str(out),
                      "--concurrency", "2", "--no-progress", "--no-report"])
         mp.undo()
         yield {"code": code, "out": out, "tools": tmp / "tools.json", "base_url": server.base_url, "tmp": tmp}
@@ -60,6 +60,19 @@ def test_real_airline_tasks_are_scored_by_tau2(tau2_run):
         assert r["expert_models"] == {"gpt-5-mini": 1}
     # airline 2's expected actions are listed as the reference
     assert "send_certificate" in recs["airline/2"]["reference"]
+
+
+def test_run_config_records_the_profile_and_the_values_that_ran(tau2_run):
+    config = json.loads((tau2_run["out"] / "run_config.json").read_text())
+    assert (config["profile"], config["profile_source"], config["serve"]) == ("default", "configs/profiles/default.yaml",
+                                                                              "mock")
+    # no budget flag given: the default profile's tau2.eval values, as the run used them
+    assert (config["max_steps"], config["max_errors"], config["seed"]) == (200, 10, 300)
+    assert (config["temperature"], config["max_tokens"], config["expert_max_tokens"]) == (0.0, 1024, None)
+    assert (config["user_model"], config["user_temperature"], config["user_max_tokens"]) == ("mock-user", 0.0, 512)
+    settings = config["settings"]
+    assert settings["user"]["model"] == "mock-user" and settings["experts"]["default"]["max_tokens"] == 1024
+    assert (settings["expert_text"], settings["context"], settings["max_tool_calls"]) == ("ours", "per_output", 1)
 
 
 def test_agent_cost_is_priced_by_tools_json_not_zero(tau2_run):
@@ -117,7 +130,7 @@ def test_resume_runs_nothing_twice_and_rebuilds_the_results_file(tau2_run, capsy
         mp = pytest.MonkeyPatch()
         mp.setenv("TOOLORCHESTRA_MODELS", str(models))
         code = main(["--domains", "airline", "--task-ids", "0,2", "--model", "mock-orch", "--user-model", "mock-user",
-                     "--tools", str(tau2_run["tools"]), "--profile", "mock", "--output", str(tau2_run["out"]),
+                     "--tools", str(tau2_run["tools"]), "--serve", "mock", "--output", str(tau2_run["out"]),
                      "--resume", "--no-progress", "--no-report"])
         mp.undo()
         assert code == 0 and server.requests == 0
@@ -138,6 +151,7 @@ def test_agent_tools_and_modes_with_a_scripted_model():
     from orchestrator.episodes.tau2_agent import PolicyAgent
     from orchestrator.context import TokenCounter
     from orchestrator.records import LLMResponse, Rollout, ToolCall
+    from orchestrator.settings import load_profile
     from tau2.data_model.message import UserMessage
     from tau2.registry import registry
     from tau2.run import get_tasks
@@ -155,9 +169,12 @@ def test_agent_tools_and_modes_with_a_scripted_model():
     script = ["expert-1", "expert-9"]
     job = Tau2Job("airline/0", "airline", next(t for t in get_tasks("airline", "base") if t.id == "0"))
 
+    settings = load_profile("default").section("tau2", "eval")
+    settings = settings.model_copy(update={"user": settings.user.model_copy(update={"model": "u"})})
+
     def agent(mode):
         task, policy, runtime, config = episode_parts(
-            Tau2Setup(model="orch", price_model="Qwen3-8B", catalog=catalog, user_model="u", mode=mode, llm=llm), job)
+            Tau2Setup(model="orch", price_model="Qwen3-8B", catalog=catalog, settings=settings, mode=mode, llm=llm), job)
         return PolicyAgent(env.get_tools(), env.get_policy(), policy=policy, runtime=runtime, catalog=catalog,
                            config=config, rollout=Rollout(task.id), counter=TokenCounter(),
                            experts=task.metadata["call_expert"])

