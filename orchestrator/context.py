@@ -37,7 +37,7 @@ class PromptError(ValueError):
     """A prompt file that is missing or uses the wrong placeholders."""
 
 
-PROMPT_STYLES = ("ours", "upstream-hle", "upstream-frames")
+PROMPT_STYLES = ("ours", "upstream-hle", "upstream-frames", "upstream-train")
 UPSTREAM_PROMPTS_DIR = PROMPTS_DIR / "upstream"   # upstream/<benchmark>/: the paper profile's set
 
 
@@ -102,12 +102,19 @@ class EpisodeState:
     code_blocks: list[CodeBlock] = field(default_factory=list)
     task_id: str | None = None      # sent to the retriever as `eid` when the run asks for it
 
-    def add_documents(self, docs: list[Document], by: str = "id") -> int:
-        """Append, in the order given, the documents not held yet: compared by `id` (ours) or by
-        `content` (upstream's); return how many were new."""
+    def add_documents(self, docs: list[Document], by: str = "id", merge: str = "append") -> int:
+        """Add the documents not held yet, compared by `id` (ours) or `content` (upstream's);
+        return how many were new.  `merge`: "append" adds them after the held ones, in the order
+        given; "interleave" is upstream training's merge_documents (interleave_documents)."""
         if by not in ("id", "content"):
             raise ValueError(f"dedupe {by!r}: expected 'id' or 'content'")
         key = (lambda d: d.id) if by == "id" else (lambda d: d.contents)
+        if merge == "interleave":
+            before = {key(d) for d in self.documents}
+            self.documents = interleave_documents(self.documents, docs, key)
+            return len({key(d) for d in self.documents} - before)
+        if merge != "append":
+            raise ValueError(f"merge {merge!r}: expected 'append' or 'interleave'")
         seen = {key(d) for d in self.documents}
         new = []
         for d in docs:
@@ -116,6 +123,31 @@ class EpisodeState:
                 new.append(d)
         self.documents.extend(new)
         return len(new)
+
+
+def interleave_documents(held: list, new: list, key: Callable = lambda d: d) -> list:
+    """Upstream training's document merge (generation_quick3.py merge_documents): with fewer
+    held documents than new ones, held + new as they are; else each new document (unless its key
+    is already in the result) followed by its share of len(held) // len(new) held documents
+    (each unless already in), then the held documents past those shares, unchecked."""
+    if not new:
+        return list(held)
+    if len(held) < len(new):
+        return list(held) + list(new)
+    share = len(held) // len(new)
+    merged: list = []
+    keys: set = set()
+
+    def add(d) -> None:
+        if key(d) not in keys:
+            keys.add(key(d))
+            merged.append(d)
+
+    for j, d in enumerate(new):
+        add(d)
+        for h in held[j * share:(j + 1) * share]:
+            add(h)
+    return merged + list(held[share * len(new):])
 
 
 @dataclass

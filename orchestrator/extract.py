@@ -21,13 +21,20 @@ def extract_query(text: str, fallback: str) -> str:
     return (query or fallback.strip())[:MAX_QUERY_CHARS]
 
 
-def extract_code(text: str, last: bool = False) -> str | None:
-    """The first (or, `last=True`, as upstream takes it, the last) fenced Python block of the
-    reply; None when there is none."""
-    matches = list(_CODE_RE.finditer(strip_think(text)))
-    if not matches:
-        return None
-    return matches[-1 if last else 0].group(1).strip()
+def extract_code(text: str) -> str | None:
+    """The first fenced Python block of the reply (None when there is none)."""
+    match = _CODE_RE.search(strip_think(text))
+    return match.group(1).strip() if match else None
+
+
+# Upstream's extractions (eval_hle.py:159, 302; generation_quick3.py): plain string splits, nothing
+# stripped.  A reply without the tags gives the whole reply (for code: up to its first ```).
+def split_query(text: str) -> str:
+    return (text or "").split("<query>")[-1].split("</query>")[0]
+
+
+def split_code(text: str) -> str:
+    return (text or "").split("```python")[-1].split("```")[0]
 
 
 def extract_boxed(text: str) -> str | None:

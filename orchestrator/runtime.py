@@ -17,7 +17,7 @@ from typing import Any, Callable, Protocol
 
 from orchestrator.catalog import Catalog
 from orchestrator.context import Budgets, CodeBlock, Document, EpisodeState, Prompts, TokenCounter, expert_context
-from orchestrator.extract import answer_style, extract_answer, extract_code, extract_query
+from orchestrator.extract import answer_style, extract_answer, extract_code, extract_query, split_code, split_query
 from orchestrator.settings import ExpertSettings, QASettings, Tau2Settings
 from orchestrator.gateway.errors import ProviderRejected
 from orchestrator.records import ExpertCall, LLMResponse, ToolCall
@@ -94,9 +94,9 @@ class ToolRuntime:
     def qa(self) -> QASettings:
         return self.section("qa")
 
-    def expert(self, model: str, kind: str = "qa") -> ExpertSettings:
-        """How expert `model` is called in `kind` episodes: its `experts` entry, else "default"."""
-        return self.section(kind).expert(model)
+    def expert(self, model: str, kind: str = "qa", tool: str | None = None) -> ExpertSettings:
+        """How expert `model` is called by `tool` in `kind` episodes (orchestrator/settings.py find_expert)."""
+        return self.section(kind).expert(model, tool)
 
     def tool_schemas(self, catalog: Catalog, tools: list) -> list[dict]:
         """The function schemas the orchestrator sees: upstream's text and order under an
@@ -168,7 +168,7 @@ class ToolRuntime:
             **kwargs) -> LLMResponse:
         """One expert call for `call.model`, with that expert's settings in `kind` episodes; its
         usage and dollars added to `call`."""
-        settings = self.expert(call.model, kind)
+        settings = self.expert(call.model, kind, call.tool)
         if settings.extra_body:
             kwargs["extra_body"] = settings.extra_body
         response = self.llm(self.served(call.model), messages, temperature=settings.temperature,
@@ -181,11 +181,12 @@ class ToolRuntime:
         messages = [{"role": "system", "content": system}] if system else []
         return self.ask(call, messages + [{"role": "user", "content": prompt}], catalog).text
 
-    def _context(self, state: EpisodeState, model: str) -> str:
+    def _context(self, state: EpisodeState, call: ExpertCall) -> str:
+        settings = self.expert(call.model, tool=call.tool)
         if self.prompts.style.startswith("upstream"):
             from orchestrator.upstream_prompts import expert_context_upstream
-            return expert_context_upstream(state, self.expert(model), TokenCounter())
-        return expert_context(state, self.budgets, TokenCounter(), room=self.expert(model).context_tokens)
+            return expert_context_upstream(state, settings, TokenCounter())
+        return expert_context(state, self.budgets, TokenCounter(), room=settings.context_tokens)
 
     def _search_fee(self, query: str, catalog: Catalog) -> float:
         fee = self.qa.costs.search_fee
@@ -201,8 +202,8 @@ class ToolRuntime:
             raise RuntimeError("no retriever configured: start the retrieval service or pass --index")
         search, retrieval = self.qa.search, self.qa.retrieval
         reply = self._ask_expert(call, self.prompts.render(
-            "expert_search", question=state.question, context=self._context(state, call.model)), catalog)
-        query = extract_query(reply, fallback=state.question if search.query_fallback == "question" else reply)
+            "expert_search", question=state.question, context=self._context(state, call)), catalog)
+        query = extract_query(reply, fallback=state.question) if search.query == "ours" else split_query(reply)
         if len(query) < search.min_query_chars:
             call.output = f"query {query!r} is shorter than {search.min_query_chars} characters: no search"
             return
@@ -215,16 +216,17 @@ class ToolRuntime:
         call.cost += catalog.search_cost(web_searches=getattr(result, "web_searches", 0),
                                          pages=getattr(result, "pages", 0))
         call.cost += self._search_fee(query, catalog)
-        new = state.add_documents(docs[::-1] if search.doc_order == "reverse" else docs, by=search.dedupe)
+        new = state.add_documents(docs[::-1] if search.doc_order == "reverse" else docs, by=search.dedupe,
+                                  merge=search.merge)
         listing = "".join(f"\n[{d.id}{' web' if d.source == 'web' else ''}] {d.contents[:200]}" for d in docs)
         call.output = f"query: {query!r}; {len(docs)} documents ({new} new){listing}"
 
     def _code(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> None:
         code_settings = self.qa.code
         reply = self._ask_expert(call, self.prompts.render(
-            "expert_code", question=state.question, context=self._context(state, call.model)), catalog)
-        code = extract_code(reply, last=code_settings.block == "last")
-        if code is None:
+            "expert_code", question=state.question, context=self._context(state, call)), catalog)
+        code = extract_code(reply) if code_settings.extraction == "ours" else split_code(reply)
+        if not code:
             call.output = "the expert wrote no ```python block"
             return
         result = self.run_code(code, code_settings.timeout)
@@ -236,18 +238,18 @@ class ToolRuntime:
             output = result.stdout if result.exit_code == 0 else f"{result.stdout}\n[exit {result.exit_code}] {result.stderr[-1000:]}"
             if result.timed_out:
                 output += f"\n[timed out after {code_settings.timeout:g} s]"
-        if output.strip() or code_settings.keep_empty:
-            state.code_blocks.append(CodeBlock(code=code, output=output.strip()))
+        if output.strip() or code_settings.keep_empty:   # upstream keeps its stdout as printed
+            state.code_blocks.append(CodeBlock(code=code, output=output.strip() if code_settings.output == "full" else output))
         call.output = output.strip()[:2000]
 
     def _answer(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> str:
-        fmt = self.expert(call.model).answer_format
+        fmt = self.expert(call.model, tool=call.tool).answer_format
         if fmt == "auto":
             fmt = answer_style(self.served(call.model))
         name = f"expert_answer_{fmt}"
         system = self.prompts.render("expert_answer_system").strip() if fmt == "boxed" else ""
         reply = self._ask_expert(call, self.prompts.render(
-            name, question=state.question, context=self._context(state, call.model)), catalog, system=system)
+            name, question=state.question, context=self._context(state, call)), catalog, system=system)
         call.output = reply[:2000]
         if self.prompts.style.startswith("upstream"):
             from orchestrator.upstream_prompts import extract_answer_upstream

@@ -43,7 +43,15 @@ class ExpertSettings(_Strict):
     code_tokens: int = Field(24000, ge=1, description="of which code blocks and outputs at most")
     doc_chars: int | None = Field(None, ge=1, description="each document cut to this many characters")
     answer_format: Literal["tags", "tags_brief", "boxed", "auto"] = "auto"
+    context_minus_question: bool = True     # upstream style: the question's tokens come off context_tokens
     extra_body: dict[str, Any] = Field(default_factory=dict)
+
+
+def find_expert(experts: dict[str, ExpertSettings], model: str, tool: str | None = None) -> ExpertSettings:
+    """`experts["<tool>:<model>"]` (one tool's call of that model), else `experts[model]`, else
+    `experts["default"]`, else the built-in defaults."""
+    return ((tool and experts.get(f"{tool}:{model}")) or experts.get(model) or experts.get("default")
+            or ExpertSettings())
 
 
 class OrchestratorSettings(_Strict):
@@ -69,16 +77,19 @@ class RetrievalSettings(_Strict):
 class SearchSettings(_Strict):
     """How a search call turns into documents in the episode (orchestrator/runtime.py `_search`)."""
 
-    doc_order: Literal["rank", "reverse"] = "rank"      # reverse: upstream appends each search's hits last-rank first
-    dedupe: Literal["id", "content"] = "id"             # upstream de-duplicates by content
-    query_fallback: Literal["question", "reply"] = "question"   # no query tag: search the question | the whole reply
+    doc_order: Literal["rank", "reverse"] = "rank"      # reverse: upstream adds each search's hits last-rank first
+    dedupe: Literal["id", "content"] = "id"             # upstream compares contents
+    merge: Literal["append", "interleave"] = "append"   # interleave: upstream training's merge_documents
+    query: Literal["ours", "upstream"] = "ours"         # ours: <query> stripped, else the question;
+                                                        # upstream: split on the tags, the whole reply without them
     min_query_chars: int = Field(0, ge=0)               # a query shorter than this: no search (upstream 5, FRAMES 10)
     single_search: bool = False                         # FRAMES: the search tool is withdrawn once documents exist
 
 
 class CodeSettings(_Strict):
     timeout: float = Field(60.0, gt=0, description="sandbox wall-clock seconds")
-    block: Literal["first", "last"] = "first"           # which ```python block of the expert's reply runs
+    extraction: Literal["ours", "upstream"] = "ours"    # ours: the first ```python block, stripped;
+                                                        # upstream: after the last ```python up to the next ```
     output: Literal["full", "stdout"] = "full"          # full: stdout + exit code and stderr; stdout: upstream's
     keep_empty: bool = True                             # upstream keeps a code block only when it printed something
 
@@ -99,10 +110,11 @@ class QASettings(_Strict):
     search: SearchSettings = Field(default_factory=SearchSettings)
     code: CodeSettings = Field(default_factory=CodeSettings)
     costs: CostSettings = Field(default_factory=CostSettings)
-    experts: dict[str, ExpertSettings] = Field(default_factory=dict)   # by model, "default" for the rest
+    # by "<tool>:<model>", by model, "default" for the rest
+    experts: dict[str, ExpertSettings] = Field(default_factory=dict)
 
-    def expert(self, model: str) -> ExpertSettings:
-        return self.experts.get(model) or self.experts.get("default") or ExpertSettings()
+    def expert(self, model: str, tool: str | None = None) -> ExpertSettings:
+        return find_expert(self.experts, model, tool)
 
 
 class UserSettings(_Strict):
@@ -126,8 +138,8 @@ class Tau2Settings(_Strict):
     context: Literal["per_output", "cut_middle_turns"] = "per_output"
     train_unfinished: bool = False                      # train the turns of conversations that hit max_steps
 
-    def expert(self, model: str) -> ExpertSettings:
-        return self.experts.get(model) or self.experts.get("default") or ExpertSettings()
+    def expert(self, model: str, tool: str | None = None) -> ExpertSettings:
+        return find_expert(self.experts, model, tool)
 
 
 # Episode kinds and the settings section each reads (orchestrator/loop.py registers how each runs).
@@ -198,7 +210,13 @@ def _fill_experts(section: dict) -> dict:
     if not isinstance(experts, dict):
         return section
     base = experts.get("default") or {}
-    filled = {k: (v if k == "default" else merge(base, v or {})) for k, v in experts.items()}
+
+    def full(key: str, value) -> dict:   # "<tool>:<model>" over "<model>" over "default"
+        model = key.split(":", 1)[1] if ":" in key else None
+        under = merge(base, experts.get(model) or {}) if model else base
+        return merge(under, value or {})
+
+    filled = {k: (v if k == "default" else full(k, v)) for k, v in experts.items()}
     return {**section, "experts": filled}
 
 

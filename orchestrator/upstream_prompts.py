@@ -2,7 +2,8 @@
 
 NVIDIA's released orchestrator was trained and evaluated on these exact strings, so under
 the paper profile it must see them again.  Sources (NVlabs/ToolOrchestra at 3d29bed):
-- orchestrator turn: evaluation/eval_hle.py lines 430-476, eval_frames.py lines 483-526;
+- orchestrator turn: evaluation/eval_hle.py lines 430-476, eval_frames.py lines 483-526, and in
+  training training/lead_agent/llm_agent/generation_quick3.py lines 1105-1135;
 - expert contexts: eval_hle.py lines 536-651 (per expert family: context and code budgets,
   documents cut to 1,000 characters for the small open models);
 - answer extraction: eval_hle.py lines 202-207 (boxed) and 238-242, 265-269 (tags).
@@ -25,7 +26,8 @@ class OrchestratorContext:
     code_tokens: int          # code blocks + outputs: tail kept
     context_tokens: int       # documents + code: tail kept
     minus_question: bool      # the question's tokens come off context_tokens
-    always_code_header: bool  # "python code and execution outputs:" written even with no code
+    always_code_header: bool  # the code header written even with no code
+    code_header: str = "\npython code and execution outputs:\n"   # between documents and code
 
 
 VARIANTS = {
@@ -33,8 +35,9 @@ VARIANTS = {
     "upstream-hle": OrchestratorContext(1200, " ...", 12000, 27000, True, False),
     # eval_frames.py 484-503: doc[:4000], code cut to 12,000, total 24,000
     "upstream-frames": OrchestratorContext(4000, "", 12000, 24000, False, True),
+    # generation_quick3.py 1105-1135 (training): doc[:4000], code cut to 16,000, total 24,000, no header
+    "upstream-train": OrchestratorContext(4000, "", 16000, 24000, False, False, ""),
 }
-CODE_HEADER = "\npython code and execution outputs:\n"
 
 
 def _code_str(state: EpisodeState) -> str:
@@ -59,7 +62,7 @@ def orchestrator_context(state: EpisodeState, variant: str, counter: TokenCounte
     room = v.context_tokens - (counter.count(state.question) if v.minus_question else 0)
     if code_len >= room:
         return code
-    seq = doc_str + CODE_HEADER + code if (code or v.always_code_header) else doc_str
+    seq = doc_str + v.code_header + code if (code or v.always_code_header) else doc_str
     context = counter.tail(seq, room) if seq else ""
     return "Documents:\n" + context if doc_str else context
 
@@ -77,7 +80,8 @@ def expert_context_upstream(state: EpisodeState, settings, counter: TokenCounter
     doc_str = "".join(f"Doc {i + 1}: {d.contents[:cut] if cut else d.contents}\n\n"
                       for i, d in enumerate(state.documents))
     code, _ = _cut_code(_code_str(state), settings.code_tokens, counter)
-    context = counter.tail(doc_str + code, settings.context_tokens - counter.count(state.question))
+    room = settings.context_tokens - (counter.count(state.question) if settings.context_minus_question else 0)
+    context = counter.tail(doc_str + code, room)
     if doc_str:
         context = "Documents:\n" + context
     return context.strip()

@@ -226,7 +226,7 @@ def test_mixed_qa_and_tau2_run_trains_and_logs_tau2_rewards(world, tiny_policy, 
     from training.checkpoint import list_checkpoints
     from training.config import load_config
     from training.metrics_log import read_metrics
-    from training.train import run
+    from training.session import run
 
     cfg = load_config(None, overrides(tmp_path, tiny_policy, world["train"], **{
         "rollout.tasks_per_step": 4, "rollout.max_turns": 3, "rollout.max_tokens": 96, "rollout.context_tokens": 12000,
