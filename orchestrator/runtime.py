@@ -81,6 +81,7 @@ class ToolRuntime:
     prompts: Prompts = field(default_factory=Prompts.load)
     budgets: Budgets = field(default_factory=Budgets)
     override_model: str | None = None   # "basic tools" mode: every alias served by this model
+    counter: TokenCounter = field(default_factory=TokenCounter)   # expert contexts' token cuts, query fees
     llm: Callable[..., Any] = _default_llm
     run_code: Callable[[str, float], Any] = _default_sandbox
 
@@ -185,8 +186,8 @@ class ToolRuntime:
         settings = self.expert(call.model, tool=call.tool)
         if self.prompts.style.startswith("upstream"):
             from orchestrator.upstream_prompts import expert_context_upstream
-            return expert_context_upstream(state, settings, TokenCounter())
-        return expert_context(state, self.budgets, TokenCounter(), room=settings.context_tokens)
+            return expert_context_upstream(state, settings, self.counter)
+        return expert_context(state, self.budgets, self.counter, room=settings.context_tokens)
 
     def _search_fee(self, query: str, catalog: Catalog) -> float:
         fee = self.qa.costs.search_fee
@@ -194,7 +195,7 @@ class ToolRuntime:
             return catalog.search_cost(web_searches=1, pages=WEB_PAGES_PER_SEARCH)
         if fee == "tokens" and catalog.orchestrator_price_model:
             price = catalog.price(catalog.orchestrator_price_model)
-            return price.input * TokenCounter().count(query) / 1_000_000
+            return price.input * self.counter.count(query) / 1_000_000
         return 0.0
 
     def _search(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> None:
@@ -225,6 +226,9 @@ class ToolRuntime:
         code_settings = self.qa.code
         reply = self._ask_expert(call, self.prompts.render(
             "expert_code", question=state.question, context=self._context(state, call)), catalog)
+        if code_settings.extraction == "none":
+            call.output = "no code run (code.extraction: none)"
+            return
         code = extract_code(reply) if code_settings.extraction == "ours" else split_code(reply)
         if not code:
             call.output = "the expert wrote no ```python block"

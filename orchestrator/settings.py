@@ -83,13 +83,16 @@ class SearchSettings(_Strict):
     query: Literal["ours", "upstream"] = "ours"         # ours: <query> stripped, else the question;
                                                         # upstream: split on the tags, the whole reply without them
     min_query_chars: int = Field(0, ge=0)               # a query shorter than this: no search (upstream 5, FRAMES 10)
-    single_search: bool = False                         # FRAMES: the search tool is withdrawn once documents exist
+    single_search: bool = False                         # FRAMES: the search tool is no longer offered once
+                                                        # documents exist (a call to it is still carried out)
 
 
 class CodeSettings(_Strict):
     timeout: float = Field(60.0, gt=0, description="sandbox wall-clock seconds")
-    extraction: Literal["ours", "upstream"] = "ours"    # ours: the first ```python block, stripped;
-                                                        # upstream: after the last ```python up to the next ```
+    extraction: Literal["ours", "upstream", "none"] = "ours"   # ours: the first ```python block, stripped;
+                                                        # upstream: after the last ```python up to the next ```;
+                                                        # none: the expert is asked (and paid), no code runs
+                                                        # (upstream's FRAMES: eval_frames.py:202-206)
     output: Literal["full", "stdout"] = "full"          # full: stdout + exit code and stderr; stdout: upstream's
     keep_empty: bool = True                             # upstream keeps a code block only when it printed something
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.catalog import Catalog
-from orchestrator.context import UPSTREAM_PROMPTS_DIR, Budgets, Prompts
+from orchestrator.context import UPSTREAM_PROMPTS_DIR, Budgets, Prompts, TokenCounter
 from orchestrator.episodes.base import LoopConfig
 from orchestrator.runtime import ToolRuntime
 from orchestrator.settings import OrchestratorSettings, Profile, QASettings, Tau2Settings
@@ -30,13 +30,14 @@ def load_prompts(settings: QASettings | Tau2Settings | None, folder: str | Path 
 def build_runtime(profile: Profile | None, sections: dict[str, Any], catalog: Catalog, *,
                   retriever=None, prompts: Prompts | None = None, context_tokens: int | None = None,
                   override_model: str | None = None, serve: str | None = None, llm=None, run_code=None,
-                  cls: type[ToolRuntime] = ToolRuntime, **extra) -> ToolRuntime:
+                  counter: TokenCounter | None = None, cls: type[ToolRuntime] = ToolRuntime, **extra) -> ToolRuntime:
     """The runtime of a run that plays the episode kinds in `sections` (kind -> settings section).
 
     `serve` (default: the profile's) names the tools.json serving map; `prompts` default to the
     QA section's style; `context_tokens` (the orchestrator's context cap; default the section's)
     sizes the ours-style documents; `llm` / `run_code` replace the gateway and the sandbox (tests,
-    memoised experts); `cls` and `extra` build a subclass (the quickstart's routed runtime)."""
+    memoised experts); `counter` cuts expert contexts in a tokenizer's tokens (default ~4 characters
+    a token); `cls` and `extra` build a subclass (the quickstart's routed runtime)."""
     qa = sections.get("qa")
     if prompts is None:
         prompts = load_prompts(qa)
@@ -50,6 +51,8 @@ def build_runtime(profile: Profile | None, sections: dict[str, Any], catalog: Ca
         fields["llm"] = llm
     if run_code is not None:
         fields["run_code"] = run_code
+    if counter is not None:
+        fields["counter"] = counter
     return cls(**fields, **extra)
 
 

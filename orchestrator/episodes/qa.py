@@ -21,15 +21,15 @@ def run_qa_episode(task: Task, policy, runtime: ToolRuntime, config: LoopConfig,
     catalog = task_catalog(runtime.catalog, task)
     # no retriever: no search tool to offer (every call of it would fail)
     kinds = ("search", "code", "answer") if runtime.retriever is not None else ("code", "answer")
-    offered = _Offer([t for t in catalog.tools if t.kind in kinds], runtime, catalog, config)
+    offered = first = _Offer([t for t in catalog.tools if t.kind in kinds], runtime, catalog, config)
     counter = counter or TokenCounter(getattr(getattr(policy, "engine", None), "tokenizer", None))
     state = EpisodeState(task.question, task_id=task.id)
     rollout = Rollout(task_id=task.id)
     single_search = runtime.qa.search.single_search
     for index in range(config.max_turns):
-        if single_search and state.documents:   # upstream's FRAMES: search withdrawn once documents exist
-            offered = offered.without("search")
-        allowed, schemas, choices = offered.allowed, offered.schemas, offered.choices
+        if single_search and state.documents:   # upstream's FRAMES: search no longer offered once documents
+            offered = offered.without("search")  # exist (eval_frames.py:477-482); a call to it still runs
+        allowed, schemas, choices = first.allowed, offered.schemas, offered.choices
         messages = turn_messages(state, runtime.prompts, config.budgets, counter)
         taken = take_turn(policy, messages, schemas, index, catalog, config, rollout, choices=choices)
         if taken is None:
