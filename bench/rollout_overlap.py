@@ -38,7 +38,9 @@ from orchestrator.settings import load_profile  # noqa: E402
 from orchestrator.setup import build_runtime  # noqa: E402
 from orchestrator.toolcall import allowed_call_strings  # noqa: E402
 
-TOOLS = {"enhance_reasoning": {"reasoner-1": "gpt-5", "reasoner-2": "gpt-5-mini"}}
+# two code aliases of tools.json, as the catalog maps them
+TOOLS = {"enhance_reasoning": {a: s.model for a, s in load_catalog().tool("enhance_reasoning").aliases.items()
+                              if a in ("reasoner-1", "reasoner-2")}}
 
 
 class TimedEngine:

@@ -1,6 +1,6 @@
 """The LLM pipeline end to end: a domain folder and verified tasks from a domain name.
 
-    pipeline = LLMPipeline(model="gpt-5-mini", seed=0)
+    pipeline = LLMPipeline(model=MODEL, seed=0)       # MODEL: a configs/models.yaml name
     result = pipeline.build("library", Path("out/library"), num_tasks=50, description="a city library")
 
 When `name_or_dir` is a shipped schema, a schema file or a folder with db.json, its

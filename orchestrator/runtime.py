@@ -5,7 +5,7 @@
 - answer: the expert answers and the episode ends;
 - call_expert (function-calling episodes, `propose`): the expert proposes the next domain action.
 
-The expert is reached through the one LLM gateway; the alias's model (e.g. gpt-5)
+The expert is reached through the one LLM gateway; the alias's model (e.g. GPT-5)
 is served by `catalog.served_model(model, profile)` (e.g. the local SmolLM2) but
 priced as the alias's model, so a local run reports what the paper's tools would cost.
 """

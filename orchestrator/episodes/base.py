@@ -36,7 +36,7 @@ class LoopConfig:
     tau2_user: str = "simulator"  # tau2 tasks: "simulator" (tau2's user simulator) | "solo" (no user)
     tau2_user_model: str | None = None   # the simulator, a configs/models.yaml name (None: the policy's model)
     tau2_user_temperature: float = 0.0
-    tau2_user_max_tokens: int = 512      # the simulator's reply cap (ours: upstream's gpt-5 user has none)
+    tau2_user_max_tokens: int = 512      # the simulator's reply cap (ours: upstream's GPT-5 user has none)
     tau2_max_steps: int = 40     # tau2's max_steps (every message counts); upstream trains with 40
     tau2_max_errors: int = 10    # tau2: tool errors before a simulation stops
     tau2_seed: int = 300         # tau2 simulation seed

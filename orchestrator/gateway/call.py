@@ -88,7 +88,7 @@ def get_llm_response(model: str, messages: list[dict[str, Any]], tools: list[dic
     backend (e.g. top_p, seed, stop; OpenAI-compatible: extra_body).
 
     The entry's provider rules (configs/models.yaml `rules:`, orchestrator/gateway/rules.py)
-    are applied first: e.g. gpt-5 gets no temperature, a request too long for a vLLM
+    are applied first: e.g. GPT-5 gets no temperature, a request too long for a vLLM
     model's window is shortened or refused before it is sent.
 
     Returns LLMResponse: usage as the backend reports it, cost in dollars from the price

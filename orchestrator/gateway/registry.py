@@ -1,7 +1,7 @@
 """The model registry (`configs/models.yaml`): model name -> how to reach it.
 
     models:
-      gpt-5:            {backend: openai, model: gpt-5, api_key_env: OPENAI_API_KEY}
+      my-gpt:           {backend: openai, model: MODEL_ID, api_key_env: OPENAI_API_KEY}
       Qwen3-32B:        {backend: vllm, model: Qwen/Qwen3-32B}          # replicas in endpoints.json
       smollm2-135m:     {backend: transformers, path: "embedded:smollm2-135m"}
 

@@ -1,7 +1,7 @@
 """Provider rules: what a model accepts, declared per model in configs/models.yaml (`rules:`).
 
 The gateway applies them to every request before it is sent, so no caller needs to know
-that gpt-5 refuses `temperature: 0`, that Anthropic needs `max_tokens` in 0..1 range
+that GPT-5 refuses `temperature: 0`, that Anthropic needs `max_tokens` in 0..1 range
 temperatures, or that Qwen2.5-Math-7B has a 4,096-token window:
 
     rules:

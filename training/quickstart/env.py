@@ -8,7 +8,7 @@ three kinds of question, each solvable only through the right tool:
   the sandbox runs it) gives the number.
 
 Aliases differ in capability, with real local components (`SEARCH_DEPTH`): the search aliases
-`search-1` (Qwen3-8B price, per task: `TASK_MODELS`) and `search-2` (gpt-5-mini price) read a
+`search-1` (Qwen3-8B price, per task: `TASK_MODELS`) and `search-2` (GPT-5-mini price) read a
 *shallow* index (a gazetteer: name and birth city only), `search-3` (Qwen3-32B price) the
 *deep* index (the full biographies, years included).  So the cheap search is right for city questions and wrong for
 year questions; a policy that routes well pays for the deep search only where it is needed.
@@ -60,16 +60,16 @@ FAVOURED_ALIAS = "answer-4"
 # the quickstart tasks' own alias -> model choices where they differ from tools.json (per-task
 # tool mappings are per-example fields, PAPER.md §2):
 # - the favoured alias is served as the dearest answer model, so `cost` pulls away from it at every
-#   step (tools.json: answer-4 = Qwen3-32B, which is cheaper than answer-1's gpt-5 and drew `cost`
+#   step (tools.json: answer-4 = Qwen3-32B, which is cheaper than answer-1's GPT-5 and drew `cost`
 #   towards it too, docs/training.md);
-# - search-1 is served as Qwen3-8B, a cheap shallow search (tools.json: gpt-5), and the deep search
-#   is `search-3` (tools.json's Qwen3-32B, the dearest of the three here, but not gpt-5):
+# - search-1 is served as Qwen3-8B, a cheap shallow search (tools.json: GPT-5), and the deep search
+#   is `search-3` (tools.json's Qwen3-32B, the dearest of the three here, but not GPT-5):
 #   - the alias's last token is the decision, and a tiny policy shares one output row per token
 #     across tools, so when the deep search was `search-1` the outcome-driven push to it on year
-#     questions also pushed `reasoner-1` and `answer-1` (gpt-5) against the cost reward
+#     questions also pushed `reasoner-1` and `answer-1` (GPT-5) against the cost reward
 #     (docs/training.md, fifth round); `3` is a decision no other quickstart tool has;
 #   - the quickstart's experts write a few dozen tokens, so the orchestrator's own two ~700-token
-#     turns are about 40% of a starting policy's cost, a floor no routing moves; with gpt-5 on the deep search, perfect routing cut the
+#     turns are about 40% of a starting policy's cost, a floor no routing moves; with GPT-5 on the deep search, perfect routing cut the
 #     cost by only 41-42% and a policy that sent every lookup to the deep search by 35-40%
 #     (docs/training.md, sixth round)
 TASK_MODELS = {"answer-4": "claude-sonnet-4", "search-1": "Qwen3-8B"}
