@@ -9,7 +9,13 @@ Two judge styles: "lenient" (evaluation/prompts/judge.txt; the last True/False w
 reply decides) and "upstream" (the paper profile: upstream's prompt from eval_hle.py line
 276-279, evaluation/prompts/judge_upstream.txt, and only `<correct>True|False</correct>`
 decides).  A reply neither style can read is a judge error (`correct` None, rule
-"llm_unparsed"), recorded as such and never counted as a wrong answer.
+"llm_unparsed"), recorded as such and never counted as a wrong answer.  A third style,
+"upstream-train", is upstream's *training* judge (generation_quick3.py 431-445, the paper
+profile's `qa.train.judge`): the same prompt (evaluation/prompts/judge_upstream_train.txt, from
+lines 436-439) at temperature 1, rule 1's words counted as `pred.split(' ')`, and the reply read
+exactly as training read it: True only when the text after the last `<correct>` up to the next
+`</correct>` (the whole reply without a tag) is "true" in any case, unstripped; anything else is
+False, never a judge error.
 
 Two judge names need no model, for runs where no capable judge is at hand (the embedded
 default's 135M model cannot judge): "exact" stops after rules 1-2 (anything else is wrong),
@@ -32,7 +38,10 @@ from orchestrator.records import LLMResponse, Usage
 
 DEFAULT_JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge.txt"
 UPSTREAM_JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge_upstream.txt"
-JUDGE_STYLES = ("lenient", "upstream")
+UPSTREAM_TRAIN_JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge_upstream_train.txt"
+JUDGE_STYLES = ("lenient", "upstream", "upstream-train")
+_STYLE_PROMPTS = {"lenient": DEFAULT_JUDGE_PROMPT, "upstream": UPSTREAM_JUDGE_PROMPT,
+                  "upstream-train": UPSTREAM_TRAIN_JUDGE_PROMPT}
 _CORRECT_RE = re.compile(r"<correct>\s*(true|false)\s*</correct>", re.IGNORECASE)
 MAX_ANSWER_WORDS = 500
 _PLACEHOLDERS = {"question", "reference", "prediction"}
@@ -89,6 +98,26 @@ def rule_verdict(prediction: str | None, reference: str) -> Verdict | None:
     return None
 
 
+def rule_verdict_train(prediction: str | None, reference: str) -> Verdict | None:
+    """Rules 1-2 as upstream's training applies them (generation_quick3.py 431-434): words are
+    `pred.split(' ')` (a run of spaces counts empty words; newlines split nothing)."""
+    pred = prediction or ""
+    if pred.strip() == "":
+        return Verdict(False, "empty")
+    if len(pred.split(" ")) > MAX_ANSWER_WORDS:
+        return Verdict(False, "too_long")
+    if pred.strip().lower() == reference.strip().lower():
+        return Verdict(True, "exact")
+    return None
+
+
+def parse_upstream_train_reply(text: str) -> bool:
+    """generation_quick3.py 441-445: the text after the last `<correct>` up to the next
+    `</correct>` (the whole reply when it has no tag), lower-cased and compared with 'true'
+    unstripped; anything else is False."""
+    return (text or "").split("<correct>")[-1].split("</correct>")[0].lower() == "true"
+
+
 def parse_judge_reply(text: str) -> bool | None:
     """True/False from the judge's reply (the last True/False word wins: models reason first)."""
     words = _VERDICT_RE.findall(text or "")
@@ -123,13 +152,12 @@ class Judge:
             raise JudgeError(f"judge style {style!r}: expected one of {JUDGE_STYLES}")
         self.model = model
         self.style = style
-        default = UPSTREAM_JUDGE_PROMPT if style == "upstream" else DEFAULT_JUDGE_PROMPT
-        self.template = load_judge_prompt(prompt_path or default)   # checked even for rule judges: fail early
+        self.template = load_judge_prompt(prompt_path or _STYLE_PROMPTS[style])   # checked even for rule judges: fail early
         self._call = call
         self.max_tokens = max_tokens   # reasoning judges (gpt-5) spend most of it thinking
 
     def __call__(self, question: str, prediction: str | None, reference: str) -> Verdict:
-        verdict = rule_verdict(prediction, reference)
+        verdict = (rule_verdict_train if self.style == "upstream-train" else rule_verdict)(prediction, reference)
         if verdict is not None:
             return verdict
         if self.model == "exact":
@@ -137,14 +165,16 @@ class Judge:
         if self.model == "contains":
             found = re.search(rf"(?<!\w){re.escape(reference.strip().lower())}(?!\w)", prediction.lower())
             return Verdict(found is not None, "contains" if found else "not_contained", judge_model="contains")
-        prompt = self.template.format(question=question, reference=reference, prediction=prediction.strip())
+        shown = prediction if self.style == "upstream-train" else prediction.strip()   # gq3:437: pred as extracted
+        prompt = self.template.format(question=question, reference=reference, prediction=shown)
         call = self._call or _default_call()
         try:
             reply = call(self.model, [{"role": "user", "content": prompt}],
-                         temperature=1.0 if self.style == "upstream" else 0.0, max_tokens=self.max_tokens)
+                         temperature=0.0 if self.style == "lenient" else 1.0, max_tokens=self.max_tokens)
         except Exception as exc:  # LLMCallError after bounded retries, or a bad config
             raise JudgeError(f"judge {self.model!r} failed: {type(exc).__name__}: {exc}") from exc
-        decided = (parse_upstream_reply if self.style == "upstream" else parse_judge_reply)(reply.text)
+        decided = {"lenient": parse_judge_reply, "upstream": parse_upstream_reply,
+                   "upstream-train": parse_upstream_train_reply}[self.style](reply.text)
         return Verdict(correct=decided, rule="llm" if decided is not None else "llm_unparsed",
                        raw=reply.text, judge_model=self.model, usage=reply.usage,
                        cost=reply.cost, latency=reply.latency)

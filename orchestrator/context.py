@@ -26,6 +26,7 @@ PROMPT_FIELDS = {
     "expert_answer_boxed": {"question", "context"},
     "expert_answer_tags": {"question", "context"},
     "expert_answer_tags_brief": {"question", "context"},   # tags, shorter instruction (upstream's Llama prompt)
+    "expert_answer_boxed_steps": {"question", "context"},  # \boxed{} asked in the user message (upstream training)
     "expert_direct": {"question"},
     "expert_answer_system": set(),                    # system message of boxed-style answer experts ("" = none)
     "domain_system": {"policy", "instruction"},      # function-calling (tau2) episodes

@@ -257,6 +257,6 @@ class ToolRuntime:
         call.output = reply[:2000]
         if self.prompts.style.startswith("upstream"):
             from orchestrator.upstream_prompts import extract_answer_upstream
-            return extract_answer_upstream(reply, "boxed" if fmt == "boxed" else "tags")
+            return extract_answer_upstream(reply, "boxed" if fmt in ("boxed", "boxed_steps") else "tags")
         return extract_answer(reply)
 

@@ -42,7 +42,8 @@ class ExpertSettings(_Strict):
     context_tokens: int = Field(24000, ge=1, description="documents + code results in the expert's prompt")
     code_tokens: int = Field(24000, ge=1, description="of which code blocks and outputs at most")
     doc_chars: int | None = Field(None, ge=1, description="each document cut to this many characters")
-    answer_format: Literal["tags", "tags_brief", "boxed", "auto"] = "auto"
+    answer_format: Literal["tags", "tags_brief", "boxed", "boxed_steps", "auto"] = "auto"   # boxed_steps: \boxed{} asked
+                                        # in the user message, no system prompt (upstream training)
     context_minus_question: bool = True     # upstream style: the question's tokens come off context_tokens
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
