@@ -230,7 +230,7 @@ class ToolRuntime:
             call.output = "no code run (code.extraction: none)"
             return
         code = extract_code(reply) if code_settings.extraction == "ours" else split_code(reply)
-        if not code:
+        if code is None or (code == "" and code_settings.extraction == "upstream"):   # upstream skips an empty one
             call.output = "the expert wrote no ```python block"
             return
         result = self.run_code(code, code_settings.timeout)
