@@ -95,14 +95,10 @@ def test_the_checks_catch_a_cycle_and_a_forbidden_import():
 
 def test_one_generation_stack_for_training_and_the_gateway():
     """The gateway's transformers backend generates through orchestrator/engines (the engine and
-    batcher training samples with), and training/engines/* are only the old names of those modules."""
+    batcher training samples with)."""
     graph = import_graph()
     backend = graph["orchestrator.gateway.backends.transformers_backend"]
     assert {"orchestrator.engines.hf", "orchestrator.engines.batcher"} <= backend
     own = [str(p.relative_to(ROOT)) for p in (ROOT / "orchestrator").rglob("*.py")
            if "engines" not in p.parts and "model.generate(" in p.read_text()]
     assert not own, f"generation outside orchestrator/engines (transformers' generate): {own}"
-    for path in sorted((ROOT / "training" / "engines").glob("*.py")):
-        name = module_name(path)
-        assert graph[name] and all(t.startswith("orchestrator.engines") for t in graph[name]), name
-        assert len(path.read_text().splitlines()) <= 12, f"{path.name} is more than an alias of orchestrator/engines"
