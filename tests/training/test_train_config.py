@@ -96,3 +96,25 @@ def test_cli_prints_the_resolved_config():
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "lr: 2.0e-06" in out.stdout
+
+
+@pytest.mark.parametrize("override, where", [("tools.topk=30", "qa.train.retrieval.topk"),
+                                             ("rollout.tau2_user_model=gpt-5", "tau2.train.user.model"),
+                                             ("reward.judge_model=gpt-5", "qa.train.judge.model")])
+def test_a_setting_that_lives_in_the_profile_is_refused_naming_where(override, where):
+    with pytest.raises(ConfigError, match=rf"{override.split('=')[0]} is a profile setting: write {where}"):
+        load_config(ROOT / "training" / "configs" / "paper.yaml", [override])
+
+
+def test_training_reads_the_profiles_train_sections(tmp_path):
+    """paper.yaml's runtime and loop settings are the paper profile's qa.train / tau2.train."""
+    from orchestrator.settings import load_profile
+    from training.session import build_runtime, rollout_loop_config
+
+    cfg = load_config(ROOT / "training" / "configs" / "paper.yaml")
+    runtime, loop = build_runtime(cfg), rollout_loop_config(cfg)
+    paper = load_profile("paper")
+    assert runtime.qa == paper.section("qa", "train") and runtime.section("tau2") == paper.section("tau2", "train")
+    assert runtime.prompts.style == "upstream-train" and runtime.qa.retrieval.topk == 30
+    assert (loop.max_turns, loop.max_tokens, loop.temperature) == (30, 8768, 1.0)           # rollout.*
+    assert (loop.tau2_user_model, loop.tau2_max_steps) == (paper.section("tau2", "train").user.model, 40)
