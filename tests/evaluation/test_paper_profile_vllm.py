@@ -62,7 +62,8 @@ def test_real_tokenize_and_real_context_error(registry):
 def test_paper_profile_hle_with_a_real_vllm_expert(registry, tmp_path, monkeypatch, capsys):
     from evaluation.qa_cli import main
 
-    with ProviderEmulator({QUESTION: "Tokyo"}, plan=[("search", "search-1"), ("answer", "answer-math-2")]) as emu:
+    with ProviderEmulator({QUESTION: "Tokyo"}, plan=[("search", "search-1"), ("answer", "answer-math-2")],
+                          eids={"q1"}) as emu:
         registry(emu.root, {"context_window": 4096})
         data = tmp_path / "hle.jsonl"
         data.write_text(json.dumps({"id": "q1", "question": QUESTION, "answer": "Tokyo", "image": ""}) + "\n")
