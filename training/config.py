@@ -183,6 +183,10 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
             raise ConfigError(f"{path}: invalid YAML: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+        try:
+            _check_keys(TrainConfig, data, "")      # a misspelt key in the file: name the file
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
     for item in overrides:
         apply_override(data, item)
     cfg = from_dict(TrainConfig, data, "")
@@ -225,6 +229,24 @@ def _field_type(cls, parts: list[str], key: str):
     return tp
 
 
+def _reject_unknown(hints: dict[str, Any], data: dict, where: str) -> None:
+    unknown = sorted(set(data) - set(hints))
+    if unknown:
+        hint = "".join(_in_profile(f"{where}.{k}" if where else k) for k in unknown)
+        raise ConfigError(f"{where + ': ' if where else ''}unknown key(s) {unknown}; known: {sorted(hints)}{hint}")
+
+
+def _check_keys(cls, data: Any, where: str) -> None:
+    """Only the key names of `data` against dataclass `cls`, recursively (from_dict checks the rest)."""
+    if not isinstance(data, dict):
+        return
+    hints = typing.get_type_hints(cls)
+    _reject_unknown(hints, data, where)
+    for name, tp in hints.items():
+        if name in data and dataclasses.is_dataclass(tp):
+            _check_keys(tp, data[name], f"{where}.{name}" if where else name)
+
+
 def from_dict(cls, data: Any, where: str):
     """Build dataclass `cls` from `data`, checking keys and types recursively."""
     if data is None:
@@ -232,10 +254,7 @@ def from_dict(cls, data: Any, where: str):
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'}: expected a section (mapping), got {type(data).__name__} {data!r}")
     hints = typing.get_type_hints(cls)
-    unknown = sorted(set(data) - set(hints))
-    if unknown:
-        hint = "".join(_in_profile(f"{where}.{k}" if where else k) for k in unknown)
-        raise ConfigError(f"{where + ': ' if where else ''}unknown key(s) {unknown}; known: {sorted(hints)}{hint}")
+    _reject_unknown(hints, data, where)
     values = {}
     for name, tp in hints.items():
         if name in data:

@@ -72,8 +72,9 @@ def test_bad_overrides_name_the_key(override, message):
 def test_unknown_yaml_key_is_named_with_the_known_ones(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("optim:\n  learning_rate: 1.0e-6\n")
-    with pytest.raises(ConfigError, match=r"optim: unknown key\(s\) \['learning_rate'\]; known: .*'lr'"):
+    with pytest.raises(ConfigError, match=r"optim: unknown key\(s\) \['learning_rate'\]; known: .*'lr'") as err:
         load_config(path)
+    assert str(err.value).startswith(f"{path}: optim: unknown key(s)")   # the file and the key
 
 
 def test_saved_config_round_trips(tmp_path):
