@@ -136,7 +136,9 @@ class Tau2Settings(_Strict):
     max_steps: int = Field(200, ge=1, description="tau2 max_steps: every message counts")
     max_errors: int = Field(10, ge=1)
     seed: int = 300
-    expert_text: Literal["ours", "upstream"] = "ours"   # call_expert's description: ours | upstream's (llm_utils.py)
+    expert_text: Literal["ours", "upstream", "upstream-train"] = "ours"   # call_expert's description and format
+                                                        # line: ours | upstream's evaluation copy of llm_utils.py |
+                                                        # its training copy (episodes/tau2_common.py)
     expert_suffix: dict[str, str] = Field(default_factory=dict)   # model -> appended to the last message it reads
     max_tool_calls: int = Field(1, ge=1)                # tool calls kept from one agent message (upstream 6)
     context: Literal["per_output", "cut_middle_turns"] = "per_output"

@@ -10,7 +10,9 @@ tau2/utils/llm_utils.py `to_litellm_messages` / `generate`):
 - the agent's tools: the domain's without `transfer_to_human_agents`, plus `call_expert`
   whose argument is named `expert` (tools.json `argument`), with the price/latency table;
 - what the user simulator (and tau2's evaluator) sees of a policy message is the text after
-  `</think>`, and only the part inside <message>...</message> when there is one;
+  `</think>`, and only the part inside <message>...</message> when there is one (under
+  `expert_text: upstream-train`, as upstream's training reads it: only the <message> part, nothing
+  without one; episodes/tau2_common.py `delivered_train`);
 - `call_expert(expert=...)`: the expert gets tau2's own system prompt (policy unchanged) and
   tools, reads the same conversation and writes the agent's message (a reply or domain calls);
   that message is what tau2 sees.  An empty reply becomes upstream's "Wait a minute, I will
@@ -18,7 +20,7 @@ tau2/utils/llm_utils.py `to_litellm_messages` / `generate`):
 
 The profile's tau2 section (`runtime.section("tau2")`, orchestrator/settings.py `Tau2Settings`)
 picks ours or upstream's variant of each (episodes/tau2_common.py): the expert text (policy
-rewrite and `call_expert` schema), the suffix appended to a model's last message, how the chat
+rewrite, `call_expert` schema and format line; upstream's evaluation or training copy), the suffix appended to a model's last message, how the chat
 is fitted into the context, and how many tool calls of one message tau2 executes
 (`max_tool_calls`: ours 1, the orchestrator's first call, an expert's message as written;
 upstream 6 of either, llm_utils.py:588-598; tau2 runs them in order, one MultiToolMessage back).
@@ -49,15 +51,14 @@ from tau2.user.user_simulator import UserSimulator  # noqa: E402
 from orchestrator.catalog import Catalog  # noqa: E402
 from orchestrator.context import TokenCounter  # noqa: E402
 from orchestrator.episodes.base import take_turn  # noqa: E402
-from orchestrator.episodes.tau2_common import (EXPERT_POLICY, EXPERT_TOOL, OMITTED, TRANSFER_TOOL,  # noqa: E402
-                                               WAIT, expert_policy, expert_schema, fit_context, kept_calls,
-                                               suffix_for, tool_response, with_suffix)
+from orchestrator.episodes.tau2_common import (AGENT_FORMAT, EXPERT_POLICY, EXPERT_TOOL,  # noqa: E402,F401
+                                               OMITTED, TRANSFER_TOOL, WAIT, agent_format, delivered_train,
+                                               expert_policy, expert_schema, fit_context, kept_calls, suffix_for,
+                                               tool_response, with_suffix)
 from orchestrator.records import ExpertCall, LLMResponse, Rollout, Usage  # noqa: E402
 from orchestrator.toolcall import ToolCallError, format_tool_call, validate_schema_call  # noqa: E402
 
 EMPTY_RETRIES = 2   # the user simulator's empty reply is asked again this many times
-AGENT_FORMAT = ("  You are dedicated to provide the best service. Wrap thinking process between <think> </think>, "
-                "message between <message> </message> and the tool call between <tool_call> </tool_call> .")
 
 
 class AgentFailure(RuntimeError):
@@ -122,7 +123,8 @@ class PolicyAgent(LocalAgent[LLMAgentState]):
     @property
     def system_prompt(self) -> str:
         policy = expert_policy(self.domain_policy, self.settings.expert_text) if self.expert else self.domain_policy
-        text = SYSTEM_PROMPT.format(domain_policy=policy, agent_instruction=AGENT_INSTRUCTION) + AGENT_FORMAT
+        text = SYSTEM_PROMPT.format(domain_policy=policy, agent_instruction=AGENT_INSTRUCTION) + \
+            agent_format(self.settings.expert_text)
         return text + (f"\n\n{self.instruction}" if self.instruction else "")
 
     @property
@@ -170,7 +172,8 @@ class PolicyAgent(LocalAgent[LLMAgentState]):
             raise AgentFailure(self.rollout.stop_reason)
         turn, out, calls, errors = taken
         raw = {"policy_text": out.text, "orchestrator": {"text": out.text, "cost": turn.policy_cost}}
-        content, tool_calls, cost, usage = user_visible(out.text), None, turn.policy_cost, out.usage
+        said = delivered_train(out.text) if self.settings.expert_text == "upstream-train" else user_visible(out.text)
+        content, tool_calls, cost, usage = said, None, turn.policy_cost, out.usage
         calls = kept_calls(calls, self.settings.max_tool_calls)
         if calls:
             # every call is sent, valid or not: tau2's environment answers the errors, as upstream

@@ -9,13 +9,22 @@ carried by the runtime (`runtime.section("tau2")`):
 - `expert_text`: "ours" renders `call_expert` from the catalog (tools.json's text, an `enum` of the
   task's aliases, the price table of its prices) and rewrites the policy's human-transfer lines
   with a line filter; "upstream" renders upstream's literal schema and rewrites the policy by
-  upstream's literal passage replacement (orchestrator/prompts/upstream/tau2/).
+  upstream's literal passage replacement (orchestrator/prompts/upstream/tau2/), with upstream's
+  evaluation format line ("  You are dedicated to provide the best service. Wrap thinking ...").
+  "upstream-train" is upstream's *training* copy of the same file
+  (training/rollout/tau2/utils/llm_utils.py = `tt`; orchestrator/prompts/upstream/tau2/train/):
+  its own `call_expert` wording (`tt`:230-250), the same policy passages (`tt`:103-182), the format
+  line without "You are dedicated ..." (`tt`:389), and the orchestrator's reply read as training
+  reads it (generation_quick3.py:2129-2144, 714-716; `delivered_train`): the <message> part, or
+  upstream's wait message when the reply has no <message> or has a <tool_call>.
 - `expert_suffix`: model -> text appended to the last message that model reads, as upstream does
   for every gpt-5 agent or expert call (llm_utils.py:388-389).
 - `context`: "per_output" (ours) cuts each tool output to `budgets.doc_tokens` and replaces the
   oldest outputs by a marker until the chat fits `budgets.context_tokens`; "cut_middle_turns"
   keeps whole messages and drops the middle ones the way upstream's `cut_middle_turns` does, to
-  `context_tokens` minus the tools' own tokens (llm_utils.py:248-277, 446-448).
+  upstream's 23000 tokens (`CUT_TOKENS`; or `context_tokens` when smaller) minus the tools' own
+  tokens: evaluation llm_utils.py:248-277, 446-448; training generation_quick3.py:1196-1198, the
+  same literal, where the prompt cap (`rollout.context_tokens`, 24000) is larger.
 """
 from __future__ import annotations
 
@@ -39,8 +48,12 @@ EXPERT_POLICY = (   # upstream's EXPERT_POLICT (llm_utils.py:177), verbatim
     "difficulty, i.e. strong expert on tricky task, and weaker expert on simpler task. Think carefully about "
     "whether you are confident to meet user expectation, or call an appropriate expert based on both expert "
     "cost and performance.")
+AGENT_FORMAT = ("  You are dedicated to provide the best service. Wrap thinking process between <think> </think>, "
+                "message between <message> </message> and the tool call between <tool_call> </tool_call> .")
 UPSTREAM_DIR = Path(__file__).resolve().parents[1] / "prompts" / "upstream" / "tau2"
-EXPERT_TEXTS = ("ours", "upstream")
+EXPERT_TEXTS = ("ours", "upstream", "upstream-train")
+_UPSTREAM_VARIANTS = {"upstream": "", "upstream-train": "train/"}   # folder of each variant's own texts
+CUT_TOKENS = 23000   # upstream's cut_middle_turns budget: llm_utils.py:448 and generation_quick3.py:1198
 CONTEXTS = ("per_output", "cut_middle_turns")
 _TRANSFER_LINE = re.compile(r"transfer_to_human_agents|\b(transfer|escalat)\w*\b[^.\n]*\bhuman agent", re.I)
 
@@ -53,9 +66,11 @@ def _upstream(name: str):
 
 def expert_schema(catalog, tool, text: str = "ours") -> dict:
     """`call_expert`'s function schema: the catalog's rendering of `tool` (ours) or upstream's
-    literal `extra_tool` (llm_utils.py:226-246: its prose and price table, a free-string argument)."""
-    if text == "upstream":
-        return json.loads(json.dumps(_upstream("call_expert.json")))     # a copy: callers may not share it
+    literal `extra_tool` (evaluation llm_utils.py:226-246: its prose and price table, a free-string
+    argument; upstream-train: the training copy's, `tt`:230-250, another `expert` description)."""
+    if text in _UPSTREAM_VARIANTS:
+        name = _UPSTREAM_VARIANTS[text] + "call_expert.json"
+        return json.loads(json.dumps(_upstream(name)))                  # a copy: callers may not share it
     if text != "ours":
         raise ValueError(f"expert_text {text!r}: choose one of {EXPERT_TEXTS}")
     return catalog.openai_tools(tools=[tool])[0]
@@ -67,8 +82,9 @@ def expert_policy(domain_policy: str, text: str = "ours") -> str:
     ours: every line that mentions the transfer is dropped and EXPERT_POLICY put once where the
     first one was (at the end when none does).  upstream: each of upstream's POLICY_STRINGS
     (llm_utils.py:98-175) replaced wherever it occurs (to_litellm_messages, 380-385); a policy
-    none of them matches keeps its text, as upstream's does."""
-    if text == "upstream":
+    none of them matches keeps its text, as upstream's does.  upstream-train: the same passages and
+    text (the training copy's `tt`:103-182 are equal to the evaluation copy's)."""
+    if text in _UPSTREAM_VARIANTS:
         for passage in _upstream("policy_strings.json"):
             domain_policy = domain_policy.replace(passage, EXPERT_POLICY)
         return domain_policy
@@ -83,6 +99,27 @@ def expert_policy(domain_policy: str, text: str = "ours") -> str:
     if not replaced:
         out += ["", EXPERT_POLICY]
     return "\n".join(out)
+
+
+def agent_format(text: str = "ours") -> str:
+    """The line the orchestrator's system prompt ends with: upstream's evaluation line (llm_utils.py:385;
+    ours and upstream) or its training line, without "You are dedicated ..." (`tt`:389)."""
+    if text == "upstream-train":
+        return _upstream("train/agent_format.json")
+    if text not in EXPERT_TEXTS:
+        raise ValueError(f"expert_text {text!r}: choose one of {EXPERT_TEXTS}")
+    return AGENT_FORMAT
+
+
+def delivered_train(text: str) -> str:
+    """What upstream's training delivers of an orchestrator reply without a tool call (
+    generation_quick3.py:2129-2144, then 714-716): a reply with `<tool_call>` yields only its calls
+    (none parsed: nothing); else the text after the last `<message>` up to the next `</message>`
+    (or the end), as written; no `<message>`: nothing.  Nothing becomes upstream's wait message
+    (the caller's)."""
+    if "<tool_call>" in text or "<message>" not in text:
+        return ""
+    return text.split("<message>")[-1].split("</message>")[0]
 
 
 def suffix_for(settings, *models: str | None) -> str:
@@ -178,9 +215,11 @@ def cut_middle_turns(messages: list[dict], max_length: int, counter: TokenCounte
 def fit_context(messages: list[dict], context: str, budgets: Budgets, counter: TokenCounter,
                 tools: list[dict]) -> list[dict]:
     """The chat the policy is sent: ours (`omit_oldest_outputs` to `context_tokens`) or upstream's
-    (`cut_middle_turns` to `context_tokens` minus the tokens of `str(tools)`, llm_utils.py:447-448)."""
+    (`cut_middle_turns` to upstream's 23000 tokens, or `context_tokens` when smaller, minus the
+    tokens of `str(tools)`: evaluation llm_utils.py:447-448, training generation_quick3.py:1196-1198)."""
     if context == "cut_middle_turns":
-        return cut_middle_turns(messages, budgets.context_tokens - counter.count(str(tools)), counter)
+        budget = min(budgets.context_tokens, CUT_TOKENS)
+        return cut_middle_turns(messages, budget - counter.count(str(tools)), counter)
     if context != "per_output":
         raise ValueError(f"context {context!r}: choose one of {CONTEXTS}")
     return omit_oldest_outputs(messages, budgets.context_tokens, counter)

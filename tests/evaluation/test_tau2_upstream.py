@@ -164,6 +164,32 @@ def test_paper_renders_upstreams_call_expert_text_and_policy(paper):
     assert settings.context == "cut_middle_turns" and settings.max_tool_calls == 6
 
 
+def test_paper_eval_keeps_the_evaluation_copys_values_while_train_takes_the_training_copys(paper):
+    """`tau2.eval` stays the evaluation copy's (`tu`) whatever `tau2.train` sets (the training copy,
+    training/rollout/tau2/utils/llm_utils.py: tests/training/test_tau2_upstream_train.py)."""
+    from orchestrator.episodes.tau2_common import AGENT_FORMAT, agent_format
+    from orchestrator.settings import load_profile
+
+    profile = load_profile("paper")
+    ev, train = profile.section("tau2", "eval"), profile.section("tau2", "train")
+    assert ev.orchestrator.model_dump() == {"max_tokens": 8000, "max_turns": 50, "temperature": 1.0,
+                                            "context_tokens": 23000}
+    assert {m: (e.max_tokens, e.temperature) for m, e in ev.experts.items()} == {
+        "default": (8000, 1.0), "gpt-5": (40000, 1.0), "gpt-5-mini": (40000, 1.0)}
+    assert ev.user.model_dump() == {"model": "gpt-5", "max_tokens": 40000, "temperature": 0.0}
+    assert (ev.max_steps, ev.max_errors, ev.seed, ev.max_tool_calls, ev.context, ev.train_unfinished) == (
+        200, 10, 300, 6, "cut_middle_turns", False)
+    assert ev.expert_text == "upstream" and ev.expert_suffix == {"gpt-5": SUFFIX, "gpt-5-mini": SUFFIX}
+    assert agent_format(ev.expert_text) == AGENT_FORMAT == tau2_agent.AGENT_FORMAT
+    assert "You are dedicated" in AGENT_FORMAT
+    assert train.expert_text == "upstream-train" and ev.experts != train.experts and ev.user != train.user
+    # the conversation: the evaluation copy's schema and the whole reply after </think> delivered
+    recorder, record, _ = paper
+    [schema] = [t for t in recorder.of("orchestrator")[0]["tools"] if t["function"]["name"] == "call_expert"]
+    assert "social science" in schema["function"]["parameters"]["properties"]["expert"]["description"]
+    assert tau2_agent.user_visible("<think>a</think>plain words") == "plain words"
+
+
 def test_default_profile_keeps_todays_values_and_behaviour(default):
     recorder, record, settings = default
     assert record["status"] == "ok" and record["stop_reason"] == "user_stop"
