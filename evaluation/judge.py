@@ -154,7 +154,7 @@ class Judge:
         self.style = style
         self.template = load_judge_prompt(prompt_path or _STYLE_PROMPTS[style])   # checked even for rule judges: fail early
         self._call = call
-        self.max_tokens = max_tokens   # reasoning judges (gpt-5) spend most of it thinking
+        self.max_tokens = max_tokens   # reasoning judges (GPT-5) spend most of it thinking
 
     def __call__(self, question: str, prediction: str | None, reference: str) -> Verdict:
         verdict = (rule_verdict_train if self.style == "upstream-train" else rule_verdict)(prediction, reference)

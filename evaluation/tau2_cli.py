@@ -19,6 +19,7 @@ from evaluation.cli import (CLIError, add_common_args, check_common, check_serve
 from evaluation.error_streak import ErrorStreak
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, read_records, run_tasks
 from orchestrator.catalog import CatalogError, load_catalog
+from orchestrator.episodes.tau2_common import rewrites
 from orchestrator.gateway.errors import GatewayConfigError
 from orchestrator.settings import ProfileError, Tau2Settings
 
@@ -208,6 +209,11 @@ def run(args: argparse.Namespace) -> int:
           f"temperature {orch.temperature:g}; user {user.model} ({user.max_tokens} tokens); max_steps "
           f"{settings.max_steps}; experts {args.expert_max_tokens or 'per-profile'} tokens; call_expert text "
           f"{settings.expert_text}; {settings.max_tool_calls} tool call(s) per message; context {settings.context}")
+    if not rewrites(settings, args.model):
+        print(f"note: the agent model {args.model!r} contains none of tau2.eval.rewrite_models "
+              f"{settings.rewrite_models}: its system prompt is tau2's own, without the call-expert policy and the "
+              f"format line (as upstream's, llm_utils.py:380); add a part of its name to rewrite_models to change "
+              f"that", file=sys.stderr)
     with ResultsFile(out_dir / RESULTS_NAME, resume=args.resume, retry_errors=args.retry_errors) as results:
         for msg in results.repair.messages(results.path):
             print(msg, file=sys.stderr)

@@ -143,6 +143,10 @@ class Tau2Settings(_Strict):
     max_tool_calls: int = Field(1, ge=1)                # tool calls kept from one agent message (upstream 6)
     context: Literal["per_output", "cut_middle_turns"] = "per_output"
     train_unfinished: bool = False                      # train the turns of conversations that hit max_steps
+    rewrite_models: list[str] | None = None             # the agent models (substrings of the name, any case) whose
+                                                        # system prompt gets the call-expert policy and the format
+                                                        # line; None: every model.  Upstream: qwen, train,
+                                                        # huggingface (tu:380); others keep tau2's own prompt
 
     def expert(self, model: str, tool: str | None = None) -> ExpertSettings:
         return find_expert(self.experts, model, tool)

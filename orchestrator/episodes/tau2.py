@@ -8,7 +8,7 @@ A `kind: tau2` Task carries its tau2 task in `metadata.tau2_task` and its enviro
 orchestrator/tau2_env.py).  tau2 applies the task's `initial_state` and scores every reward
 basis it knows (DB, ENV_ASSERTION, ACTION, COMMUNICATE; NL_ASSERTION through tau2's own LLM
 judge).  The user simulator is `LoopConfig.tau2_user_model` (a configs/models.yaml name;
-upstream: gpt-5), served through `runtime.llm`; the episode stops after
+upstream: GPT-5), served through `runtime.llm`; the episode stops after
 `LoopConfig.tau2_max_steps` messages (upstream trains with 40).
 
 `LoopConfig.tau2_user: solo` runs orchestrator/episodes/tau2_solo.py instead (no user).

@@ -53,8 +53,8 @@ from orchestrator.context import TokenCounter  # noqa: E402
 from orchestrator.episodes.base import take_turn  # noqa: E402
 from orchestrator.episodes.tau2_common import (AGENT_FORMAT, EXPERT_POLICY, EXPERT_TOOL,  # noqa: E402,F401
                                                OMITTED, TRANSFER_TOOL, WAIT, agent_format, delivered_train,
-                                               expert_policy, expert_schema, fit_context, kept_calls, suffix_for,
-                                               tool_response, with_suffix)
+                                               expert_policy, expert_schema, fit_context, kept_calls,
+                                               reads_agent_chat, rewrites, suffix_for, tool_response, with_suffix)
 from orchestrator.records import ExpertCall, LLMResponse, Rollout, Usage  # noqa: E402
 from orchestrator.toolcall import ToolCallError, format_tool_call, validate_schema_call  # noqa: E402
 
@@ -122,9 +122,14 @@ class PolicyAgent(LocalAgent[LLMAgentState]):
 
     @property
     def system_prompt(self) -> str:
-        policy = expert_policy(self.domain_policy, self.settings.expert_text) if self.expert else self.domain_policy
-        text = SYSTEM_PROMPT.format(domain_policy=policy, agent_instruction=AGENT_INSTRUCTION) + \
-            agent_format(self.settings.expert_text)
+        """tau2's prompt with the call-expert policy (when `call_expert` is offered) and the format
+        line; a model the settings' `rewrite_models` leave out keeps tau2's prompt as it is."""
+        if not rewrites(self.settings, getattr(self.policy, "model", None)):
+            text = self.expert_system_prompt
+        else:
+            policy = expert_policy(self.domain_policy, self.settings.expert_text) if self.expert else self.domain_policy
+            text = SYSTEM_PROMPT.format(domain_policy=policy, agent_instruction=AGENT_INSTRUCTION) + \
+                agent_format(self.settings.expert_text)
         return text + (f"\n\n{self.instruction}" if self.instruction else "")
 
     @property
@@ -224,13 +229,22 @@ class PolicyAgent(LocalAgent[LLMAgentState]):
         cap = self.settings.max_tool_calls
         return kept_calls(calls, cap) if cap > 1 else list(calls or [])
 
-    def _ask_expert(self, alias: str, state: LLMAgentState) -> tuple[ExpertCall, LLMResponse | None]:
-        """The alias's expert writes the agent's next message from tau2's own prompt and tools
-        (plus the profile's suffix for its model on the last message)."""
-        call = ExpertCall(tool=EXPERT_TOOL, alias=alias, model=self.expert.aliases[alias].model)
-        messages = to_openai_messages([SystemMessage(role="system", content=self.expert_system_prompt),
+    def expert_messages(self, model: str, state: LLMAgentState) -> list[dict]:
+        """What the expert `model` reads: tau2's own system prompt and the conversation, the
+        profile's suffix for its model on the last message; under upstream's evaluation text a
+        Qwen3 expert reads the agent's chat instead (`reads_agent_chat`), cut as the agent's is."""
+        if reads_agent_chat(self.settings, model):
+            chat = to_openai_messages([SystemMessage(role="system", content=self.system_prompt), *state.messages])
+            chat = fit_context(chat, "cut_middle_turns", self.config.budgets, self.counter, self.expert_schemas)
+        else:
+            chat = to_openai_messages([SystemMessage(role="system", content=self.expert_system_prompt),
                                        *state.messages])
-        messages = with_suffix(messages, suffix_for(self.settings, call.model))
+        return with_suffix(chat, suffix_for(self.settings, model))
+
+    def _ask_expert(self, alias: str, state: LLMAgentState) -> tuple[ExpertCall, LLMResponse | None]:
+        """The alias's expert writes the agent's next message from `expert_messages` and tau2's tools."""
+        call = ExpertCall(tool=EXPERT_TOOL, alias=alias, model=self.expert.aliases[alias].model)
+        messages = self.expert_messages(call.model, state)
         started, reply = time.monotonic(), None
         try:
             reply = self.runtime.ask(call, messages, self.catalog, kind="tau2", tools=self.expert_schemas)

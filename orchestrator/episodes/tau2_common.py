@@ -16,9 +16,13 @@ carried by the runtime (`runtime.section("tau2")`):
   its own `call_expert` wording (`tt`:230-250), the same policy passages (`tt`:103-182), the format
   line without "You are dedicated ..." (`tt`:389), and the orchestrator's reply read as training
   reads it (generation_quick3.py:2129-2144, 714-716; `delivered_train`): the <message> part, or
-  upstream's wait message when the reply has no <message> or has a <tool_call>.
+  upstream's wait message when the reply has no <message> or has a <tool_call>.  Under "upstream"
+  a Qwen3 expert reads the agent's own chat, cut (`reads_agent_chat`; `tu`:501-504).
+- `rewrite_models`: which agent models get the call-expert policy and the format line at all
+  (`rewrites`; upstream's evaluation and training copies: names containing qwen, train or
+  huggingface; a GPT-5 or Claude agent keeps tau2's prompt as it is).
 - `expert_suffix`: model -> text appended to the last message that model reads, as upstream does
-  for every gpt-5 agent or expert call (llm_utils.py:388-389).
+  for every GPT-5 agent or expert call (llm_utils.py:388-389).
 - `context`: "per_output" (ours) cuts each tool output to `budgets.doc_tokens` and replaces the
   oldest outputs by a marker until the chat fits `budgets.context_tokens`; "cut_middle_turns"
   keeps whole messages and drops the middle ones the way upstream's `cut_middle_turns` does, to
@@ -120,6 +124,22 @@ def delivered_train(text: str) -> str:
     if "<tool_call>" in text or "<message>" not in text:
         return ""
     return text.split("<message>")[-1].split("</message>")[0]
+
+
+def rewrites(settings, model: str | None) -> bool:
+    """Whether the agent `model` gets the call-expert policy and the format line in its system
+    prompt: always, unless the settings' `rewrite_models` lists name substrings (upstream: qwen,
+    train, huggingface, `tu`:380 and `tt`:384) and none is in the name (any case)."""
+    subs = getattr(settings, "rewrite_models", None)
+    return subs is None or any(s.lower() in (model or "").lower() for s in subs)
+
+
+def reads_agent_chat(settings, model: str) -> bool:
+    """Whether the expert `model` reads the agent's own chat (its system prompt as sent, cut by
+    `cut_middle_turns`) instead of tau2's prompt and the plain conversation: upstream's evaluation
+    copy does so for a Qwen3 expert (`tu`:501-504 sends it `litellm_messages`, the orchestrator's),
+    its GPT-5 path reads the plain one (`tu`:496-498)."""
+    return getattr(settings, "expert_text", "ours") == "upstream" and "qwen3" in model.lower()
 
 
 def suffix_for(settings, *models: str | None) -> str:

@@ -87,7 +87,7 @@ def conversation(profile_name: str, model: str = "orch", mode: str = "all") -> t
 
 @pytest.fixture(scope="module")
 def paper():
-    return conversation("paper")
+    return conversation("paper", model="Qwen3-8B")       # a "qwen" name: upstream's rewrite (tu:380)
 
 
 @pytest.fixture(scope="module")
@@ -176,13 +176,14 @@ def test_paper_eval_keeps_the_evaluation_copys_values_while_train_takes_the_trai
                                             "context_tokens": 23000}
     assert {m: (e.max_tokens, e.temperature) for m, e in ev.experts.items()} == {
         "default": (8000, 1.0), "gpt-5": (40000, 1.0), "gpt-5-mini": (40000, 1.0)}
-    assert ev.user.model_dump() == {"model": "gpt-5", "max_tokens": 40000, "temperature": 0.0}
+    assert ev.user.model_dump() == {"model": "gpt-5", "max_tokens": 40000, "temperature": 1.0}   # LLM_CALL.py:297
     assert (ev.max_steps, ev.max_errors, ev.seed, ev.max_tool_calls, ev.context, ev.train_unfinished) == (
         200, 10, 300, 6, "cut_middle_turns", False)
     assert ev.expert_text == "upstream" and ev.expert_suffix == {"gpt-5": SUFFIX, "gpt-5-mini": SUFFIX}
     assert agent_format(ev.expert_text) == AGENT_FORMAT == tau2_agent.AGENT_FORMAT
     assert "You are dedicated" in AGENT_FORMAT
-    assert train.expert_text == "upstream-train" and ev.experts != train.experts and ev.user != train.user
+    assert train.expert_text == "upstream-train" and ev.experts != train.experts and ev.user == train.user
+    assert (ev.rewrite_models, train.rewrite_models) == (["qwen", "train", "huggingface"], None)   # tt:384 + gq3:1066
     # the conversation: the evaluation copy's schema and the whole reply after </think> delivered
     recorder, record, _ = paper
     [schema] = [t for t in recorder.of("orchestrator")[0]["tools"] if t["function"]["name"] == "call_expert"]
@@ -268,48 +269,178 @@ def test_kept_calls_and_policy_rewrite_variants():
 
 
 # ---- upstream's own output (tests/fixtures/upstream/tau2_agent.json) --------------------------------
-def fixture(key: str):
-    """A part of the upstream fixture, or a skip naming what is missing.  Expected shape:
-    {"call_expert": <tu's extra_tool>, "suffix": str, "system_prompt": {"input": str, "output": str},
-     "tool_calls": {"input": [{"name", "arguments"}], "kept": [...]},
-     "cut_middle_turns": {"tokenizer": str, "max_length": int, "messages": [...], "output": [...]}}."""
-    if not FIXTURE.exists():
-        pytest.skip(f"{FIXTURE.relative_to(REPO)} is not there yet (upstream's own output, generated separately)")
-    data = json.loads(FIXTURE.read_text())
-    if key not in data:
-        pytest.skip(f"{FIXTURE.name} has no {key!r} (it has {sorted(data)})")
-    return data[key]
+# Upstream's `generate` run on fixed inputs (the fixture's README: how, and what was substituted: a
+# one-character tokenizer, a fake OpenAI client with scripted replies).  Each turn below is replayed
+# through our PolicyAgent under `--profile paper` with the same scripted replies.
+UP = json.loads(FIXTURE.read_text())
+UP_OUT, UP_IN = UP["outputs"], UP["inputs"]
+AGENT_MODEL = "orchestrator-qwen3-8b"     # upstream's agent name was /ckpt/orchestrator-qwen3-8b: a "qwen" name
+TURNS = {"a_expert_1": "turn_a_expert_1_gpt5", "b_expert_3": "turn_b_expert_3_qwen3_32b",
+         "c_self": "turn_c_orchestrator_7_calls"}
 
 
-def test_fixture_call_expert_text_is_byte_equal():
-    from orchestrator.episodes.tau2_common import expert_schema
+class Script:
+    """Every model of one upstream turn: the orchestrator's and the expert's scripted replies."""
 
-    ours = expert_schema(None, None, "upstream")
-    assert json.dumps(ours, ensure_ascii=False) == json.dumps(fixture("call_expert"), ensure_ascii=False)
+    def __init__(self, turn: dict):
+        self.turn, self.requests = turn, []
+
+    def __call__(self, model, messages, tools=None, temperature=None, max_tokens=None, price_model=None, **kw):
+        names = [t["function"]["name"] for t in tools or []]
+        role = "expert" if "transfer_to_human_agents" in names else "orchestrator"
+        self.requests.append({"role": role, "model": model, "messages": messages, "tools": tools,
+                              "temperature": temperature, "max_tokens": max_tokens})
+        text, calls = self.turn[role if role == "orchestrator" else next(k for k in self.turn if k != "orchestrator")]
+        return LLMResponse(model, text, [ToolCall(n, a) for n, a in calls], Usage(100, 10))
 
 
-def test_fixture_suffix_is_the_paper_profiles():
+def tau2_history(rows: list[dict]) -> list:
+    from tau2.data_model.message import AssistantMessage, ToolMessage, UserMessage
+    from tau2.data_model.message import ToolCall as Tau2Call
+
+    out = []
+    for r in rows:
+        if r["role"] == "user":
+            out.append(UserMessage(role="user", content=r["content"]))
+        elif r["role"] == "assistant":
+            calls = [Tau2Call(**tc) for tc in r["tool_calls"]] if r["tool_calls"] else None
+            out.append(AssistantMessage(role="assistant", content=r["content"], tool_calls=calls))
+        else:
+            out.append(ToolMessage(id=r["id"], role="tool", content=r["content"], requestor="assistant"))
+    return out
+
+
+def make_agent(model: str = AGENT_MODEL, llm=None, experts: bool = True):
+    """Our PolicyAgent for the airline domain under `--profile paper`, upstream's policy text."""
+    from tau2.registry import registry
+    from tau2.run import get_tasks
+
+    from evaluation.tau2_run import Tau2Job, Tau2Setup, episode_parts
+    from orchestrator.catalog import load_catalog
+    from orchestrator.episodes.base import task_catalog
+    from orchestrator.episodes.tau2_agent import PolicyAgent
+    from orchestrator.records import Rollout
+
+    profile, settings = settings_of("--profile", "paper", "--model", model)
+    setup = Tau2Setup(model=model, price_model="Qwen3-8B", catalog=load_catalog(), settings=settings,
+                      profile=profile, llm=llm or Script({}))
+    job = Tau2Job("airline/0", "airline", next(t for t in get_tasks("airline", "base") if t.id == "0"))
+    task, policy, runtime, config = episode_parts(setup, job)
+    tools = registry.get_env_constructor("airline")().get_tools()
+    return PolicyAgent(tools, UP_OUT["policy_md"], policy=policy, runtime=runtime,
+                       catalog=task_catalog(runtime.catalog, task), config=config,
+                       rollout=Rollout(task_id=job.id, kind="tau2"), counter=TokenCounter(CharTokenizer()),
+                       experts=experts)
+
+
+@pytest.fixture(scope="module")
+def replayed() -> dict:
+    """Each upstream turn replayed: (the requests our agent sent, the agent message it wrote)."""
+    out = {}
+    for name in TURNS:
+        script = Script(UP_IN["turns"][name])
+        agent, history = make_agent(llm=script), tau2_history(UP_IN["history"])
+        message, _ = agent.generate_next_message(history[-1], agent.get_init_state(history[:-1]))
+        out[name] = (script.requests, message)
+    return out
+
+
+def on_the_wire(messages: list[dict]) -> list[dict]:
+    """A chat as the provider reads it: keys whose value is None left out, calls as (id, name, arguments)."""
+    out = []
+    for m in messages:
+        row = {k: v for k, v in m.items() if v is not None and k != "tool_calls"}
+        if m.get("tool_calls"):
+            row["tool_calls"] = [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+                                 for c in m["tool_calls"]]
+        out.append(row)
+    return out
+
+
+@pytest.mark.parametrize("name", TURNS)
+def test_fixture_orchestrator_request_is_upstreams(replayed, name):
+    """System prompt byte-equal (policy rewrite + format line), tools in upstream's order with its
+    `call_expert`, 8000 tokens at temperature 1, the conversation's user turns as upstream sent them."""
+    requests, _ = replayed[name]
+    [ours] = [r for r in requests if r["role"] == "orchestrator"]
+    [up] = [c for c in UP_OUT[TURNS[name]]["calls"] if c["model"].endswith("orchestrator-qwen3-8b")]
+    assert ours["messages"][0]["content"] == up["messages"][0]["content"] == UP_OUT["agent_system_prompt_as_sent"]
+    assert [t["function"]["name"] for t in ours["tools"]] == up["tool_names"]
+    assert ours["tools"][-1] == UP_OUT["call_expert_schema"]
+    assert (ours["max_tokens"], ours["temperature"]) == (up["request"]["max_tokens"], up["request"]["temperature"])
+    # our chat renders tool results as Qwen's template does (a user turn); upstream's vLLM applied that template
+    assert [{"tool": "user"}.get(m["role"], m["role"]) for m in up["messages"]] == [m["role"] for m in ours["messages"]]
+    assert [m["content"] for m in ours["messages"] if m["role"] == "user" and "<tool_response>" not in m["content"]] == \
+        [m["content"] for m in up["messages"] if m["role"] == "user"]
+
+
+@pytest.mark.parametrize("name", ["a_expert_1", "b_expert_3"])
+def test_fixture_expert_request_is_upstreams(replayed, name):
+    """gpt-5: tau2's own prompt, the plain conversation, the suffix on the last message, 40000
+    tokens; Qwen3-32B: the orchestrator's chat (its rewritten prompt), 8000 tokens; both with
+    tau2's original tools (transfer_to_human_agents included)."""
+    requests, _ = replayed[name]
+    [ours] = [r for r in requests if r["role"] == "expert"]
+    [up] = [c for c in UP_OUT[TURNS[name]]["calls"] if not c["model"].endswith("orchestrator-qwen3-8b")]
+    assert ours["model"] == up["model"].split("/")[-1]
+    assert on_the_wire(ours["messages"]) == on_the_wire(up["messages"])
+    assert [t["function"]["name"] for t in ours["tools"]] == up["tool_names"] == UP_OUT["airline_tools_original"]
+    request = up["request"]
+    assert ours["max_tokens"] == request.get("max_completion_tokens", request.get("max_tokens"))
+    assert ours["temperature"] == request["temperature"]
+
+
+@pytest.mark.parametrize("name", TURNS)
+def test_fixture_agent_message_keeps_upstreams_six_calls(replayed, name):
+    """The calls tau2 executes: upstream's (the first 6 of 7 for turns a and c, the expert's own in a
+    and b).  The text upstream kept beside the calls is dropped: the tau2 package refuses a message
+    with both (upstream's vendored copy did not check; docs/evaluation.md)."""
+    _, message = replayed[name]
+    up = UP_OUT[TURNS[name]]["assistant_message"]
+    assert [(c.name, c.arguments) for c in message.tool_calls] == [(c["name"], c["arguments"]) for c in up["tool_calls"]]
+    assert message.content is None and up["content"]
+
+
+def test_fixture_system_prompt_by_agent_model():
+    """Which agent names get the rewrite (tu:380: qwen, train, huggingface): gpt-5 and
+    Nemotron-Orchestrator-8B keep tau2's prompt; without call_expert only the format line is added."""
+    import hashlib
+
+    for key, up in UP_OUT["system_prompt_rewrite_by_model"].items():
+        model, use_tool = key.split(" | use_model_tool=")
+        prompt = make_agent(model.split("/")[-1], experts=use_tool == "True").system_prompt
+        assert (hashlib.sha256(prompt.encode()).hexdigest(), len(prompt)) == (up["sha256"], up["len"]), key
+
+
+def test_fixture_tools_length_in_the_cut_budget():
+    """`tu`:447: the tools' length subtracted from 23000 is `str(tools)` counted: ours counts the same text."""
+    up = UP_OUT["cut_budget_in_generate (char tokenizer)"]
+    agent = make_agent()
+    assert agent.counter.count(str(agent.schemas)) == up["tools_length"] == 23000 - up["max_length"]
+
+
+def test_fixture_gpt5_suffix_and_qwen_format_line():
+    from orchestrator.episodes.tau2_common import agent_format, rewrites, suffix_for, with_suffix
     from orchestrator.settings import load_profile
 
-    suffix = load_profile("paper").section("tau2", "eval").expert_suffix
-    assert suffix["gpt-5"] == suffix["gpt-5-mini"] == fixture("suffix")
-
-
-def test_fixture_system_prompt_rewrite_is_byte_equal():
-    part = fixture("system_prompt")
-    assert expert_policy(part["input"], "upstream") + tau2_agent.AGENT_FORMAT == part["output"]
-
-
-def test_fixture_six_call_cut():
-    part = fixture("tool_calls")
-    assert kept_calls(part["input"], 6) == part["kept"]
+    settings = load_profile("paper").section("tau2", "eval")
+    example = [{k: v for k, v in m.items() if k != "id"} for m in UP_IN["suffix_example"]]
+    checked = 0
+    for key, up in UP_OUT["gpt5_suffix"].items():
+        model, role = key.split(" | role=")
+        if role != "assistant":
+            continue                                   # the user simulator: no suffix (test_paper_suffix_*)
+        ours = with_suffix(example, suffix_for(settings, model.split("/")[-1]))
+        if rewrites(settings, model):
+            ours[0] = {**ours[0], "content": expert_policy(ours[0]["content"], "upstream") + agent_format("upstream")}
+        assert [m["content"] for m in ours] == [m["content"] for m in up], key
+        checked += 1
+    assert checked == 3
 
 
 def test_fixture_cut_middle_turns():
-    part = fixture("cut_middle_turns")
-    transformers = pytest.importorskip("transformers")
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(part["tokenizer"], local_files_only=True)
-    except OSError:
-        pytest.skip(f"tokenizer {part['tokenizer']} is not on this machine (offline)")
-    assert cut_middle_turns(part["messages"], part["max_length"], TokenCounter(tokenizer)) == part["output"]
+    conversation = UP_IN["cut_middle_turns_conversation"]
+    counter, index = TokenCounter(CharTokenizer()), {id(m): i for i, m in enumerate(conversation)}
+    for result in UP_OUT["cut_middle_turns"]["results"]:
+        kept = cut_middle_turns(conversation, result["max_length"], counter)
+        assert [index[id(m)] for m in kept] == result["kept_indices"], result["max_length"]
