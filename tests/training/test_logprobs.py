@@ -69,7 +69,7 @@ def test_check_logprob_path_accepts_plain_heads_and_refuses_scaled_logits(dtype)
     on the CPU the two bf16 paths agree closely, so this guards the refusal, not that gap.)"""
     import copy
 
-    from test_engines import tiny_model
+    from _tiny_model import tiny_model
 
     from training.ppo import check_logprob_path
 
@@ -92,7 +92,7 @@ def test_decoder_layers_are_compiled_on_cuda_except_under_zero3_checkpointing_or
     """`compiled_layers` compiles only where it measured faster: not over ZeRO-3's partitioned
     parameters (marked `ds_id`; recompiled per layer on 2 H200s), not with gradient
     checkpointing, not on the CPU, not with TOOLORCHESTRA_COMPILE=0."""
-    from test_engines import tiny_model
+    from _tiny_model import tiny_model
 
     from training.logprobs import _compile_enabled
 

