@@ -256,6 +256,10 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
                                                      for _ in range(2)]
     assert (out / summary["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "train" / "metrics.jsonl").read_text().count("\n") == 1
+    import torch
+    import transformers
+    packages = summary["machine"]["packages"]      # what the numbers ran on (they move with these)
+    assert packages["torch"] == torch.__version__ and packages["transformers"] == transformers.__version__
 
 
 def test_experts_run_alone_and_without_a_busy_machine_timeout():

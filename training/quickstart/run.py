@@ -283,7 +283,16 @@ def _machine_load() -> dict:
 
     used = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
                for f in ("ru_utime", "ru_stime"))
-    return {"cpu_seconds": round(used, 1), "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 1)}
+    return {"cpu_seconds": round(used, 1), "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 1),
+            "packages": installed_packages()}
+
+
+def installed_packages() -> dict[str, str]:
+    """Every installed distribution and its version (what `pip freeze` lists): the quickstart's
+    numbers move with torch and transformers (docs/training.md, "Measured on today's packages")."""
+    from importlib.metadata import distributions
+
+    return dict(sorted((d.metadata["Name"], d.version) for d in distributions() if d.metadata["Name"]))
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
