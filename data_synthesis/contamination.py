@@ -45,10 +45,10 @@ def shipped_sets() -> dict[str, set[str]]:
 
 
 def benchmark_hashes(benchmark: str, data: str) -> set[str]:
-    """Question hashes of a benchmark file or HF id, read by evaluation.loaders ("hle", "frames";
+    """Question hashes of a benchmark file or HF id, read by orchestrator.loaders ("hle", "frames";
     any other name is read as a JSONL of {id, question, ...})."""
     if benchmark in ("hle", "frames"):
-        from evaluation.loaders import load_benchmark
+        from orchestrator.loaders import load_benchmark
         return {question_hash(t.question) for t in load_benchmark(benchmark, data).tasks}
     from data_synthesis.examples import load_qa
     return {question_hash(r["question"]) for r in load_qa(data)}

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from evaluation.judge import Judge
-from evaluation.loaders import BenchmarkTask
+from orchestrator.judge import Judge
+from orchestrator.loaders import BenchmarkTask
 from evaluation.runner import TaskFailed
 from orchestrator.catalog import Catalog
 from orchestrator.context import Prompts

@@ -16,8 +16,8 @@ from typing import Any
 from evaluation.cli import (CLIError, add_common_args, check_common, check_serve, content_hash, default_output,
                             index_fingerprint, load_run_profile, prepare_output, resolve_price_model, use_endpoint)
 from evaluation.error_streak import ErrorStreak
-from evaluation.judge import JUDGE_STYLES, Judge, JudgeError
-from evaluation.loaders import LoaderError, load_benchmark
+from orchestrator.judge import JUDGE_STYLES, Judge, JudgeError
+from orchestrator.loaders import LoaderError, load_benchmark
 from evaluation.qa import MODES, QASetup, solve
 from evaluation.run_defaults import choose_profile, cpu_sized, size_concurrency
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, run_tasks
@@ -61,7 +61,7 @@ def build_parser(benchmark: str) -> argparse.ArgumentParser:
     t.add_argument("--judge-model", help="LLM judge, a configs/models.yaml name, or 'exact' / 'contains' for "
                                          "rules only (default: --model; the embedded default: contains)")
     t.add_argument("--judge-prompt", type=Path, help="judge prompt file (default: the judge style's)")
-    t.add_argument("--judge-style", choices=JUDGE_STYLES, help="lenient (evaluation/prompts/judge.txt) or upstream "
+    t.add_argument("--judge-style", choices=JUDGE_STYLES, help="lenient (orchestrator/prompts/judge.txt) or upstream "
                                                                "(<correct>True/False</correct>; default: the profile's)")
     r = parser.add_argument_group("stopping")
     r.add_argument("--stop-after-errors", type=int, default=3,

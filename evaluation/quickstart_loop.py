@@ -105,7 +105,7 @@ def run(out: Path, n_tasks: int, concurrency: int, max_turns: int, seed: int) ->
     lock = threading.Lock()
     verdicts: dict[str, bool] = {}
     # a 135M model cannot judge; upstream's rules, then the reference as a whole word of the answer
-    from evaluation.judge import Judge
+    from orchestrator.judge import Judge
     judge = Judge("contains")
     with Progress(console=console) as progress, traj.open("a") as sink:
         bar = progress.add_task("episodes", total=len(tasks))

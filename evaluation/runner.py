@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from tqdm import tqdm
 
-from evaluation.loaders import jsonl_rows
+from orchestrator.loaders import jsonl_rows
 from orchestrator.fail_closed import FailClosed, Watch, record_calls
 
 RESULTS_NAME = "results.jsonl"

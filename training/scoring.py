@@ -64,9 +64,9 @@ def judged(task: Task, rollout: Rollout, judge: Callable[[Task, Rollout], bool])
 
 def make_judge(kind: str, model: str | None = None, style: str = "lenient",
                max_tokens: int = 2048) -> Callable[[Task, Rollout], bool]:
-    """QA outcome through evaluation.judge: "exact" (upstream's rules), "contains" (+ the
+    """QA outcome through orchestrator.judge: "exact" (upstream's rules), "contains" (+ the
     reference as a whole word of the answer), "llm" (+ `model` as judge via LLM_CALL)."""
-    from evaluation.judge import Judge
+    from orchestrator.judge import Judge
 
     judge = Judge(model, style=style, max_tokens=max_tokens) if kind == "llm" else Judge(kind)
     return lambda task, r: judge(task.question, r.final_answer, task.answer or "").correct

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from evaluation.judge import Judge
-from evaluation.loaders import BenchmarkTask
+from orchestrator.judge import Judge
+from orchestrator.loaders import BenchmarkTask
 from evaluation.qa import QASetup, solve
 from evaluation.report import print_table, summarize
 from evaluation.runner import ResultsFile, read_records, run_tasks

@@ -5,13 +5,13 @@ Rules, in order:
 2. a case-insensitive exact match with the reference (after stripping) is right;
 3. otherwise an LLM judge (any LLM_CALL model) reads the prompt file and answers True/False.
 
-Two judge styles: "lenient" (evaluation/prompts/judge.txt; the last True/False word of the
+Two judge styles: "lenient" (orchestrator/prompts/judge.txt; the last True/False word of the
 reply decides) and "upstream" (the paper profile: upstream's prompt from eval_hle.py line
-276-279, evaluation/prompts/judge_upstream.txt, and only `<correct>True|False</correct>`
+276-279, orchestrator/prompts/judge_upstream.txt, and only `<correct>True|False</correct>`
 decides).  A reply neither style can read is a judge error (`correct` None, rule
 "llm_unparsed"), recorded as such and never counted as a wrong answer.  A third style,
 "upstream-train", is upstream's *training* judge (generation_quick3.py 431-445, the paper
-profile's `qa.train.judge`): the same prompt (evaluation/prompts/judge_upstream_train.txt, from
+profile's `qa.train.judge`): the same prompt (orchestrator/prompts/judge_upstream_train.txt, from
 lines 436-439) at temperature 1, rule 1's words counted as `pred.split(' ')`, and the reply read
 exactly as training read it: True only when the text after the last `<correct>` up to the next
 `</correct>` (the whole reply without a tag) is "true" in any case, unstripped; anything else is
