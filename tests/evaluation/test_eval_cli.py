@@ -200,7 +200,7 @@ def _changed_prompts(env):
 
 def _changed_judge_prompt(env):
     path = env["tmp"] / "judge.txt"
-    path.write_text((REPO / "evaluation" / "prompts" / "judge.txt").read_text() + "\nBe strict.")
+    path.write_text((REPO / "orchestrator" / "prompts" / "judge.txt").read_text() + "\nBe strict.")
     return path
 
 
