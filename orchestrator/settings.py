@@ -147,6 +147,9 @@ class Tau2Settings(_Strict):
                                                         # system prompt gets the call-expert policy and the format
                                                         # line; None: every model.  Upstream: qwen, train,
                                                         # huggingface (tu:380); others keep tau2's own prompt
+    agent_chat_experts: list[str] = Field(default_factory=list)   # expert models (name substrings, any case) that
+                                                        # read the agent's own chat, cut, instead of tau2's prompt
+                                                        # and the plain conversation (upstream: qwen3, tu:501-504)
 
     def expert(self, model: str, tool: str | None = None) -> ExpertSettings:
         return find_expert(self.experts, model, tool)

@@ -16,8 +16,9 @@ carried by the runtime (`runtime.section("tau2")`):
   its own `call_expert` wording (`tt`:230-250), the same policy passages (`tt`:103-182), the format
   line without "You are dedicated ..." (`tt`:389), and the orchestrator's reply read as training
   reads it (generation_quick3.py:2129-2144, 714-716; `delivered_train`): the <message> part, or
-  upstream's wait message when the reply has no <message> or has a <tool_call>.  Under "upstream"
-  a Qwen3 expert reads the agent's own chat, cut (`reads_agent_chat`; `tu`:501-504).
+  upstream's wait message when the reply has no <message> or has a <tool_call>.
+- `agent_chat_experts`: experts that read the agent's own chat, cut (`reads_agent_chat`; upstream's
+  evaluation copy: Qwen3, `tu`:501-504).
 - `rewrite_models`: which agent models get the call-expert policy and the format line at all
   (`rewrites`; upstream's evaluation and training copies: names containing qwen, train or
   huggingface; a GPT-5 or Claude agent keeps tau2's prompt as it is).
@@ -136,10 +137,10 @@ def rewrites(settings, model: str | None) -> bool:
 
 def reads_agent_chat(settings, model: str) -> bool:
     """Whether the expert `model` reads the agent's own chat (its system prompt as sent, cut by
-    `cut_middle_turns`) instead of tau2's prompt and the plain conversation: upstream's evaluation
-    copy does so for a Qwen3 expert (`tu`:501-504 sends it `litellm_messages`, the orchestrator's),
-    its GPT-5 path reads the plain one (`tu`:496-498)."""
-    return getattr(settings, "expert_text", "ours") == "upstream" and "qwen3" in model.lower()
+    `cut_middle_turns`) instead of tau2's prompt and the plain conversation: a name in the settings'
+    `agent_chat_experts` (upstream's evaluation copy: a Qwen3 expert, `tu`:501-504 sends it
+    `litellm_messages`, the orchestrator's; its GPT-5 path reads the plain one, `tu`:496-498)."""
+    return any(s.lower() in model.lower() for s in getattr(settings, "agent_chat_experts", None) or [])
 
 
 def suffix_for(settings, *models: str | None) -> str:

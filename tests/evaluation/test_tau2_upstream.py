@@ -184,6 +184,7 @@ def test_paper_eval_keeps_the_evaluation_copys_values_while_train_takes_the_trai
     assert "You are dedicated" in AGENT_FORMAT
     assert train.expert_text == "upstream-train" and ev.experts != train.experts and ev.user == train.user
     assert (ev.rewrite_models, train.rewrite_models) == (["qwen", "train", "huggingface"], None)   # tt:384 + gq3:1066
+    assert (ev.agent_chat_experts, train.agent_chat_experts) == (["qwen3"], [])                 # tu:501-504
     # the conversation: the evaluation copy's schema and the whole reply after </think> delivered
     recorder, record, _ = paper
     [schema] = [t for t in recorder.of("orchestrator")[0]["tools"] if t["function"]["name"] == "call_expert"]
