@@ -117,27 +117,64 @@ def _training_sample(vectors: ShardVectors, n: int, nlist: int) -> np.ndarray:
     return vectors.get(rows)
 
 
+GPU_SEARCH = ("auto", "faiss", "torch")
+
+
+def faiss_gpus() -> int:
+    """GPUs faiss can use: 0 with a faiss-cpu build (or no faiss at all)."""
+    try:
+        import faiss
+    except ImportError:
+        return 0
+    return faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+
+
 class DenseIndex:
-    """A loaded FAISS index plus exact vectors; `search` is called from one thread only."""
+    """A loaded FAISS index plus exact vectors; `search` is called from one thread only.
+
+    `gpu_search` picks who searches a flat index: "faiss" (on cuda: faiss-gpu, fp16 copies
+    sharded over the GPUs), "torch" (retrieval/torch_flat.py: exact top-k from the float16
+    shards on `device`, no faiss-gpu and no dense.faiss file needed), or "auto" (on cuda faiss
+    when its build sees a GPU, else torch; on the CPU faiss). hnsw and ivfpq need faiss;
+    without faiss-gpu they stay on the CPU.
+    """
 
     def __init__(self, folder: Path, meta: dict, device: str = "cpu",
-                 nprobe: int | None = None, ef_search: int | None = None, refine: int | None = None):
-        import faiss
-
+                 nprobe: int | None = None, ef_search: int | None = None, refine: int | None = None,
+                 gpu_search: str = "auto"):
+        if gpu_search not in GPU_SEARCH:
+            raise ValueError(f"--gpu-search {gpu_search!r} is unknown; choose one of {GPU_SEARCH}")
         self.kind = meta["index"]
         self.n = int(meta["n_docs"])
         self.vectors = ShardVectors(folder, self.n, int(meta["shard_size"]))
+        self.refine = 1
+        cuda = device.startswith("cuda")
+        if self.kind == "flat" and (gpu_search == "torch" or (cuda and gpu_search == "auto" and not faiss_gpus())):
+            from retrieval.torch_flat import TorchFlatIndex
+            self.backend = "torch"
+            devices = None if device == "cuda" else [device]       # "cuda": every visible GPU
+            self.index = TorchFlatIndex(self.vectors.shards, self.n, devices=devices, progress=True)
+            return
+        if gpu_search == "torch":
+            raise ValueError(f"--gpu-search torch serves flat indexes only; {folder} holds {self.kind}")
+        import faiss
+
         index = faiss.read_index(str(Path(folder) / INDEX_FILE))
         if self.kind == "hnsw":
             index.hnsw.efSearch = ef_search or HNSW_EF_SEARCH
         if self.kind == "ivfpq":
             index.nprobe = nprobe or IVF_NPROBE
         self.refine = (refine or IVF_REFINE) if self.kind == "ivfpq" else 1
-        if device.startswith("cuda") and self.kind != "hnsw":   # no GPU HNSW in faiss
+        self.backend = "faiss-cpu"
+        if cuda and self.kind != "hnsw" and faiss_gpus():   # no GPU HNSW in faiss
             options = faiss.GpuMultipleClonerOptions()
             options.useFloat16 = True
             options.shard = True
             index = faiss.index_cpu_to_all_gpus(index, co=options)
+            self.backend = "faiss-gpu"
+        elif cuda and gpu_search == "faiss" and self.kind != "hnsw":
+            raise ValueError("--gpu-search faiss: this faiss build sees no GPU; install faiss-gpu-cu12 "
+                             "(slurm/retrieval.sbatch says how) or use --gpu-search torch")
         self.index = index
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -198,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     p.add_argument("--method", choices=("dense", "bm25"), default=None, help="default: dense when built")
     p.add_argument("--eid-file", default=None, help="JSON {eid: [doc_id, ...]} of per-question whitelists")
-    p.add_argument("--device", default=None, help="cpu or cuda (faiss-gpu + fp16 encoder)")
+    p.add_argument("--device", default=None, help="cpu or cuda (fp16 encoder; flat index on the GPUs)")
+    p.add_argument("--gpu-search", choices=("auto", "faiss", "torch"), default="auto",
+                   help="on cuda, who searches a flat index: faiss-gpu, torch (exact top-k from the fp16 shards, "
+                        "no faiss-gpu needed), or auto (faiss when it sees a GPU, else torch)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch/FAISS threads (default 1: batching gives the throughput; 0 = all cores)")
     p.add_argument("--encoder-runtime", choices=("auto", "torch", "onnx", "onnx-int8"), default="auto",
@@ -241,7 +244,7 @@ def _load_service(args) -> RetrievalService:
 
     set_cpu_threads(args.threads)
     searcher = Searcher(args.index, method=args.method, device=args.device, eid_file=args.eid_file,
-                        encoder_runtime=args.encoder_runtime)
+                        encoder_runtime=args.encoder_runtime, gpu_search=args.gpu_search)
     web = web_search_from_env(min_docs=args.web_min_docs)
     log.info("loaded %s (%s, %d documents); web fallback %s", args.index, searcher.method,
              len(searcher.store), "on" if web else "off (no TAVILY_API_KEY)")

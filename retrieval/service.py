@@ -41,7 +41,8 @@ class RetrievalService:
     def health(self) -> dict:
         meta = self.searcher.meta
         return {"status": "ok", "method": self.searcher.method, "index": meta.get("index"),
-                "documents": len(self.searcher.store), "encoder": meta.get("encoder") if self.searcher.encoder else None,
+                "documents": len(self.searcher.store), "backend": getattr(self.searcher.index, "backend", None),
+                "encoder": meta.get("encoder") if self.searcher.encoder else None,
                 "eid_whitelists": len(self.searcher.whitelists or {}), "web_fallback": self.web is not None,
                 "batches": self.batcher.batches}
 

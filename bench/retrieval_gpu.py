@@ -1,0 +1,323 @@
+"""The retrieval service on a GPU at Wikipedia scale: the torch flat index behind the real server.
+
+    python bench/retrieval_gpu.py --n 21000000 --json gpu-retrieval.json   # one H200: ~32 GB of fp16 vectors
+    python bench/retrieval_gpu.py --n 20000 --dim 64 --device cpu --layers 1 --requests 40   # a check of the script
+
+Sections (all on one synthetic index folder, built once into --work):
+  build   N x dim clustered unit vectors (float16 shards, as retrieval.build_index writes them), a docstore of
+          N placeholder passages, and an e5-base-shape encoder (BERT, 12 layers x 768, random weights, the
+          tokenizer from --tokenizer) saved as a local folder: seconds to write, bytes on disk.
+  index   TorchFlatIndex alone (queries pre-encoded): seconds to load the shards onto the GPU, GPU memory,
+          p50/p99 of one query, queries/s at batch 16/64/256, and the fraction of the bound reached
+          (bound per batch = max(bytes of vectors / bandwidth, 2 x b x N x dim / peak fp16 FLOP/s)).
+  recall  recall@10 of the server's index against an exact float32 search over the same vectors, on
+          --recall-queries queries (half near stored rows, half random).
+  server  `python -m retrieval.server --device cuda --gpu-search torch` as a subprocess: seconds until
+          /health answers (encoder + vectors loaded), p50/p99 at 1 client, queries/s and p50/p99 at
+          16/64/256 clients (one-query requests, top-5), load spread over --client-procs processes.
+  cpu     the Search-R1-style baseline's search on this machine's CPUs: faiss IndexFlatIP over the same
+          vectors in RAM (float32, as Search-R1 serves a flat index), one request's search of 1 query and
+          of a batch of 64; the baseline server can answer no faster than these.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+BANDWIDTH = 4.3e12             # bytes/s, H200 measured copy rate (bench/gpu_decode.py)
+PEAK_FP16 = 790e12             # FLOP/s, H200 dense bf16/fp16 (the device README's figure)
+E5_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+               vocab_size=30522, max_position_embeddings=512)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+
+
+def pct(values, q) -> float:
+    return float(np.percentile(np.asarray(values) * 1e3, q))
+
+
+# ---- build ---------------------------------------------------------------------------------
+def build(work: Path, n: int, dim: int, shard: int, tokenizer: Path, layers: int, device: str) -> dict:
+    """The index folder (meta.json last, so a half build is rebuilt); seconds per part."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from retrieval.dense import write_shard
+    folder = work / f"synthetic-{n}x{dim}"
+    if (folder / "meta.json").exists():
+        return {"folder": str(folder), "reused": True}
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {"folder": str(folder)}
+    t0 = time.perf_counter()
+    gen = torch.Generator(device=device).manual_seed(0)
+    centres = torch.randn((max(1, n // 100), dim), generator=gen, device=device)
+    for i, start in enumerate(range(0, n, shard)):
+        m = min(shard, n - start)
+        pick = torch.randint(0, len(centres), (m,), generator=gen, device=device)
+        x = centres[pick] + 0.7 * torch.randn((m, dim), generator=gen, device=device)
+        write_shard(folder, i, torch.nn.functional.normalize(x, dim=1).half().cpu().numpy())
+    out["vectors_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ids = [str(i) for i in range(n)]
+    id_len = np.fromiter((len(s) for s in ids), dtype=np.int64, count=n)
+    (folder / "ids.bin").write_bytes("".join(ids).encode())
+    (folder / "docs.bin").write_bytes("".join("synthetic passage " + s for s in ids).encode())
+    del ids
+    np.save(folder / "ids.offsets.npy", np.concatenate([[0], np.cumsum(id_len)]))
+    np.save(folder / "docs.offsets.npy", np.concatenate([[0], np.cumsum(id_len + len("synthetic passage "))]))
+    out["docstore_s"] = time.perf_counter() - t0
+    encoder = folder / "encoder-e5-base-shape"
+    torch.manual_seed(0)
+    BertModel(BertConfig(**{**E5_BASE, "hidden_size": dim, "num_hidden_layers": layers,
+                            "num_attention_heads": max(1, dim // 64), "intermediate_size": 4 * dim})
+              ).half().save_pretrained(encoder)
+    for name in TOKENIZER_FILES:
+        if (tokenizer / name).exists():
+            shutil.copy(tokenizer / name, encoder / name)
+    meta = {"n_docs": n, "shard_size": shard, "index": "flat", "dim": dim, "bm25": False,
+            "encoder": str(encoder), "encoder_path": str(encoder), "profile": "e5", "max_length": 512,
+            "note": "synthetic: no dense.faiss (served by --gpu-search torch from the shards)"}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    out["disk_gb"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e9
+    return out
+
+
+def unit_queries(folder: Path, n: int, count: int, seed: int = 1) -> np.ndarray:
+    """Half near stored rows (a stored vector plus noise: real queries sit near their passages), half random."""
+    from retrieval.dense import ShardVectors
+    meta = json.loads((folder / "meta.json").read_text())
+    rng = np.random.default_rng(seed)
+    near = ShardVectors(folder, n, meta["shard_size"]).get(rng.choice(n, count // 2, replace=False))
+    near = near + 0.5 * rng.normal(size=near.shape) / np.sqrt(near.shape[1])
+    q = np.concatenate([near, rng.normal(size=(count - count // 2, near.shape[1]))]).astype(np.float32)
+    return q / np.linalg.norm(q, axis=1, keepdims=True)
+
+
+# ---- index alone -----------------------------------------------------------------------------
+def bench_index(folder: Path, n: int, dim: int, device: str, reps: int) -> tuple[dict, object]:
+    import torch
+
+    from retrieval.dense import ShardVectors
+    from retrieval.torch_flat import TorchFlatIndex
+    meta = json.loads((folder / "meta.json").read_text())
+    t0 = time.perf_counter()
+    index = TorchFlatIndex(ShardVectors(folder, n, meta["shard_size"]).shards, n,
+                           devices=None if device == "cuda" else [device], progress=True)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    out = {"load_s": time.perf_counter() - t0,
+           "gpu_gb": torch.cuda.memory_allocated() / 1e9 if device == "cuda" else None}
+    queries = unit_queries(folder, n, 256)
+    rows = []
+    for b in (1, 16, 64, 256):
+        index.search(queries[:b], 10)                     # warm (kernels, allocator)
+        times = []
+        for r in range(reps if b == 1 else max(3, reps // 10)):
+            t = time.perf_counter()
+            index.search(np.roll(queries, r, 0)[:b], 10)
+            times.append(time.perf_counter() - t)
+        med = statistics.median(times)
+        bound = max(n * dim * 2 / BANDWIDTH, 2 * b * n * dim / PEAK_FP16)
+        rows.append({"batch": b, "p50_ms": pct(times, 50), "p99_ms": pct(times, 99), "qps": b / med,
+                     "bound_ms": bound * 1e3, "of_bound": bound / med})
+        print(rows[-1], flush=True)
+    out["rows"] = rows
+    return out, index
+
+
+def bench_recall(index, folder: Path, n: int, count: int, device: str) -> dict:
+    """recall@10 of `index` against float32 scores of every row, computed in chunks."""
+    import torch
+    queries = unit_queries(folder, n, count, seed=2)
+    _, got = index.search(queries, 10)
+    q = torch.from_numpy(queries).to(device)
+    best_s = torch.full((count, 10), -np.inf, device=device)
+    best_r = torch.zeros((count, 10), dtype=torch.int64, device=device)
+    for start, part in zip(index.starts, index.parts):
+        for c0 in range(0, len(part), 1 << 20):
+            s = q.to(part.device) @ part[c0:c0 + (1 << 20)].float().T
+            v, i = s.topk(min(10, s.shape[1]), dim=1)
+            cat_s, cat_r = torch.cat([best_s, v.to(device)], 1), torch.cat([best_r, (i + start + c0).to(device)], 1)
+            best_s, sel = cat_s.topk(10, dim=1)
+            best_r = cat_r.gather(1, sel)
+    want = best_r.cpu().numpy()
+    hits = sum(len(set(g) & set(w)) for g, w in zip(got.tolist(), want.tolist()))
+    return {"queries": count, "recall_at_10": hits / (10 * count)}
+
+
+# ---- server --------------------------------------------------------------------------------
+def query_texts(count: int, seed: int = 0) -> list[str]:
+    import random
+    words = ("population capital river mountain author album film season war treaty company founded "
+             "president university species island language award election bridge museum").split()
+    rng = random.Random(seed)
+    return [f"what is the {' '.join(rng.choices(words, k=rng.randint(3, 9)))} of item {rng.randint(0, 10**6)}"
+            for _ in range(count)]
+
+
+async def _load(url: str, queries: list[str], clients: int, requests: int) -> tuple[list[float], int, float]:
+    import httpx
+    latencies: list[float] = []
+    errors = 0
+    todo = iter(range(requests))
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=clients)) as http:
+        async def client():
+            nonlocal errors
+            for i in todo:
+                t0 = time.perf_counter()
+                try:
+                    r = await http.post("/retrieve", json={"queries": [queries[i % len(queries)]], "topk": 5})
+                    r.raise_for_status()
+                    latencies.append(time.perf_counter() - t0)
+                except httpx.HTTPError:
+                    errors += 1
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+    return latencies, errors, time.perf_counter() - t0
+
+
+def _load_proc(args) -> tuple[list[float], int, float]:
+    return asyncio.run(_load(*args))
+
+
+def load(url: str, clients: int, requests: int, procs: int) -> dict:
+    """`clients` concurrent one-query loops over `procs` processes (one asyncio client caps near
+    a few thousand requests/s, below what the server may answer)."""
+    procs = max(1, min(procs, clients))
+    texts = query_texts(2000)
+    with mp.get_context("spawn").Pool(procs) as pool:
+        parts = pool.map(_load_proc, [(url, texts[p::procs], clients // procs + (p < clients % procs),
+                                       requests // procs) for p in range(procs)])
+    lat = [x for p in parts for x in p[0]]
+    return {"clients": clients, "requests": len(lat), "qps": len(lat) / max(p[2] for p in parts),
+            "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "errors": sum(p[1] for p in parts)}
+
+
+def bench_server(folder: Path, port: int, levels: list[int], requests: int, procs: int, device: str) -> dict:
+    import httpx
+    cmd = [sys.executable, "-m", "retrieval.server", "--index", str(folder), "--port", str(port),
+           "--device", device, "--gpu-search", "torch", "--threads", "0"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{cmd} exited: {proc.stderr.read().decode()[-3000:]}")
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        out = {"start_s": time.perf_counter() - t0, "health": httpx.get(url + "/health").json(), "rows": []}
+        load(url, 4, 64, 1)                                                    # warm-up
+        for clients in levels:
+            row = load(url, clients, max(requests, clients * 8) if clients > 1 else requests, procs)
+            out["rows"].append(row)
+            print(row, flush=True)
+        return out
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+# ---- CPU baseline --------------------------------------------------------------------------
+def bench_cpu(folder: Path, n: int, dim: int) -> dict:
+    import faiss
+
+    from retrieval.dense import ShardVectors
+    meta = json.loads((folder / "meta.json").read_text())
+    t0 = time.perf_counter()
+    index = faiss.IndexFlatIP(dim)
+    for shard in ShardVectors(folder, n, meta["shard_size"]).shards:
+        index.add(np.ascontiguousarray(shard, dtype=np.float32))
+    out = {"threads": faiss.omp_get_max_threads(), "build_s": time.perf_counter() - t0,
+           "ram_gb": n * dim * 4 / 1e9}
+    queries = unit_queries(folder, n, 64)
+    for label, q, reps in (("1 query", queries[:1], 3), ("batch of 64", queries, 1)):
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            index.search(q, 10)
+            times.append(time.perf_counter() - t)
+        out[label] = {"s": statistics.median(times), "qps": len(q) / statistics.median(times)}
+        print(label, out[label], flush=True)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=21_000_000, help="passages (default: Wikipedia's 21M)")
+    p.add_argument("--dim", type=int, default=768, help="vector size (default: e5-base's 768)")
+    p.add_argument("--shard", type=int, default=1_000_000, help="vectors per shard file")
+    p.add_argument("--layers", type=int, default=12, help="encoder layers (e5-base: 12)")
+    p.add_argument("--tokenizer", type=Path, help="a BERT uncased tokenizer folder (default: the shipped MiniLM's)")
+    p.add_argument("--work", type=Path, default=Path("/tmp/retrieval-gpu"))
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--sections", default="build,index,recall,server,cpu")
+    p.add_argument("--reps", type=int, default=50, help="single-query repetitions (batches: a tenth)")
+    p.add_argument("--recall-queries", type=int, default=200)
+    p.add_argument("--levels", default="1,16,64,256", help="server client counts")
+    p.add_argument("--requests", type=int, default=400, help="requests per level (at least 8 per client)")
+    p.add_argument("--client-procs", type=int, default=8)
+    p.add_argument("--port", type=int, default=8790)
+    p.add_argument("--json", type=Path, help="write every number here")
+    args = p.parse_args()
+    import torch
+    sections = set(args.sections.split(","))
+    if args.tokenizer is None:
+        from orchestrator.embedded import minilm_path
+        args.tokenizer = Path(minilm_path())
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    results = {"machine": {"gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
+                           "cpus": os.cpu_count(), "host": platform.node(), "torch": torch.__version__},
+               "shape": {"n": args.n, "dim": args.dim, "layers": args.layers}}
+
+    def save():
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1))
+    results["build"] = build(args.work, args.n, args.dim, args.shard, args.tokenizer, args.layers, args.device)
+    print(results["build"], flush=True)
+    save()
+    folder = Path(results["build"]["folder"])
+    if sections & {"index", "recall"}:
+        results["index"], index = bench_index(folder, args.n, args.dim, args.device, args.reps)
+        save()
+        if "recall" in sections:
+            results["recall"] = bench_recall(index, folder, args.n, args.recall_queries, args.device)
+            print(results["recall"], flush=True)
+            save()
+        del index
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    if "server" in sections:
+        results["server"] = bench_server(folder, args.port, [int(x) for x in args.levels.split(",")],
+                                         args.requests, args.client_procs, args.device)
+        save()
+    if "cpu" in sections:
+        results["cpu"] = bench_cpu(folder, args.n, args.dim)
+        save()
+    print(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
