@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -76,6 +77,33 @@ def write_world(out: Path, n_people: int = 200, n_lookup: int = 6, n_arith: int 
     _write_if_changed(corpus, "".join(json.dumps({"id": p.id, "contents": p.passage()}) + "\n" for p in people))
     _write_if_changed(tasks, "".join(json.dumps(asdict(t)) + "\n" for t in build_tasks(people, n_lookup, n_arith, seed)))
     return corpus, tasks
+
+
+def write_gaia_split(tasks_path: Path, folder: Path) -> Path:
+    """The world's tasks as a GAIA split folder (`folder`/metadata.jsonl + attached files, the
+    layout of gaia-benchmark/GAIA's 2023/<split>/): each arithmetic question's numbers move into
+    an attached CSV file (Level 2: the code tool must read it), lookups stay text (Level 1).
+    Attachment tasks and lookups alternate, an attachment first.  Returns the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tasks = load_tasks(tasks_path)
+    arith = [t for t in tasks if t.metadata.get("type") == "arithmetic"]
+    lookup = [t for t in tasks if t.metadata.get("type") != "arithmetic"]
+    rows = []
+    for i in range(max(len(arith), len(lookup))):
+        for task in (arith[i:i + 1] + lookup[i:i + 1]):
+            row = {"task_id": task.id, "Question": task.question, "Level": 1, "Final answer": task.answer,
+                   "file_name": "", "Annotator Metadata": {"Steps": "search the corpus", "Tools": "search"}}
+            numbers = re.fullmatch(r"What is (\d+) \* (\d+) \+ (\d+)\?.*", task.question)
+            if numbers:
+                name = f"{task.id}.csv"
+                _write_if_changed(folder / name, "a,b,c\n" + ",".join(numbers.groups()) + "\n")
+                row.update(Question="The attached CSV file has one row with the columns a, b and c. "
+                                    "What is a * b + c? Answer with the number only.",
+                           Level=2, file_name=name,
+                           **{"Annotator Metadata": {"Steps": "read the file; compute", "Tools": "code"}})
+            rows.append(row)
+    _write_if_changed(folder / "metadata.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    return folder
 
 
 def _write_if_changed(path: Path, text: str) -> None:

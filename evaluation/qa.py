@@ -123,7 +123,8 @@ def solve(setup: QASetup, task: BenchmarkTask) -> dict[str, Any]:
         record = _solve_direct(setup, task)
     else:
         tools = basic_tools(setup.catalog, setup.price_model) if setup.mode == "basic" else None
-        rollout = run_episode(Task(task.id, task.question, task.answer, tools=tools, metadata=task.meta),
+        metadata = {**task.meta, "files": task.files} if task.files else task.meta
+        rollout = run_episode(Task(task.id, task.question, task.answer, tools=tools, metadata=metadata),
                               setup.policy, setup.runtime, setup.loop)
         record = rollout_record(rollout)
         if rollout.stop_reason.startswith("error"):
@@ -137,7 +138,7 @@ def solve(setup: QASetup, task: BenchmarkTask) -> dict[str, Any]:
            **record, "correct": verdict.correct, "verdict": verdict.to_dict(),
            "mode": setup.mode, "model": setup.price_model, "meta": task.meta,
            "wall_s": round(episode_s, 3)}
-    if verdict.correct is None:   # the judge's reply was unreadable: a judge error, not a wrong answer
+    if verdict.correct is None and verdict.rule != "no_reference":   # unreadable: a judge error, not a wrong answer
         out.update(status="error", error=f"JudgeError: judge {verdict.judge_model!r} gave no readable verdict: "
                                          f"{(verdict.raw or '')[:200]!r}")
     return out

@@ -102,6 +102,8 @@ class EpisodeState:
     documents: list[Document] = field(default_factory=list)
     code_blocks: list[CodeBlock] = field(default_factory=list)
     task_id: str | None = None      # sent to the retriever as `eid` when the run asks for it
+    files: dict[str, str] = field(default_factory=dict)   # attachments: name in the code tool's working
+                                                          # folder -> host path, copied in for every run
 
     def add_documents(self, docs: list[Document], by: str = "id", merge: str = "append") -> int:
         """Add the documents not held yet, compared by `id` (ours) or `content` (upstream's);

@@ -21,6 +21,10 @@ Two judge names need no model, for runs where no capable judge is at hand (the e
 default's 135M model cannot judge): "exact" stops after rules 1-2 (anything else is wrong),
 "contains" then accepts a prediction holding the reference as a whole word or phrase
 (rule "contains"). Neither is the paper's judge; the run's record says which one decided.
+A third, "gaia", is GAIA's official quasi-exact match (orchestrator/gaia_scorer.py, ported from
+the GAIA leaderboard's scorer.py) and nothing else: rules 1-2 do not apply (rule "gaia" /
+"not_gaia").  A task without a reference (GAIA's test split, answer "?") gets no verdict
+(`correct` None, rule "no_reference"): it is answered, not judged, and not an error.
 
 The verdict keeps which rule decided and the judge's raw reply, so a run can be re-judged
 or audited later.  The judge's own tokens are priced like any call but kept apart from the
@@ -46,7 +50,7 @@ _CORRECT_RE = re.compile(r"<correct>\s*(true|false)\s*</correct>", re.IGNORECASE
 MAX_ANSWER_WORDS = 500
 _PLACEHOLDERS = {"question", "reference", "prediction"}
 _VERDICT_RE = re.compile(r"\b(true|false)\b", re.IGNORECASE)
-RULE_JUDGES = ("exact", "contains")   # judge names that call no model
+RULE_JUDGES = ("exact", "contains", "gaia")   # judge names that call no model
 
 
 class JudgeError(RuntimeError):
@@ -56,9 +60,10 @@ class JudgeError(RuntimeError):
 @dataclass
 class Verdict:
     """`correct` and why: rule in {"empty", "too_long", "exact", "llm", "llm_unparsed"}, or with a
-    rule judge {"not_exact", "contains", "not_contained"}."""
+    rule judge {"not_exact", "contains", "not_contained", "gaia", "not_gaia"}, or "no_reference"."""
 
-    correct: bool | None              # None: the judge's reply could not be read (a judge error)
+    correct: bool | None              # None: the judge's reply could not be read (a judge error), or
+                                      # rule "no_reference": nothing to judge against
     rule: str
     raw: str | None = None            # the judge's reply, verbatim
     judge_model: str | None = None
@@ -156,7 +161,13 @@ class Judge:
         self._call = call
         self.max_tokens = max_tokens   # reasoning judges (GPT-5) spend most of it thinking
 
-    def __call__(self, question: str, prediction: str | None, reference: str) -> Verdict:
+    def __call__(self, question: str, prediction: str | None, reference: str | None) -> Verdict:
+        if reference is None:   # nothing to judge against (GAIA's test split): no verdict, no error
+            return Verdict(None, "no_reference", judge_model=self.model)
+        if self.model == "gaia":
+            from orchestrator.gaia_scorer import question_scorer
+            right = question_scorer(prediction, reference)
+            return Verdict(right, "gaia" if right else "not_gaia", judge_model="gaia")
         verdict = (rule_verdict_train if self.style == "upstream-train" else rule_verdict)(prediction, reference)
         if verdict is not None:
             return verdict

@@ -12,6 +12,14 @@ Formats:
   `reasoning_types`, the unnamed index column) or ToolOrchestra's `frames.jsonl`
   (`id, question, answer`). A TSV row gets the id `wiki____<index>`, the id upstream gave
   the same row, so results from either file are comparable and resumable.
+- GAIA (`gaia-benchmark/GAIA`): a split folder as the dataset lays it out, `2023/<split>/`
+  with `metadata.jsonl` (or, since October 2025, `metadata.parquet`) and the attached files
+  beside it; fields `task_id, Question, Level, Final answer, file_name` (+ `file_path`,
+  `Annotator Metadata`).  `--data` names that folder, the dataset's root (`2023/<split>/`
+  under it; split default `validation`), its metadata file, or the hub id (downloaded with
+  `huggingface_hub.snapshot_download`, gated: log in first).  The test split's answers are
+  "?": its tasks get no reference (`answer` None).  A task's attachment becomes
+  `BenchmarkTask.files` ({file_name: path}); one named but absent stops the load.
 
 A record that cannot be read is reported (`LoadResult.malformed`: where, line, reason) and
 skipped; the CLI prints every one of them.
@@ -25,7 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-BENCHMARKS = ("hle", "frames")
+BENCHMARKS = ("hle", "frames", "gaia")
+GAIA_SPLITS = {"validation": 165, "test": 300}     # tasks per split of GAIA 2023 (the leaderboard's)
+GAIA_METADATA = ("metadata.jsonl", "metadata.parquet")
+_PROMPTS = Path(__file__).resolve().parent / "prompts"
 
 
 class LoaderError(ValueError):
@@ -34,12 +45,14 @@ class LoaderError(ValueError):
 
 @dataclass
 class BenchmarkTask:
-    """One question: `id`, `question`, reference `answer`, and the source's other fields."""
+    """One question: `id`, `question`, reference `answer` (None: the source has none, GAIA's
+    test split), the source's other fields, and attached files ({name: host path})."""
 
     id: str
     question: str
-    answer: str
+    answer: str | None
     meta: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -107,7 +120,49 @@ def parse_frames(row: dict, index: int) -> BenchmarkTask:
     return BenchmarkTask(id=_text(row, "id"), question=_text(row, "question"), answer=_text(row, "answer"))
 
 
-PARSERS: dict[str, Callable[[dict, int], BenchmarkTask]] = {"hle": parse_hle, "frames": parse_frames}
+def gaia_question(question: str, file_name: str | None) -> str:
+    """What the orchestrator reads for a GAIA task: orchestrator/prompts/gaia_question.txt around
+    the question, with gaia_attachment.txt naming the attached file when there is one."""
+    attachment = ""
+    if file_name:
+        attachment = (_PROMPTS / "gaia_attachment.txt").read_text().rstrip("\n").format(file_name=file_name)
+    return (_PROMPTS / "gaia_question.txt").read_text().rstrip("\n").format(question=question.strip(),
+                                                                            attachment=attachment)
+
+
+def parse_gaia(row: dict, index: int, folder: Path, level: int | None = None,
+               text_only: bool = False) -> BenchmarkTask:
+    """One GAIA metadata record read in its split folder; raises _Skip for another `level` or,
+    with `text_only`, a task with an attached file; ValueError when malformed."""
+    raw_level = row.get("Level")
+    try:
+        task_level = int(raw_level)
+    except (TypeError, ValueError):
+        raise ValueError(f"field 'Level' is {raw_level!r}, expected 1, 2 or 3") from None
+    if task_level not in (1, 2, 3):
+        raise ValueError(f"field 'Level' is {raw_level!r}, expected 1, 2 or 3")
+    file_name = row.get("file_name") or ""
+    if not isinstance(file_name, str):
+        raise ValueError(f"field 'file_name' must be a string, got {type(file_name).__name__}")
+    if level is not None and task_level != level:
+        raise _Skip("other level")
+    if text_only and file_name:
+        raise _Skip("attached file")
+    answer = row.get("Final answer")
+    if answer is None or answer == "?":     # the test split: answers are private
+        answer = None
+    else:
+        answer = _text(row, "Final answer")
+    files = {}
+    if file_name:
+        if Path(file_name).name != file_name:
+            raise ValueError(f"field 'file_name' {file_name!r} must be a bare file name")
+        files[file_name] = str(folder / file_name)
+    return BenchmarkTask(id=_text(row, "task_id"), question=gaia_question(_text(row, "Question"), file_name),
+                         answer=answer, meta={"level": task_level, "file_name": file_name or None}, files=files)
+
+
+PARSERS: dict[str, Callable[..., BenchmarkTask]] = {"hle": parse_hle, "frames": parse_frames, "gaia": parse_gaia}
 
 
 # ---- sources: each yields (line or row number, record or the error that stopped parsing it) ----
@@ -186,17 +241,87 @@ def _rows(data: str, split: str | None, benchmark: str) -> Iterator[tuple[int, d
     raise LoaderError(f"--data {data}: no such file (and not a Hugging Face dataset id like 'cais/hle')")
 
 
+def _gaia_metadata(folder: Path) -> Path | None:
+    return next((folder / name for name in GAIA_METADATA if (folder / name).is_file()), None)
+
+
+def _gaia_hub(dataset_id: str, split: str) -> Path:
+    """The dataset's files of `split` from the hub (cached by huggingface_hub); its root folder."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id=dataset_id, repo_type="dataset", allow_patterns=[f"2023/{split}/*"]))
+    except Exception as exc:  # the hub raises many types; all mean "could not get it"
+        raise LoaderError(
+            f"--data {dataset_id!r}: not a local folder and could not be downloaded from the Hugging Face hub "
+            f"(split {split!r}): {type(exc).__name__}: {exc}. GAIA is gated: accept its terms on the dataset page "
+            f"and `huggingface-cli login`, or pass a local folder holding 2023/{split}/metadata.jsonl") from None
+
+
+def gaia_split_folder(data: str | Path, split: str | None = None) -> tuple[Path, Path]:
+    """(split folder, metadata file) for `--data` naming a split folder, the dataset root
+    (2023/<split>/ under it), a metadata file, or a hub id (downloaded)."""
+    split = split or "validation"
+    path = Path(data).expanduser()
+    if path.is_file():
+        if path.suffix not in (".jsonl", ".parquet"):
+            raise LoaderError(f"--data {data}: a GAIA metadata file is metadata.jsonl or metadata.parquet")
+        return path.parent, path
+    if not path.exists() and str(data).count("/") == 1 and not str(data).startswith((".", "/", "~")):
+        path = _gaia_hub(str(data), split)
+    if not path.is_dir():
+        raise LoaderError(f"--data {data}: no such folder (and not a Hugging Face dataset id like "
+                          f"'gaia-benchmark/GAIA')")
+    for folder in (path, path / "2023" / split, path / split):
+        metadata = _gaia_metadata(folder)
+        if metadata is not None:
+            return folder, metadata
+    raise LoaderError(f"--data {data}: no GAIA {' or '.join(GAIA_METADATA)} in {path} or in "
+                      f"{path / '2023' / split} (--split {split}); name the split folder of gaia-benchmark/GAIA")
+
+
+def _gaia_rows(metadata: Path) -> Iterator[tuple[int, dict | Exception]]:
+    return jsonl_rows(metadata) if metadata.suffix == ".jsonl" else _parquet_rows(metadata)
+
+
+def _check_attachments(tasks: list[BenchmarkTask], data: str | Path) -> None:
+    """Every attached file a task names is there, or one error naming what is missing."""
+    missing = [(t.id, path) for t in tasks for path in t.files.values() if not Path(path).is_file()]
+    if missing:
+        first_id, first = missing[0]
+        raise LoaderError(
+            f"--data {data}: {len(missing)} attached file(s) named in 'file_name' are missing (first: task "
+            f"{first_id}: {first}); download the split folder with its files (huggingface-cli download "
+            f"gaia-benchmark/GAIA --repo-type dataset --include '2023/<split>/*'), or run only the tasks "
+            f"without one (--text-only)")
+
+
 def load_benchmark(benchmark: str, data: str | Path, split: str | None = None,
-                   limit: int | None = None) -> LoadResult:
-    """Read `data` as `benchmark` ("hle" or "frames"); keep the first `limit` usable tasks.
+                   limit: int | None = None, *, level: int | None = None, text_only: bool = False) -> LoadResult:
+    """Read `data` as `benchmark` ("hle", "frames" or "gaia"); keep the first `limit` usable tasks.
+    GAIA only: `level` keeps one level (1-3), `text_only` the tasks with no attached file
+    (the others are counted as skipped).
 
     Duplicate ids are malformed too: results are keyed by id, so a duplicate would be lost.
     """
     if benchmark not in PARSERS:
         raise LoaderError(f"unknown benchmark {benchmark!r}; known: {list(PARSERS)}")
+    if benchmark != "gaia" and level is not None:
+        raise LoaderError(f"level selects GAIA tasks; {benchmark} has no levels")
+    if level is not None and level not in (1, 2, 3):
+        raise LoaderError(f"--level {level}: GAIA's levels are 1, 2 and 3")
     parse, source, result = PARSERS[benchmark], str(data), LoadResult()
+    if benchmark == "gaia":
+        folder, metadata = gaia_split_folder(data, split)
+        source, rows = str(metadata), _gaia_rows(metadata)
+        base = parse
+
+        def parse(row: dict, index: int) -> BenchmarkTask:
+            return base(row, index, folder, level=level, text_only=bool(text_only))
+    else:
+        rows = _rows(str(data), split, benchmark)
     seen: set[str] = set()
-    for ordinal, (lineno, row) in enumerate(_rows(str(data), split, benchmark)):
+    for ordinal, (lineno, row) in enumerate(rows):
         if limit is not None and len(result.tasks) >= limit:
             break
         try:
@@ -213,6 +338,8 @@ def load_benchmark(benchmark: str, data: str | Path, split: str | None = None,
             continue
         seen.add(task.id)
         result.tasks.append(task)
+    if benchmark == "gaia":
+        _check_attachments(result.tasks, data)
     if not result.tasks and not result.skipped:
         raise LoaderError(f"--data {data}: no usable {benchmark} records"
                           + (f" ({len(result.malformed)} malformed; first: {result.malformed[0]})"

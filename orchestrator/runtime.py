@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from orchestrator.catalog import Catalog
@@ -59,9 +60,9 @@ def _default_llm(*args, **kwargs):
     return get_llm_response(*args, **kwargs)
 
 
-def _default_sandbox(code: str, timeout: float):
+def _default_sandbox(code: str, timeout: float, files: dict[str, Path] | None = None):
     from orchestrator.sandbox import run_python
-    return run_python(code, timeout=timeout)
+    return run_python(code, timeout=timeout, files=files)
 
 
 @dataclass
@@ -233,7 +234,9 @@ class ToolRuntime:
         if code is None or (code == "" and code_settings.extraction == "upstream"):   # upstream skips an empty one
             call.output = "the expert wrote no ```python block"
             return
-        result = self.run_code(code, code_settings.timeout)
+        # a task's attachments (GAIA) are copied next to the code: it opens them by name
+        attached = {"files": {name: Path(path) for name, path in state.files.items()}} if state.files else {}
+        result = self.run_code(code, code_settings.timeout, **attached)
         if self.qa.costs.code_fee == "seconds":
             call.cost += catalog.code_cost(result.duration_s)
         if code_settings.output == "stdout":
@@ -254,7 +257,7 @@ class ToolRuntime:
         system = self.prompts.render("expert_answer_system").strip() if fmt == "boxed" else ""
         reply = self._ask_expert(call, self.prompts.render(
             name, question=state.question, context=self._context(state, call)), catalog, system=system)
-        call.output = reply[:2000]
+        call.output, call.reply = reply[:2000], reply
         if self.prompts.style.startswith("upstream"):
             from orchestrator.upstream_prompts import extract_answer_upstream
             return extract_answer_upstream(reply, "boxed" if fmt in ("boxed", "boxed_steps") else "tags")

@@ -6,7 +6,7 @@
     tau2 = profile.section("tau2", "eval")           # Tau2Settings: plus agent text, user simulator, steps
 
 A profile file has one section per episode kind (`qa`, `tau2`: the kinds registered in
-`EPISODE_SETTINGS`), and under each kind one entry per use (`hle`, `frames`, `train`;
+`EPISODE_SETTINGS`), and under each kind one entry per use (`hle`, `frames`, `gaia`, `train`;
 `eval`, `train`).  `defaults` under a kind is merged under each of its uses; `extends: NAME`
 at the top merges the whole file over another profile.  Within `experts`, each model's entry
 is merged over `experts.default`.  `serve` names the tools.json serving map (which model
@@ -63,7 +63,8 @@ class OrchestratorSettings(_Strict):
 
 
 class JudgeSettings(_Strict):
-    model: str | None = None            # None: the orchestrator's model
+    model: str | None = None            # None: the orchestrator's model; exact | contains | gaia: rules only
+                                        # (orchestrator/judge.py RULE_JUDGES; gaia: GAIA's leaderboard scorer)
     prompt: Literal["lenient", "upstream", "upstream-train"] = "lenient"
     max_tokens: int = Field(2048, ge=1)
 

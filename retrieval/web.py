@@ -43,8 +43,9 @@ class WebSearch:
         """How many web documents to fetch for a query that kept `n_hits` index hits."""
         return 0 if n_hits >= min(self.min_docs, topk) else topk - n_hits
 
-    def fetch(self, query: str, count: int) -> WebResult:
-        """Search the web for `query` and extract up to `count` pages, best first."""
+    def fetch(self, query: str, count: int, strict: bool = False) -> WebResult:
+        """Search the web for `query` and extract up to `count` pages, best first.  A failure gives
+        no web hits, or with `strict` (the web as the only corpus: WebRetriever) is raised."""
         result = WebResult()
         if count <= 0 or not query.strip():
             return result
@@ -59,6 +60,8 @@ class WebSearch:
             extracted = self.client.extract(urls=[r["url"] for r in ranked], format="text",
                                              timeout=self.timeout_s)
         except Exception as err:   # noqa: BLE001 -- the fallback must never fail the request
+            if strict:
+                raise
             log.warning("web search fallback failed for %r: %s", query[:80], err)
             return result
         text_of = {e.get("url"): e.get("raw_content") or "" for e in extracted.get("results", [])}
@@ -92,3 +95,47 @@ def add_web_hits(web: WebSearch | None, texts: list[str], topks: list[int],
             searches += extra.web_searches
             pages += extra.pages
     return searches, pages
+
+
+class WebRetriever:
+    """The search tool's retriever when the web is the corpus (run_gaia.py with TAVILY_API_KEY
+    set): each query is one Tavily search plus the extraction of its top `topk` pages, the same
+    calls as the fallback above, with the same marked hits and fees (`Retrieved.web_searches`,
+    `.pages`, charged by the runtime at tools.json's prices).  The interface is
+    RetrievalClient.retrieve's; the index-side filters (`eid`, `min_score`, `min_length`) do not
+    apply to the web and are ignored.  Tavily refusing the request (a wrong or missing key, a
+    plan or credit limit, a bad request: HTTP 400/401/403/432/433) raises RetrievalRejected,
+    which ends the task (no choice of the orchestrator can fix it); other failures (timeouts,
+    429 rate limits, 5xx) raise RetrievalError, recorded on the call like any tool failure."""
+
+    def __init__(self, web: WebSearch):
+        self.web = web
+
+    def retrieve(self, queries: list[str], topk: int = 3, **_index_filters):
+        from tavily.errors import BadRequestError, ForbiddenError, InvalidAPIKeyError, MissingAPIKeyError
+
+        from retrieval.client import RetrievalError, RetrievalRejected, Retrieved
+
+        if isinstance(queries, str):
+            raise TypeError("queries must be a list of strings, e.g. retrieve([question], topk=5)")
+        hits, searches, pages = [], 0, 0
+        for query in queries:
+            try:
+                found = self.web.fetch(query, topk, strict=True)
+            except (BadRequestError, ForbiddenError, InvalidAPIKeyError, MissingAPIKeyError) as err:
+                raise RetrievalRejected(f"Tavily refused the request ({type(err).__name__}): {err}") from None
+            except Exception as err:   # noqa: BLE001 -- timeouts, rate limits, server errors
+                raise RetrievalError(f"Tavily search failed: {type(err).__name__}: {err}") from None
+            hits.append(found.hits)
+            searches += found.web_searches
+            pages += found.pages
+        return Retrieved(hits, searches, pages)
+
+    def close(self) -> None:
+        self.web.client.close()
+
+
+def web_retriever_from_env() -> WebRetriever | None:
+    """A WebRetriever when TAVILY_API_KEY is set (TAVILY_API_BASE_URL: another endpoint), else None."""
+    web = web_search_from_env()
+    return WebRetriever(web) if web is not None else None

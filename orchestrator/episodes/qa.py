@@ -17,13 +17,14 @@ from orchestrator.toolcall import ToolCallError, allowed_call_strings, validate_
 
 def run_qa_episode(task: Task, policy, runtime: ToolRuntime, config: LoopConfig,
                    counter: TokenCounter | None = None) -> Rollout:
-    """Run the QA loop on one task and return the recorded rollout."""
+    """Run the QA loop on one task and return the recorded rollout.  `task.metadata["files"]`
+    ({name: host path}, a GAIA task's attachment) is copied into every code run's folder."""
     catalog = task_catalog(runtime.catalog, task)
     # no retriever: no search tool to offer (every call of it would fail)
     kinds = ("search", "code", "answer") if runtime.retriever is not None else ("code", "answer")
     offered = first = _Offer([t for t in catalog.tools if t.kind in kinds], runtime, catalog, config)
     counter = counter or TokenCounter(getattr(getattr(policy, "engine", None), "tokenizer", None))
-    state = EpisodeState(task.question, task_id=task.id)
+    state = EpisodeState(task.question, task_id=task.id, files=dict(task.metadata.get("files") or {}))
     rollout = Rollout(task_id=task.id)
     single_search = runtime.qa.search.single_search
     for index in range(config.max_turns):

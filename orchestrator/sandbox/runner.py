@@ -12,6 +12,7 @@ import math
 import os
 import select
 import selectors
+import shutil
 import signal
 import stat
 import subprocess
@@ -20,6 +21,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Union
 
 from orchestrator.sandbox.cleanup import remove_tree
 from orchestrator.sandbox.isolation import (
@@ -32,6 +34,7 @@ from orchestrator.sandbox.isolation import (
 )
 
 MAIN_FILE = "main.py"
+FileContent = Union[str, bytes, os.PathLike]   # `files` values: text, raw bytes, or a host file to copy in
 _KILL_WAIT_S = 5.0     # how long to wait for a killed pid namespace to empty
 _DRAIN_GRACE_S = 0.5   # how long to keep reading pipes after the sandbox is gone
 
@@ -83,7 +86,7 @@ class _CappedBuffer:
         return (bytes(self.head) + marker + bytes(self.tail)).decode("utf-8", errors="replace")
 
 
-def _check_args(code: str, timeout: float, ints: dict[str, int], files: dict[str, str] | None) -> None:
+def _check_args(code: str, timeout: float, ints: dict[str, int], files: dict[str, FileContent] | None) -> None:
     if not isinstance(code, str):
         raise TypeError(f"code must be a str, got {type(code).__name__}")
     if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
@@ -96,15 +99,25 @@ def _check_args(code: str, timeout: float, ints: dict[str, int], files: dict[str
         if rel.is_absolute() or ".." in rel.parts or name in ("", ".") or str(rel) == MAIN_FILE:
             raise ValueError(f"files: {name!r} must be a relative path inside the scratch dir "
                              f"(no '..', not {MAIN_FILE!r}, which holds the code)")
-        if not isinstance(content, str):
-            raise TypeError(f"files[{name!r}] must be a str, got {type(content).__name__}")
+        if isinstance(content, os.PathLike):
+            if not Path(content).is_file():
+                raise ValueError(f"files[{name!r}]: {os.fspath(content)!r} is not a file (a path is copied in)")
+        elif not isinstance(content, (str, bytes)):
+            raise TypeError(f"files[{name!r}] must be a str (text), bytes or a path to copy, "
+                            f"got {type(content).__name__}")
 
 
-def _write_scratch(scratch: Path, code: str, files: dict[str, str] | None, owner: tuple[int, int] | None) -> None:
+def _write_scratch(scratch: Path, code: str, files: dict[str, FileContent] | None,
+                   owner: tuple[int, int] | None) -> None:
     for name, content in {**(files or {}), MAIN_FILE: code}.items():
         path = scratch / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
+        if isinstance(content, os.PathLike):
+            shutil.copyfile(content, path)      # a copy: the code may change it, never the original
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
     if owner:  # the sandbox runs as nobody: it must own its scratch dir to write there
         for path in [scratch, *scratch.rglob("*")]:
             os.chown(path, *owner)
@@ -231,7 +244,7 @@ def _execute(plan: Plan, scratch: Path, env: dict[str, str], timeout: float, max
 
 def run_python(code: str, *, timeout: float = 60.0, memory_mb: int = 2048, cpu_seconds: int | None = None,
                max_processes: int = 32, max_file_mb: int = 64, max_open_files: int = 128,
-               files: dict[str, str] | None = None, max_output_bytes: int = 1_000_000, isolation: str = "auto",
+               files: dict[str, FileContent] | None = None, max_output_bytes: int = 1_000_000, isolation: str = "auto",
                python: str | None = None, scratch_root: str | None = None) -> SandboxResult:
     """Run `code` as main.py in a fresh private scratch dir under the sandbox.
 
@@ -239,7 +252,8 @@ def run_python(code: str, *, timeout: float = 60.0, memory_mb: int = 2048, cpu_s
     (MiB), and the whole run's memory where a cgroup is used. cpu_seconds: CPU seconds per
     process (default: the timeout rounded up, plus one). max_processes: processes+threads of
     the run. max_file_mb: largest file (MiB). max_open_files: descriptors per process.
-    files: extra text files {relative path: content} placed next to main.py.
+    files: extra files {relative path: content} placed next to main.py; content is text (str),
+    bytes, or a host path (os.PathLike) whose file is copied in (e.g. a GAIA attachment).
     max_output_bytes: bytes kept per stream (head and tail halves); the rest is dropped.
     isolation: "auto" (strongest that works), "bwrap", "unshare" or "rlimits".
     python: interpreter to run (default: this one). scratch_root: parent of the scratch dir.
