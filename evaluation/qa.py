@@ -83,12 +83,14 @@ def rollout_record(rollout: Rollout) -> dict[str, Any]:
     """The money/time/tool fields of a record, from a rollout."""
     usage = Usage()
     models: dict[str, int] = {}
+    answered = [t.expert for t in rollout.turns if t.expert is not None and t.expert.reply is not None]
     for turn in rollout.turns:
         usage = usage + turn.policy_usage
         if turn.expert is not None:
             usage = usage + turn.expert.usage
             models[turn.expert.model] = models.get(turn.expert.model, 0) + 1
-    return {"prediction": rollout.final_answer, "finished": rollout.finished, "stop_reason": rollout.stop_reason,
+    return {"prediction": rollout.final_answer, "response": answered[-1].reply if rollout.finished and answered else None,
+            "finished": rollout.finished, "stop_reason": rollout.stop_reason,
             "cost": rollout.cost, "latency": rollout.latency, "tokens": _usage_dict(usage),
             "tool_calls": rollout.tool_calls, "expert_models": models,
             "turns": [turn_record(t) for t in rollout.turns]}
@@ -106,7 +108,7 @@ def _solve_direct(setup: QASetup, task: BenchmarkTask) -> dict[str, Any]:
     turn = {"index": 0, "reasoning": reply.text, "tool": None, "alias": None, "model": setup.price_model,
             "valid": True, "invalid_reason": None, "output": None, "error": None,
             "tokens": _usage_dict(reply.usage), "cost": cost, "latency": reply.latency}
-    return {"prediction": extract_answer(reply.text), "finished": True, "stop_reason": "direct",
+    return {"prediction": extract_answer(reply.text), "response": reply.text, "finished": True, "stop_reason": "direct",
             "cost": cost, "latency": reply.latency, "tokens": _usage_dict(reply.usage),
             "tool_calls": {}, "expert_models": {}, "turns": [turn]}
 
@@ -131,7 +133,8 @@ def solve(setup: QASetup, task: BenchmarkTask) -> dict[str, Any]:
             raise TaskFailed(f"{rollout.stop_reason} (after {len(rollout.turns)} turns)", _partial(setup, task, record))
     episode_s = time.perf_counter() - started
     try:
-        verdict = setup.judge(task.question, record["prediction"], task.answer)
+        # the hle judge reads the whole answer text (HLE's [response]), the others the prediction
+        verdict = setup.judge(task.question, record["prediction"], task.answer, response=record.get("response"))
     except Exception as exc:   # the episode's spending stays on the error record
         raise TaskFailed(f"judge: {type(exc).__name__}: {exc}", _partial(setup, task, record)) from exc
     out = {"id": task.id, "status": "ok", "question": task.question, "reference": task.answer,

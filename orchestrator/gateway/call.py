@@ -135,8 +135,9 @@ def get_llm_response(model: str, messages: list[dict[str, Any]], tools: list[dic
         if not exc.retryable and exc.status is not None and 400 <= exc.status < 500:
             raise _rejected(model, exc, attempts) from None
         gave_up = "gave up after" if exc.retryable else "failed (not retryable) after"
+        why = f"; {exc.gave_up}" if exc.gave_up else ""
         raise LLMCallError(f"{model}: {gave_up} {attempts} attempt(s); last endpoint "
-                           f"{exc.endpoint or 'none'}: {exc}", model=model, endpoint=exc.endpoint,
+                           f"{exc.endpoint or 'none'}: {exc}{why}", model=model, endpoint=exc.endpoint,
                            attempts=attempts, retryable=exc.retryable) from None
     latency = time.perf_counter() - start
     text, calls = _split_tool_calls(result.text, result.tool_calls, choices)

@@ -26,6 +26,11 @@ DEFAULT_MODELS = Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
 EMBEDDED_PREFIX = "embedded:"
 Backend = Literal["openai", "azure", "vllm", "transformers", "anthropic"]
 
+# The per-call deadline of an entry that sets none (seconds): three full attempts of the slowest
+# shipped model (GPT-5, timeout_s 600) fit, and a provider's `Retry-After` longer than what is left
+# (a daily quota: hours) fails the call at once instead of sleeping through the run.
+DEFAULT_DEADLINE_S = 1800.0
+
 # Where each backend reads its key when the entry names no `api_key_env`.
 _DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY",
                     "anthropic": "ANTHROPIC_API_KEY"}
@@ -44,8 +49,8 @@ class ModelEntry(BaseModel):
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="name of the env var holding the key")
     api_version: str | None = Field(None, description="azure: API version, e.g. 2024-10-21")
     timeout_s: float = Field(120.0, gt=0, description="deadline of one attempt: connect, headers and body together")
-    deadline_s: float | None = Field(None, gt=0, description="deadline of a whole call, retries and waits included "
-                                                            "(default: none beyond the attempts' own)")
+    deadline_s: float = Field(DEFAULT_DEADLINE_S, gt=0, description="deadline of a whole call, retries and waits "
+                                                                    "included (a longer Retry-After is not waited for)")
     max_retries: int = Field(3, ge=0, le=20, description="retries after the first attempt")
     backoff_initial_s: float = Field(1.0, ge=0, description="first wait between attempts (doubles, with jitter)")
     backoff_max_s: float = Field(20.0, ge=0, description="longest wait between attempts")

@@ -7,7 +7,10 @@ Two budgets bound every call (units: seconds):
   socket operation of an attempt is given only what is left of the attempt's deadline
   (`DeadlineBackend`, installed by `http_client()`), and a read past it raises a timeout.
 - per call (`deadline_s`): all attempts and the waits between them.  A wait that would end
-  past the call's deadline is not started; the call gives up with the last error.
+  past the call's deadline is not started, however long the server's `Retry-After` asks for
+  (86400 s included): the call gives up at once with the last error, and the error says which
+  wait did not fit (`AttemptError.gave_up`).  Every registry entry has a deadline
+  (registry.DEFAULT_DEADLINE_S unless it sets its own).
 
 Which errors are worth retrying: timeouts, refused/broken connections, HTTP 408/409/429
 and 5xx.  Everything else (bad request, wrong key, unknown model) fails at once.  Waits
@@ -57,6 +60,7 @@ class AttemptError(Exception):
         self.status = status
         self.retry_after = retry_after
         self.provider_message = provider_message
+        self.gave_up: str | None = None   # set by RetryPolicy when the next wait would pass the deadline
 
 
 def is_retryable_status(status: int | None) -> bool:
@@ -202,7 +206,18 @@ class RetryPolicy:
         call_end = math.inf if self.deadline_s is None else started + self.deadline_s
 
         def out_of_time(state: RetryCallState) -> bool:
-            return time.monotonic() + state.upcoming_sleep >= call_end
+            left = call_end - time.monotonic()
+            if state.upcoming_sleep < left:
+                return False
+            exc = state.outcome.exception() if state.outcome else None
+            if isinstance(exc, AttemptError):
+                asked = exc.retry_after is not None and exc.retry_after >= state.upcoming_sleep
+                wait = (f"the server's Retry-After {exc.retry_after:g} s" if asked
+                        else f"the next backoff ({state.upcoming_sleep:.1f} s)")
+                exc.gave_up = (f"not retried: {wait} would end past the call's deadline "
+                               f"(deadline_s {self.deadline_s:g} s, {max(left, 0.0):.1f} s left); raise deadline_s "
+                               f"in the model's configs/models.yaml entry, or retry later")
+            return True
 
         def _log(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None

@@ -13,7 +13,7 @@ from typing import Any
 
 import anthropic
 
-from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, read_key,
+from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, parse_reply, read_key,
                                                  sdk_attempt_error)
 from orchestrator.gateway.registry import ModelEntry
 from orchestrator.gateway.retry import AttemptError, http_client
@@ -96,12 +96,13 @@ class AnthropicBackend:
         if request.tools:
             body["tools"] = convert_tools(request.tools)
         try:
-            resp = _client(self.endpoint, key).messages.create(**body)
+            raw = _client(self.endpoint, key).messages.with_raw_response.create(**body)
         except anthropic.AnthropicError as exc:
             err = sdk_attempt_error(exc, anthropic, endpoint=self.endpoint, timeout=request.timeout, secrets=[key])
             if err is None:
                 raise
             raise err from None
+        resp = parse_reply(raw, anthropic.types.Message, endpoint=self.endpoint)
         text = "".join(b.text for b in resp.content if b.type == "text")
         calls = [ToolCall(name=b.name, arguments=dict(b.input), id=b.id) for b in resp.content if b.type == "tool_use"]
         return BackendResult(text=text, tool_calls=calls or None,

@@ -76,6 +76,23 @@ def sdk_attempt_error(exc: Exception, sdk, *, endpoint: str, timeout: float,
     return None
 
 
+def parse_reply(raw: Any, expected: type, *, endpoint: str) -> Any:
+    """The SDK's parsed reply from a `with_raw_response` call, or a retryable AttemptError naming
+    the endpoint and content type when a 2xx body is not the JSON object the API answers with (a
+    proxy's HTML page, a body cut short): the SDK would raise a bare JSONDecodeError, or hand back
+    the text as a str."""
+    content_type = raw.headers.get("content-type") or "none"
+    try:
+        reply = raw.parse()
+        problem = None if isinstance(reply, expected) else f"body {raw.http_response.text[:80]!r}"
+    except ValueError as exc:            # json.JSONDecodeError, or a body the SDK cannot read
+        problem = f"{type(exc).__name__}: {exc}"
+    if problem is not None:
+        raise AttemptError(f"HTTP {raw.status_code} reply is not JSON (Content-Type {content_type}): {problem}",
+                           endpoint=endpoint, retryable=True)
+    return reply
+
+
 def provider_message(body: Any) -> str | None:
     """The provider's own error text from an error body: OpenAI {"error": {"message"}},
     Anthropic {"type": "error", "error": {"message"}}, vLLM {"message": ...} (or the SDK's

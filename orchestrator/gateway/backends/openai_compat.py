@@ -12,8 +12,9 @@ import logging
 import threading
 
 import openai
+from openai.types.chat import ChatCompletion
 
-from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, read_key,
+from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, parse_reply, read_key,
                                                  sdk_attempt_error)
 from orchestrator.gateway.endpoints import pool_for
 from orchestrator.gateway.errors import GatewayConfigError
@@ -143,9 +144,11 @@ class OpenAICompatBackend:
         request = BackendRequest(**{**request.__dict__, "extra": dict(request.extra)})
         body = self._body(request)
         try:
-            resp = _client(self.entry, endpoint, key).chat.completions.create(**body)
-        except openai.OpenAIError as exc:
-            err = sdk_attempt_error(exc, openai, endpoint=endpoint, timeout=request.timeout, secrets=[key])
+            raw = _client(self.entry, endpoint, key).chat.completions.with_raw_response.create(**body)
+            resp = parse_reply(raw, ChatCompletion, endpoint=endpoint)
+        except (openai.OpenAIError, AttemptError) as exc:
+            err = exc if isinstance(exc, AttemptError) else sdk_attempt_error(
+                exc, openai, endpoint=endpoint, timeout=request.timeout, secrets=[key])
             if err is None:
                 raise
             if err.retryable and self.pool is not None:

@@ -100,3 +100,32 @@ def test_parse_retry_after_forms():
     date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 10))
     assert 8.0 <= parse_retry_after({"retry-after": date}) <= 10.5
     assert parse_retry_after({"retry-after": "soon"}) is None and parse_retry_after({}) is None
+
+
+def test_retry_after_of_a_day_fails_at_once_under_the_shipped_default_deadline(registry):
+    """An entry that sets no deadline_s gets the registry's default (ModelEntry.deadline_s); a
+    `Retry-After: 86400` longer than what is left of it is not waited for: the call fails at once
+    with the gateway's error saying why.  (Run in a thread: without the cap it would sleep a day.)"""
+    import threading
+
+    outcome = {}
+    with FakeServer(["429", "ok"], retry_after="86400") as srv:
+        registry(srv.url, timeout_s=5.0, max_retries=3)          # no deadline_s: the default applies
+        worker = threading.Thread(target=lambda: outcome.update(r=elapsed(lambda: get_llm_response("m", MSG))),
+                                  daemon=True)
+        worker.start()
+        worker.join(20)
+    assert not worker.is_alive(), "the call is still waiting out Retry-After: 86400"
+    err, _ = outcome["r"]
+    assert isinstance(err, LLMCallError) and "HTTP 429" in str(err), err
+    assert "Retry-After 86400 s" in str(err) and "deadline_s" in str(err), err
+    assert srv.hits == 1
+
+
+def test_every_shipped_model_has_a_finite_call_deadline():
+    from orchestrator.gateway.registry import DEFAULT_MODELS, ModelEntry, load_registry
+
+    default = ModelEntry.model_fields["deadline_s"].default
+    assert default is not None and 0 < default < 86400
+    for name, entry in load_registry(DEFAULT_MODELS).models.items():
+        assert entry.deadline_s is not None and entry.deadline_s >= entry.timeout_s, name

@@ -6,6 +6,7 @@ Each server follows a script of actions, one per request (the last repeats):
   "400"    HTTP 400                  "401"    HTTP 401 echoing the key it was sent
   "trickle_body"     headers at once, then the body one byte every `trickle_s` seconds
   "trickle_headers"  the status line and headers themselves one byte every `trickle_s` seconds
+  "html"   HTTP 200 with an HTML page (text/html)   "truncated"  HTTP 200, application/json, cut JSON
 A 429 carries `Retry-After: <retry_after>` when `retry_after` is given.
 `on_hit(server, n)` runs before the n-th request is answered (1-based), e.g. to rewrite
 an endpoints file.  Also helpers to write a registry file.  (No tests in this module.)
@@ -110,6 +111,15 @@ class FakeServer:
                     return
                 if action in ("trickle_body", "trickle_headers"):
                     return self._trickle(action, body)
+                if action in ("html", "truncated"):   # a 200 whose body is not the JSON reply
+                    data = (b"<html><body>proxy login</body></html>" if action == "html"
+                            else json.dumps(server._openai_body(body)).encode()[:40])
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html" if action == "html" else "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if action == "ok":
                     reply = server._anthropic_body(body) if server.kind == "anthropic" else server._openai_body(body)
                     return self._send(200, reply)

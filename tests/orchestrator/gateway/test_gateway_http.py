@@ -162,3 +162,29 @@ def test_azure_backend_sends_deployment_version_and_key(registry, monkeypatch):
     assert "api-version=2024-10-21" in req["path"]
     assert req["headers"]["api-key"] == SECRET
     assert r.text == "hello" and SECRET not in repr(r)
+
+
+@pytest.mark.parametrize("kind,backend", [("openai", "vllm"), ("anthropic", "anthropic")])
+@pytest.mark.parametrize("action,content_type", [("html", "text/html"), ("truncated", "application/json")])
+def test_a_200_reply_that_is_not_json_is_the_gateways_error_naming_model_endpoint_and_type(
+        registry, monkeypatch, kind, backend, action, content_type):
+    """A proxy's HTML login page or a cut JSON body answered with 200 is retried like a broken
+    reply, then fails as LLMCallError naming model, endpoint and content type (not a bare
+    JSONDecodeError / AttributeError from inside the SDK)."""
+    monkeypatch.setenv("TEST_KEY", "k")
+    with FakeServer([action, action], kind=kind) as srv:
+        url = srv.url if kind == "openai" else srv.root
+        registry({"m": {"backend": backend, "base_url": url, "max_retries": 1, "api_key_env": "TEST_KEY",
+                        "price_model": "Qwen3-32B"}})
+        with pytest.raises(LLMCallError) as info:
+            get_llm_response("m", MSG)
+    message = str(info.value)
+    assert message.startswith("m: gave up after 2 attempt(s)") and url in message, message
+    assert f"Content-Type {content_type}" in message and "not JSON" in message, message
+    assert srv.hits == 2 and info.value.endpoint == url
+
+
+def test_a_non_json_reply_then_a_good_one_succeeds(registry):
+    with FakeServer(["truncated", "ok"]) as srv:
+        registry({"m": {"backend": "vllm", "base_url": srv.url, "max_retries": 2, "price_model": "Qwen3-32B"}})
+        assert get_llm_response("m", MSG).text == "hello" and srv.hits == 2
