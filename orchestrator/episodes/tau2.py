@@ -67,6 +67,14 @@ def tau2_task_of(task: Task):
                          f"{str(exc).splitlines()[0]}") from None
 
 
+def instruction_of(task: Task) -> str:
+    """What ends the agent's system prompt: `metadata.instruction` (evaluation's --preference: training's
+    instruction without a problem line), else the question of a ToolScale task (`domain_dir`; its
+    instruction: tools, prices, preference); a tau2-package task's question is a placeholder."""
+    meta = task.metadata or {}
+    return meta.get("instruction") or (task.question if meta.get("domain_dir") else "")
+
+
 def run_tau2_episode(task: Task, policy, runtime, config: LoopConfig, counter: TokenCounter | None = None) -> Rollout:
     """One tau2 conversation of `task` (see the module docstring).  `metadata.call_expert: false`
     leaves call_expert out (a plain tau2 agent: run_tau2.py --mode none)."""
@@ -88,7 +96,7 @@ def run_tau2_episode(task: Task, policy, runtime, config: LoopConfig, counter: T
     environment = registry.get_env_constructor(domain)()
     agent = PolicyAgent(environment.get_tools(), environment.get_policy(), policy=policy, runtime=runtime,
                         catalog=catalog, config=config, rollout=rollout, counter=counter,
-                        instruction=task.question if (task.metadata or {}).get("domain_dir") else "",
+                        instruction=instruction_of(task),
                         experts=(task.metadata or {}).get("call_expert", True))
     try:
         user_tools = environment.get_user_tools()
