@@ -7,7 +7,8 @@ Sources, by what `--data` names:
 
 Formats:
 - HLE (`cais/hle`): `id, question, image, answer, answer_type, category, ...`. Questions
-  with an image are skipped (the paper evaluates text-only HLE) and counted.
+  with an image are skipped (the paper evaluates text-only HLE) and counted, unless
+  `text_only=False` (run_hle.py --no-text-only) keeps them with meta `image: True`.
 - FRAMES: the HF `google/frames-benchmark` columns (`Prompt`, `Answer`, `wiki_links`,
   `reasoning_types`, the unnamed index column) or ToolOrchestra's `frames.jsonl`
   (`id, question, answer`). A TSV row gets the id `wiki____<index>`, the id upstream gave
@@ -30,6 +31,7 @@ import csv
 import json
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -96,12 +98,17 @@ def _text(row: dict, key: str) -> str:
     return value
 
 
-def parse_hle(row: dict, index: int) -> BenchmarkTask:
-    """One `cais/hle` record; raises _Skip for image questions, ValueError when malformed."""
+def parse_hle(row: dict, index: int, text_only: bool = True) -> BenchmarkTask:
+    """One `cais/hle` record; raises _Skip for image questions (`image`: a data URI, "" when none)
+    unless `text_only` is False (then kept with meta `image: True`; the image itself is not
+    shown), ValueError when malformed."""
     image = row.get("image")
-    if image not in (None, ""):
+    has_image = image not in (None, "")
+    if has_image and text_only:
         raise _Skip("image")
     meta = {k: row[k] for k in ("answer_type", "category", "raw_subject") if row.get(k) is not None}
+    if has_image:
+        meta["image"] = True
     return BenchmarkTask(id=_text(row, "id"), question=_text(row, "question"),
                          answer=_text(row, "answer"), meta=meta)
 
@@ -297,10 +304,11 @@ def _check_attachments(tasks: list[BenchmarkTask], data: str | Path) -> None:
 
 
 def load_benchmark(benchmark: str, data: str | Path, split: str | None = None,
-                   limit: int | None = None, *, level: int | None = None, text_only: bool = False) -> LoadResult:
+                   limit: int | None = None, *, level: int | None = None, text_only: bool | None = None) -> LoadResult:
     """Read `data` as `benchmark` ("hle", "frames" or "gaia"); keep the first `limit` usable tasks.
     GAIA only: `level` keeps one level (1-3), `text_only` the tasks with no attached file
-    (the others are counted as skipped).
+    (the others are counted as skipped).  HLE: `text_only` (None: True, the paper's and HLE's
+    text-only subset) skips and counts the questions with an image; False keeps them.
 
     Duplicate ids are malformed too: results are keyed by id, so a duplicate would be lost.
     """
@@ -320,6 +328,8 @@ def load_benchmark(benchmark: str, data: str | Path, split: str | None = None,
             return base(row, index, folder, level=level, text_only=bool(text_only))
     else:
         rows = _rows(str(data), split, benchmark)
+        if benchmark == "hle" and text_only is False:
+            parse = partial(parse_hle, text_only=False)
     seen: set[str] = set()
     for ordinal, (lineno, row) in enumerate(rows):
         if limit is not None and len(result.tasks) >= limit:

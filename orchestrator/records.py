@@ -55,6 +55,7 @@ class ExpertCall:
     output: str = ""
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0               # dollars: expert tokens + code seconds + search fees
+    reply: str | None = None        # the answer tool: the expert's whole reply (`output` is cut; HLE's judge reads it all)
     latency: float = 0.0            # seconds of wall clock spent in the tool
     error: str | None = None
 

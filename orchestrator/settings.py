@@ -65,7 +65,7 @@ class OrchestratorSettings(_Strict):
 class JudgeSettings(_Strict):
     model: str | None = None            # None: the orchestrator's model; exact | contains | gaia: rules only
                                         # (orchestrator/judge.py RULE_JUDGES; gaia: GAIA's leaderboard scorer)
-    prompt: Literal["lenient", "upstream", "upstream-train"] = "lenient"
+    prompt: Literal["lenient", "upstream", "upstream-train", "hle"] = "lenient"   # hle: HLE's official judge
     max_tokens: int = Field(2048, ge=1)
 
 
@@ -111,6 +111,8 @@ class QASettings(_Strict):
     orchestrator: OrchestratorSettings | None = Field(default_factory=OrchestratorSettings)
     prompts: Literal["ours", "upstream-hle", "upstream-frames", "upstream-train"] = "ours"
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
+    judges: dict[str, JudgeSettings] = Field(default_factory=dict)   # named judges `--judge NAME` puts in
+                                                        # `judge`'s place (e.g. hle: HLE's official o3-mini judge)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     search: SearchSettings = Field(default_factory=SearchSettings)
     code: CodeSettings = Field(default_factory=CodeSettings)

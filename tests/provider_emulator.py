@@ -14,6 +14,12 @@ error body (texts as reported in public issue threads; see docs/evaluation.md):
 - vLLM: prompt + completion tokens above the served model's max_model_len -> 400
   "This model's maximum context length is N tokens. However, you requested ...".  Tokens
   are counted at 4 characters per token (about what Qwen/Llama tokenizers give for English).
+- OpenAI structured output (`response_format`, any OpenAI id): a json_schema without a valid
+  `name` or a `schema`, or in strict mode a schema whose object lacks `additionalProperties:
+  false` or does not list every property in `required` -> 400 invalid_request_error (OpenAI's
+  texts).  A request with a json_schema `ExtractedAnswer` (HLE's judge) is answered with that
+  object: correct "yes" when the [correct_answer] appears in the [response], the response's
+  "Confidence: X%" (else 100).
 - Anthropic: missing `max_tokens` -> 400 "max_tokens: Field required"; temperature outside
   [0, 1] -> 400; `temperature` and `top_p` together for Claude Opus 4.1 -> 400.
 
@@ -40,6 +46,8 @@ VLLM_WINDOWS = {"Qwen/Qwen3-8B": 40960, "Qwen/Qwen3-32B": 40960, "Qwen/Qwen2.5-C
                 "Qwen/Qwen2.5-Math-7B-Instruct": 4096, "Qwen/Qwen3-235B-A22B": 40960}
 ANTHROPIC_EXCLUSIVE_SAMPLING = {"claude-opus-4-1"}
 CHARS_PER_TOKEN = 4
+_HLE_RE = re.compile(r"\[response\]: (.*?)\n\nYour judgement must be.*?\[correct_answer\]: (.*?)\n\nreasoning:",
+                     re.DOTALL)
 _STUDENT_RE = re.compile(r"Student answer: (.*?)\n\nReference answer: (.*?)\n\n", re.DOTALL)
 
 
@@ -66,6 +74,50 @@ def check_openai_reasoning(model: str, body: dict) -> dict | None:
         return openai_error(f"max_tokens is too large: {budget}. This model supports at most {limit} completion "
                             f"tokens, whereas you provided {budget}.", "max_tokens", "invalid_value")
     return None
+
+
+def check_response_format(body: dict) -> dict | None:
+    """OpenAI's checks of a `response_format` (structured outputs, strict mode)."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    if fmt.get("type") not in ("text", "json_object", "json_schema"):
+        return openai_error(f"Invalid value: '{fmt.get('type')}'. Supported values are: 'json_object', "
+                            f"'json_schema', and 'text'.", "response_format.type", "invalid_value")
+    if fmt["type"] != "json_schema":
+        return None
+    spec = fmt.get("json_schema") or {}
+    if not re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", str(spec.get("name", ""))):
+        return openai_error("Invalid 'response_format.json_schema.name': string does not match pattern. Expected a "
+                            "string that matches the pattern '^[a-zA-Z0-9_-]+$'.", "response_format.json_schema.name",
+                            "invalid_value")
+    schema = spec.get("schema")
+    if not isinstance(schema, dict):
+        return openai_error("Missing required parameter: 'response_format.json_schema.schema'.",
+                            "response_format.json_schema.schema", "missing_required_parameter")
+    if spec.get("strict"):
+        if schema.get("additionalProperties") is not False:
+            return openai_error(f"Invalid schema for response_format '{spec['name']}': In context=(), "
+                                f"'additionalProperties' is required to be supplied and to be false.",
+                                "response_format", None)
+        missing = [k for k in schema.get("properties", {}) if k not in (schema.get("required") or [])]
+        if missing:
+            return openai_error(f"Invalid schema for response_format '{spec['name']}': In context=(), 'required' is "
+                                f"required to be supplied and to be an array including every key in properties. "
+                                f"Missing '{missing[0]}'.", "response_format", None)
+    return None
+
+
+def hle_judge_reply(text: str) -> str:
+    """HLE's judge as a script: the ExtractedAnswer object for a prompt in HLE's wording."""
+    m = _HLE_RE.search(text)
+    response, reference = (m.group(1), m.group(2)) if m else ("", "")
+    answer = re.findall(r"(?im)^answer:\s*(.+)$", response)
+    stated = re.findall(r"(?i)confidence:\s*(\d+)\s*%", response)
+    ok = bool(reference.strip()) and reference.strip().lower() in response.lower()
+    return json.dumps({"extracted_final_answer": answer[-1].strip() if answer else "None",
+                       "reasoning": "scripted", "correct": "yes" if ok else "no",
+                       "confidence": int(stated[-1]) if stated else 100, "strict": True})
 
 
 def check_vllm(model: str, body: dict) -> dict | None:
@@ -144,9 +196,12 @@ class ProviderEmulator(MockBackend):
     def reply(self, body: dict) -> tuple[int, dict]:
         names = {t.get("function", {}).get("name") for t in body.get("tools") or []}
         text = "\n".join(str(m.get("content") or "") for m in body.get("messages", []))
-        if "answer" not in names and ("Student answer:" in text or "\\boxed{}" in text or "<answer>" in text
+        schema_name = ((body.get("response_format") or {}).get("json_schema") or {}).get("name")
+        if schema_name == "ExtractedAnswer":
+            message: dict[str, Any] = {"role": "assistant", "content": hle_judge_reply(text), "refusal": None}
+        elif "answer" not in names and ("Student answer:" in text or "\\boxed{}" in text or "<answer>" in text
                                       or "<query>" in text or "```python" in text) and "Answer to grade:" not in text:
-            message: dict[str, Any] = {"role": "assistant", "content": self._content(text)}
+            message = {"role": "assistant", "content": self._content(text)}
         elif "answer" in names:
             tool, alias = self._step(text)
             message = {"role": "assistant", "content": None, "tool_calls": [self._call(tool, {"model": alias})]}
@@ -182,7 +237,7 @@ class ProviderEmulator(MockBackend):
                     f"Unsupported value: 'temperature' does not support {body.get('temperature', 1.0)!r} with this "
                     f"model. Only the default (1) value is supported.", "temperature", "unsupported_value"))
             problem = (check_openai_reasoning(model, body) if model in OPENAI_REASONING
-                       else check_vllm(model, body) if model in VLLM_WINDOWS else None)
+                       else check_vllm(model, body) if model in VLLM_WINDOWS else None) or check_response_format(body)
             if problem is not None:
                 return self._reject(model, 400, problem)
             status, payload = self.reply(body)

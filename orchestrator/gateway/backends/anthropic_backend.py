@@ -79,6 +79,10 @@ class AnthropicBackend:
         if request.choices is not None:
             raise AttemptError(f"{self.name}: `choices` (constrained decoding) needs backend vllm or "
                                "transformers, not anthropic", endpoint=None, retryable=False)
+        if "response_format" in request.extra:   # e.g. the hle judge's structured output
+            raise AttemptError(f"{self.name}: `response_format` (OpenAI structured output) needs an "
+                               "OpenAI-compatible backend (openai, azure, vllm), not anthropic",
+                               endpoint=None, retryable=False)
         key = read_key(self.entry.key_env(), self.name, required=True)
         system, messages = convert_messages(request.messages)
         extra = dict(request.extra)
