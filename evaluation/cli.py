@@ -50,6 +50,14 @@ def add_common_args(parser: argparse.ArgumentParser, default_model: str = "smoll
     t.add_argument("--serve", help="tools.json serving map (which model answers for each alias model, e.g. local); "
                                    "default: the profile's `serve`")
     t.add_argument("--prompts", type=Path, help="folder of prompt files overriding orchestrator/prompts/")
+    t.add_argument("--catalog", type=Path, help="unseen-tools evaluation (PAPER.md §9): this tools.json instead of "
+                                                "--tools, refused unless it offers an alias model the training catalog "
+                                                "never offers through that tool; run_config.json lists them")
+    t.add_argument("--training-catalog", type=Path, help="the tools.json training drew its tools from, for the "
+                                                         "unseen-tools list (default: the repository's)")
+    t.add_argument("--preference", help="state a preference to the orchestrator as training does: a preset (accuracy, "
+                                        "cost, latency, balanced, avoid_tool:TOOL, prefer_alias:ALIAS, "
+                                        "avoid_alias:ALIAS) or a vector, e.g. accuracy=1,cost=0.5 or JSON")
     r = parser.add_argument_group("run")
     r.add_argument("--limit", type=int, help="run only the first N tasks")
     r.add_argument("--concurrency", type=int, default=16, help="tasks in flight at once (default: %(default)s)")
@@ -77,6 +85,15 @@ def check_common(args: argparse.Namespace) -> None:
         path = getattr(args, flag)
         if path is not None and not path.exists():
             raise CLIError(f"--{flag} {path}: no such {'file' if flag == 'tools' else 'folder'}")
+    catalog, training = getattr(args, "catalog", None), getattr(args, "training_catalog", None)
+    if catalog is not None:   # --catalog is --tools declared unseen (evaluation/preference.py checks it)
+        if args.tools is not None:
+            raise CLIError("--catalog and --tools both name the run's catalog; give one (--catalog: an unseen-tools "
+                           "evaluation, checked against --training-catalog)")
+        args.tools = catalog
+    for flag, path in (("--catalog", catalog), ("--training-catalog", training)):
+        if path is not None and not path.exists():
+            raise CLIError(f"{flag} {path}: no such file")
 
 
 def use_endpoint(args: argparse.Namespace, out_dir: Path, price_model: str) -> None:

@@ -44,6 +44,7 @@ class QASetup:
     judge: Judge
     prompts: Prompts
     llm: Callable[..., Any] | None = None   # "none" mode's call (default LLM_CALL)
+    preference: Any = None                  # evaluation.preference.StatedPreference (--preference), or None
     direct_max_tokens: int = 2048
 
 
@@ -126,7 +127,9 @@ def solve(setup: QASetup, task: BenchmarkTask) -> dict[str, Any]:
     else:
         tools = basic_tools(setup.catalog, setup.price_model) if setup.mode == "basic" else None
         metadata = {**task.meta, "files": task.files} if task.files else task.meta
-        rollout = run_episode(Task(task.id, task.question, task.answer, tools=tools, metadata=metadata),
+        # --preference: the orchestrator reads the problem as training states it (evaluation/preference.py)
+        question = setup.preference.instruction(task.question) if setup.preference else task.question
+        rollout = run_episode(Task(task.id, question, task.answer, tools=tools, metadata=metadata),
                               setup.policy, setup.runtime, setup.loop)
         record = rollout_record(rollout)
         if rollout.stop_reason.startswith("error"):

@@ -17,6 +17,7 @@ from pathlib import Path
 from evaluation.cli import (CLIError, add_common_args, check_common, check_serve, content_hash, default_output,
                             load_run_profile, prepare_output, resolve_price_model, use_endpoint)
 from evaluation.error_streak import ErrorStreak
+from evaluation.preference import describe, resolve_preference, run_config_entries
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, read_records, run_tasks
 from orchestrator.catalog import CatalogError, load_catalog
 from orchestrator.episodes.tau2_common import rewrites
@@ -185,6 +186,9 @@ def run(args: argparse.Namespace) -> int:
     profile = load_run_profile(args)
     settings = resolve_settings(args, profile.section("tau2", "eval"))
     check_serve(catalog, args.serve, args.tools)
+    preference = resolve_preference(args, catalog, "tau2")
+    tool_config = run_config_entries(args, catalog, "tau2", preference)   # --catalog refused if nothing is unseen
+    print(*describe(preference, tool_config), sep="\n") if preference or args.catalog else None
     task_ids = [t.strip() for t in args.task_ids.split(",")] if args.task_ids else None
     try:
         jobs = load_jobs(domains, task_ids, args.limit)
@@ -202,9 +206,12 @@ def run(args: argparse.Namespace) -> int:
               "user_max_tokens": user.max_tokens, "tools": str(args.tools or "tools.json"), "task_ids": task_ids,
               "catalog_sha256": content_hash(catalog.model_dump(mode="json")),
               "settings": settings.model_dump(mode="json")}
+    config.update(tool_config)
     prepare_output(out_dir, config, args.resume, force=args.force)
     setup = Tau2Setup(model=args.model, price_model=price_model, catalog=catalog, settings=settings, mode=args.mode,
                       profile=profile, serve=args.serve)
+    # --preference: training's instruction (tools, prices, preference; no problem line) ends the system prompt
+    setup.instruction = preference.instruction("") if preference else ""
     print(f"setting: profile {profile.name} ({_shown(profile.source)}); orchestrator {orch.max_tokens} tokens at "
           f"temperature {orch.temperature:g}; user {user.model} ({user.max_tokens} tokens); max_steps "
           f"{settings.max_steps}; experts {args.expert_max_tokens or 'per-profile'} tokens; call_expert text "

@@ -68,6 +68,7 @@ class Tau2Setup:
     mode: str = "all"               # all: call_expert; basic: every expert is the orchestrator; none: no experts
     profile: Profile | None = None  # where `settings` came from (recorded in the tau2 results files)
     serve: str | None = None        # tools.json serving map (default: the profile's)
+    instruction: str = ""           # --preference: training's instruction, appended to the agent's system prompt
     llm: Callable[..., Any] = field(default=_default_llm)
 
     @property
@@ -104,7 +105,8 @@ def episode_parts(setup: Tau2Setup, job: Tau2Job) -> tuple[Task, ChatPolicy, Too
     if setup.mode not in MODES:
         raise ValueError(f"--mode {setup.mode!r}: choose one of {MODES}")
     task = Task(id=job.id, question="", kind="tau2",
-                metadata={"tau2_domain": job.domain, "tau2_task": job.task, "call_expert": setup.mode != "none"})
+                metadata={"tau2_domain": job.domain, "tau2_task": job.task, "call_expert": setup.mode != "none",
+                          "instruction": setup.instruction})
     policy = ChatPolicy(setup.model, price_model=setup.price_model, llm=setup.llm)
     runtime = build_runtime(setup.profile, {"tau2": setup.settings}, setup.catalog, serve=setup.serve,
                             override_model=setup.model if setup.mode == "basic" else None, llm=setup.llm)
