@@ -44,6 +44,10 @@ def build_parser(benchmark: str) -> argparse.ArgumentParser:
                         + (" (default: %(default)s)" if DEFAULT_DATA[benchmark]
                            else " (default: the embedded toy world, FRAMES-style questions over the project's corpus)"))
     d.add_argument("--split", help="hub split (default: test)")
+    if benchmark == "hle":
+        d.add_argument("--text-only", action=argparse.BooleanOptionalAction, default=True,
+                       help="skip questions with an image (HLE's text-only subset, as the paper; the count is "
+                            "printed); --no-text-only runs them with the question text alone (default: on)")
     parser.add_argument("--mode", choices=MODES, default="all",
                         help="all: full tool set; basic: every alias is the orchestrator itself; none: answer directly")
     add_common_args(parser)
@@ -64,6 +68,9 @@ def build_parser(benchmark: str) -> argparse.ArgumentParser:
     t.add_argument("--judge-prompt", type=Path, help="judge prompt file (default: the judge style's)")
     t.add_argument("--judge-style", choices=JUDGE_STYLES, help="lenient (orchestrator/prompts/judge.txt) or upstream "
                                                                "(<correct>True/False</correct>; default: the profile's)")
+    t.add_argument("--judge", metavar="NAME", help="a named judge of the profile's `judges` (e.g. hle: HLE's official "
+                                                  "o3-mini judge with structured output and calibration error); "
+                                                  "--judge-model/--judge-style/--judge-prompt override its values")
     r = parser.add_argument_group("stopping")
     r.add_argument("--stop-after-errors", type=int, default=3,
                    help="stop when this many tasks in a row fail with the same error (0: never; default %(default)s)")
@@ -118,21 +125,28 @@ def resolve(args: argparse.Namespace, benchmark: str, catalog) -> tuple[bool, QA
         experts = {k: v.model_copy(update={"max_tokens": args.expert_max_tokens})
                    for k, v in (experts or {"default": settings.expert("default")}).items()}
     args.constrained = small if args.constrained is None else args.constrained
-    args.judge_style = args.judge_style or settings.judge.prompt
+    judge = settings.judge
+    if args.judge:
+        if args.judge not in settings.judges:
+            raise CLIError(f"--judge {args.judge}: not a named judge of profile {args.profile!r} (qa.{benchmark}.judges: "
+                           f"{sorted(settings.judges) or 'none'}); add it to the profile or use --judge-model/--judge-style")
+        judge = settings.judges[args.judge]
+    args.judge_style = args.judge_style or judge.prompt
     if small and not args.judge_model:
         # rules only (a 135M model cannot judge): FRAMES answers are phrases found in a reply; HLE's exact strings
         args.judge_model = "contains" if benchmark == "frames" else "exact"
-    args.judge_model = args.judge_model or settings.judge.model or args.model
+    args.judge_model = args.judge_model or judge.model or args.model
     settings = settings.model_copy(update={
         "orchestrator": orch.model_copy(update={"max_turns": args.max_turns, "max_tokens": args.max_tokens,
                                                 "temperature": args.temperature}),
         "retrieval": settings.retrieval.model_copy(update={"topk": args.topk}), "experts": experts,
-        "judge": settings.judge.model_copy(update={"model": args.judge_model, "prompt": args.judge_style})})
+        "judge": judge.model_copy(update={"model": args.judge_model, "prompt": args.judge_style})})
     shared = size_concurrency(args, catalog)
     budget = args.expert_max_tokens or "per-profile"
     line = (f"setting: {'embedded default' if small else 'profile budgets'}; profile {args.profile} ({why}); "
             f"{args.max_turns} turns of {args.max_tokens} tokens{', constrained' if args.constrained else ''}; "
-            f"experts {budget} tokens; judge {args.judge_model}; "
+            f"experts {budget} tokens; judge {args.judge_model}"
+            f"{f' ({args.judge})' if args.judge else ''}; "
             f"concurrency {args.concurrency}" + (f" (in-process {', '.join(shared)})" if shared else ""))
     return embedded, settings, line
 
@@ -195,8 +209,13 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     data = args.data
     if embedded:
         data, args.index = embedded_world(out_dir, args.limit or EMBEDDED["tasks"])
-    loaded = load_benchmark(benchmark, data, split=args.split, limit=args.limit)
+    text_only = args.text_only if benchmark == "hle" else None
+    loaded = load_benchmark(benchmark, data, split=args.split, limit=args.limit, text_only=text_only)
     print(f"{data}: {loaded.summary()}")
+    if benchmark == "hle":
+        print(f"text-only: {loaded.skipped.get('image', 0)} image questions skipped" if text_only else
+              f"--no-text-only: {sum(bool(t.meta.get('image')) for t in loaded.tasks)} image questions run with their text alone "
+              f"(the image is not shown)")
     for bad in loaded.malformed:
         print(f"  malformed: {bad}", file=sys.stderr)
     retriever = make_retriever(args)
@@ -215,10 +234,13 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
         "index_sha256": index_fingerprint(args.index) if args.index and not args.retriever else None,
         "topk": args.topk, "max_turns": args.max_turns, "max_tokens": args.max_tokens,
         "expert_max_tokens": args.expert_max_tokens, "temperature": args.temperature,
-        "constrained": args.constrained, "judge_model": setup.judge.model, "judge_style": args.judge_style,
+        "constrained": args.constrained, "judge": args.judge, "judge_model": setup.judge.model,
+        "judge_style": args.judge_style,
         "judge_prompt_sha256": content_hash(setup.judge.template), "concurrency": args.concurrency,
         "settings": settings.model_dump(mode="json"), "tasks_loaded": len(loaded.tasks),
         "skipped": loaded.skipped, "malformed": [str(m) for m in loaded.malformed], **tool_config}
+    if benchmark == "hle":
+        config["text_only"] = text_only
     prepare_output(out_dir, config, args.resume, force=args.force)
     with ResultsFile(out_dir / RESULTS_NAME, resume=args.resume, retry_errors=args.retry_errors) as results:
         for msg in results.repair.messages(results.path):

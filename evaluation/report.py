@@ -16,7 +16,11 @@ Definitions (PAPER.md §3, §8-9):
   and `total_cost_usd` is the whole run's bill;
 - accuracy over zero answered tasks is undefined: `null` in summary.json, "n/a" in the table;
 - latency per query = mean tool wall-clock seconds over answered tasks, shown in minutes;
-- tool mix = share of all tool calls going to each alias, and to each model behind it.
+- tool mix = share of all tool calls going to each alias, and to each model behind it;
+- judge = who decided correctness (run_config.json: the named judge, or model and style; tau2:
+  its evaluator), shown for every run;
+- runs judged by `hle` (HLE's official judge) also get HLE's own numbers (evaluation/hle_metrics.py):
+  accuracy over all tasks with its 95% half-width and the RMS calibration error (`hle` in summary.json).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from evaluation.hle_metrics import hle_metrics
 from evaluation.runner import RESULTS_NAME, read_records
 
 SUMMARY_NAME = "summary.json"
@@ -110,6 +115,34 @@ def run_label(run_dir: Path, config: dict) -> str:
     return label or run_dir.name
 
 
+def judge_label(config: dict) -> str:
+    """Who judged the run: "o3-mini (hle)", "gpt-5 (upstream)", "exact (lenient)", "tau2 evaluator"."""
+    if config.get("benchmark") == "tau2":
+        return "tau2 evaluator"
+    model, kind = config.get("judge_model"), config.get("judge") or config.get("judge_style")
+    if not model:
+        return "unknown"
+    return f"{model} ({kind})" if kind else str(model)
+
+
+def print_hle(label: str, h: dict, console) -> None:
+    """HLE's own numbers, as its run_judge_results.py prints them."""
+    from rich.table import Table
+
+    table = Table(title=f"HLE metrics: {label} (HLE's judge; accuracy over all tasks, 95% half-width, "
+                        f"RMS calibration error)")
+    for col in ("n", "judged", "accuracy %", "± (95%)", "calibration error", "stated confidence"):
+        table.add_column(col, justify="right")
+    na = "n/a"
+    table.add_row(str(h["n"]), str(h["judged"]), na if h["accuracy_pct"] is None else f"{h['accuracy_pct']:g}",
+                  na if h["ci95_halfwidth_pct"] is None else f"{h['ci95_halfwidth_pct']:g}",
+                  na if h["calibration_error_pct"] is None else f"{h['calibration_error_pct']:g}",
+                  str(h["stated_confidence"]))
+    console.print(table)
+    if h.get("calibration_note"):
+        console.print(f"calibration error: {h['calibration_note']}", markup=False)
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
@@ -123,14 +156,15 @@ def print_table(rows: list[tuple[str, dict]], console=None) -> None:
 
     console = console or Console()
     table = Table(title="Evaluation runs")
-    for col in ("run", "tasks", "accuracy %", "errors", "cost / query (¢)", "errors' cost ($)",
+    for col in ("run", "judge", "tasks", "accuracy %", "errors", "cost / query (¢)", "errors' cost ($)",
                 "latency / query (min)", "wall / query (s)"):
         table.add_column(col, justify="left" if col == "run" else "right")
     for label, s in rows:
         acc = "n/a" if s["accuracy"] is None else f"{100 * s['accuracy']:.1f}"
         if "pass1_by_domain" in s:
             acc += " (" + ", ".join(f"{d} {100 * v:.1f}" for d, v in s["pass1_by_domain"].items()) + ")"
-        table.add_row(label, str(s["tasks"]), acc, str(s["errors"]), f"{s['cost_per_query_cents']:.3f}",
+        table.add_row(label, s.get("judge", "unknown"), str(s["tasks"]), acc, str(s["errors"]),
+                      f"{s['cost_per_query_cents']:.3f}",
                       f"{s['error_cost_usd']:.4f}",
                       f"{s['latency_per_query_min']:.2f}", f"{s['wall_per_query_s']:.1f}")
     console.print(table)
@@ -179,6 +213,9 @@ def report(run_dirs: list[str | Path], plot: str | Path | None = None, viewer: b
     for run_dir in map(Path, run_dirs):
         config, records = load_run(run_dir)
         summary = summarize(records)
+        summary["judge"] = judge_label(config)
+        if config.get("judge_style") == "hle":
+            summary["hle"] = hle_metrics(records)
         label = run_label(run_dir, config)
         write_json_atomic(run_dir / SUMMARY_NAME, {"label": label, "config": config, **summary})
         if viewer:
@@ -188,6 +225,12 @@ def report(run_dirs: list[str | Path], plot: str | Path | None = None, viewer: b
         rows.append((label, summary))
         runs.append((label, config, records, summary))
     print_table(rows, console)
+    if any("hle" in summary for _, summary in rows):
+        from rich.console import Console
+
+        for label, summary in rows:
+            if "hle" in summary:
+                print_hle(label, summary["hle"], console or Console())
     from evaluation.preference import preference_table
 
     for row in preference_table(runs, console):   # the row joins its run's summary.json
