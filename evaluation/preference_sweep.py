@@ -23,8 +23,9 @@ import sys
 from pathlib import Path
 
 from evaluation.preference import run_folder_name
+from evaluation.qa_cli import DEFAULT_DATA
 
-BENCHMARKS = ("hle", "frames", "tau2")
+BENCHMARKS = (*DEFAULT_DATA, "tau2")                   # qa_cli's (hle, frames, ...) and run_tau2.py's
 FORBIDDEN = ("--preference", "--output", "--resume")   # the sweep sets these per vector
 STOP = (2, 130)                                         # bad flags or Ctrl-C: the next vector would fail alike
 
