@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from orchestrator.records import Usage
+from orchestrator.textfile import NotUTF8, read_utf8
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "tools.json"
 ToolKind = Literal["search", "code", "answer", "expert"]
@@ -259,9 +260,11 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     """Load and validate a tools.json (default: the repository's)."""
     path = Path(path) if path else DEFAULT_CATALOG
     try:
-        text = path.read_text()
+        text = read_utf8(path)
     except OSError as exc:
         raise CatalogError(f"{path}: cannot read: {exc.strerror}") from None
+    except NotUTF8 as exc:
+        raise CatalogError(str(exc)) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.loop import Task
+from orchestrator.textfile import utf8_problem
 
 SUPPORTED_KINDS = ("qa", "tau2")
 
@@ -39,6 +40,8 @@ def load_tasks(files: Sequence[str], default_preference: dict[str, float] | None
         if not path.exists():
             raise FileNotFoundError(f"data.train_files: {file} does not exist")
         kind = "parquet" if path.suffix == ".parquet" else "json"
+        if kind == "json":
+            check_json_lines(path)
         rows = load_dataset(kind, data_files=str(path), split="train")
         for i, row in enumerate(rows):
             tasks.append(task_from_record(row, f"{file}[{i}]", default_preference, base=path.parent))
@@ -47,6 +50,28 @@ def load_tasks(files: Sequence[str], default_preference: dict[str, float] | None
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"task id {dup!r} appears more than once in {list(files)}; ids must be unique")
     return tasks
+
+
+def check_json_lines(path: Path) -> None:
+    """Every line of a JSON-lines file is one UTF-8 JSON object, else ValueError naming file:line
+    and the fix (`datasets` fails on such a line with a long traceback naming neither).  A file
+    that is one JSON array (first character `[`) is left to `datasets`."""
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            if raw.lstrip().startswith(b"[") and n == 1:
+                return
+            try:
+                value = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise ValueError(utf8_problem(path, exc, line_offset=n - 1)) from None
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not a JSON object ({exc.msg} at column {exc.colno}); each line of "
+                                 f"a JSON-lines file is one task record: fix or delete line {n}") from None
+            if not isinstance(value, dict):
+                raise ValueError(f"{path}:{n}: a JSON {type(value).__name__}, not an object; each line of a "
+                                 f"JSON-lines file is one task record {{\"id\", \"question\", ...}}")
 
 
 def _drop_nulls(value: Any) -> Any:
@@ -90,6 +115,9 @@ def task_from_record(row: dict[str, Any], where: str, default_preference: dict[s
     if kind not in SUPPORTED_KINDS:
         raise ValueError(f"{where}: task kind {kind!r} is unknown; field 'kind' must be one of {SUPPORTED_KINDS}")
     answer = row.get("answer")
+    if kind == "qa" and (answer is None or not str(answer).strip()):
+        raise ValueError(f"{where}: QA task {row['id']!r} has no 'answer' (the reference the judge scores the "
+                         f"outcome reward against); add \"answer\" to the record or drop the record")
     task = Task(id=row["id"], question=row["question"], answer=None if answer is None else str(answer),
                 kind=kind, tools=fields["tools"], prices=fields["prices"],
                 preference=fields["preference"] or dict(default_preference or {}),

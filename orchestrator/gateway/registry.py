@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from orchestrator.gateway.errors import GatewayConfigError, UnknownModelError
 from orchestrator.gateway.rules import ProviderRules
+from orchestrator.textfile import NotUTF8, read_utf8
 
 DEFAULT_MODELS = Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
 EMBEDDED_PREFIX = "embedded:"
@@ -162,7 +163,9 @@ def load_registry(path: str | Path | None = None) -> Registry:
         if hit and hit[0] == stamp:
             return hit[1]
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_utf8(path))
+    except NotUTF8 as exc:
+        raise GatewayConfigError(str(exc)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "(unknown place)"

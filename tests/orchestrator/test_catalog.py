@@ -140,3 +140,11 @@ def test_cli_checks_profiles_against_registry(tmp_path):
     bad.write_text(json.dumps(data))
     res = run_cli(str(bad))
     assert res.returncode == 1 and "$.profiles.local.gpt-5: 'no-such-model' is not a model" in res.stderr
+
+
+def test_a_catalog_that_is_not_utf8_is_one_line_naming_file_place_and_fix(tmp_path):
+    bad = tmp_path / "tools.json"
+    bad.write_bytes('{"tools": [], "note": "caf\xe9"}'.encode("latin-1"))
+    res = run_cli(str(bad))
+    assert res.returncode == 1 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert f"{bad}: line 1 column 27: not UTF-8 text (byte 0xe9); save it as UTF-8" in res.stderr

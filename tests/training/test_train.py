@@ -269,3 +269,29 @@ def test_data_synthesis_training_examples_become_tasks(tmp_path):
     assert task.question == example.instruction and task.answer == "Ada"
     assert task.tools == example.tools and task.prices["gpt-5"] == {"input": 1.0, "output": 8.0}
     assert task.preference == {"outcome": 1.0, "cost": 0.5}
+
+
+def test_a_broken_or_non_utf8_jsonl_line_is_one_line_naming_file_and_line(tmp_path):
+    good = json.dumps({"id": "a", "question": "q", "answer": "1"})
+    for name, body, expect in (
+            ("cut.jsonl", f'{good}\n\n{{"id": "b", "question": \n', r"cut\.jsonl:3: not a JSON object \(Expecting value"),
+            ("list.jsonl", f"{good}\n[1, 2]\n", r"list\.jsonl:2: a JSON list, not an object"),
+            ("latin1.jsonl", f'{good}\n{{"id": "b", "question": "caf\xe9", "answer": "x"}}\n',
+             r"latin1\.jsonl: line 2 column 29: not UTF-8 text \(byte 0xe9\); save it as UTF-8")):
+        path = tmp_path / name
+        path.write_bytes(body.encode("latin-1"))
+        with pytest.raises(ValueError, match=expect) as info:
+            load_tasks([str(path)])
+        assert "\n" not in str(info.value)
+
+
+def test_a_qa_record_without_an_answer_is_rejected_naming_it(tmp_path):
+    path = tmp_path / "t.jsonl"
+    rows = [{"id": "a", "question": "q", "answer": "1"}, {"id": "no-ref", "question": "q2"},
+            {"id": "blank", "question": "q3", "answer": " "}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    with pytest.raises(ValueError, match=r"t\.jsonl\[1\]: QA task 'no-ref' has no 'answer'"):
+        load_tasks([str(path)])
+    path.write_text("".join(json.dumps(r) + "\n" for r in (rows[0], rows[2])))
+    with pytest.raises(ValueError, match=r"t\.jsonl\[1\]: QA task 'blank' has no 'answer'"):
+        load_tasks([str(path)])

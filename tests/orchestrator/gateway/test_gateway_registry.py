@@ -144,3 +144,13 @@ def test_pool_prefers_first_key_and_cools_down_failed_replicas(tmp_path):
     pool.mark_failed("http://b/v1")          # every replica failed: try them anyway, in turn
     assert {pool.next(), pool.next()} == {"http://a/v1", "http://b/v1"}
     assert EndpointPool(f, ["missing", "served"]).next() == "http://z/v1"
+
+
+def test_a_registry_that_is_not_utf8_is_one_line_naming_file_place_and_fix(tmp_path, capsys):
+    path = tmp_path / "models.yaml"
+    path.write_bytes("models:\n  m: {backend: vllm, model: caf\xe9}\n".encode("latin-1"))
+    with pytest.raises(GatewayConfigError, match=r"models\.yaml: line 2 column 32: not UTF-8 text \(byte 0xe9\)"):
+        load_registry(path)
+    assert main([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "save it as UTF-8" in err
