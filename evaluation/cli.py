@@ -195,12 +195,21 @@ def index_fingerprint(index: Path) -> str | None:
 
 
 def prepare_output(out_dir: Path, config: dict[str, Any], resume: bool, force: bool = False) -> None:
-    """Create the run folder and write run_config.json; on --resume check nothing changed."""
+    """Create the run folder and write run_config.json; on --resume check nothing changed.
+
+    A resume that changes anything (forced over compared keys, or only uncompared ones such as
+    concurrency or git_commit) keeps the config it replaces in run_config.json's `history`:
+    {"until": time, "records": lines of results.jsonl then, "forced", "changed": {key: {"from",
+    "to"}}, "config"}, so the file describes the records written before as well."""
+    from evaluation.runner import RESULTS_NAME
+
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "run_config.json"
-    event = "start"
+    event, history = "start", []
+    config = json.loads(json.dumps({**config, "git_commit": git_commit()}, default=str))   # as it is written
     if resume and path.exists():
         old = json.loads(path.read_text())
+        history = old.pop("history", [])
         keys = sorted((set(old) | set(config)) - set(NOT_COMPARED))
         changed = [k for k in keys if old.get(k) != config.get(k)]
         diffs = "; ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in changed)
@@ -209,10 +218,17 @@ def prepare_output(out_dir: Path, config: dict[str, Any], resume: bool, force: b
                            f"use the same flags, another --output, or --resume --force to continue anyway "
                            f"(the change is recorded in {RUN_LOG})")
         event = f"resume, forced over changed settings: {diffs}" if changed else "resume"
+        differ = {k: {"from": old.get(k), "to": config.get(k)} for k in sorted(set(old) | set(config))
+                  if old.get(k) != config.get(k)}
+        if differ:
+            results = out_dir / RESULTS_NAME
+            records = sum(1 for line in results.open("rb") if line.strip()) if results.exists() else 0
+            history.append({"until": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "records": records,
+                            "forced": bool(changed), "changed": differ, "config": old})
     with (out_dir / RUN_LOG).open("a", encoding="utf-8") as log:
         log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {event}\n")
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({**config, "git_commit": git_commit()}, indent=2, default=str) + "\n")
+    tmp.write_text(json.dumps({**config, **({"history": history} if history else {})}, indent=2) + "\n")
     os.replace(tmp, path)
 
 

@@ -229,6 +229,9 @@ def test_resume_refuses_any_setting_that_changes_records(env, flags, key):
     assert proc.returncode == 0 and "(1 already done)" in proc.stdout
     log = (out / "run.log").read_text().splitlines()
     assert len(log) == 2 and " start" in log[0] and "forced over changed settings" in log[1] and f"{key}: " in log[1]
+    history = json.loads((out / "run_config.json").read_text())["history"]   # the first record's settings stay
+    assert len(history) == 1 and history[0]["config"] == first and history[0]["records"] == 1
+    assert key in history[0]["changed"] and history[0]["forced"] is True
 
 
 def test_resume_of_the_same_command_always_works(env):
@@ -263,3 +266,29 @@ def test_embedded_world_resumes_without_rebuilding(tmp_path):
     from retrieval.build_index import BuildError, build
     with pytest.raises(BuildError, match="different corpus"):
         build(corpus=corpus, out=index, progress=False)
+
+
+def test_a_forced_resume_keeps_the_settings_earlier_records_were_written_under(tmp_path):
+    """run_config.json keeps, under `history`, each config a resume replaced: when, how many
+    records it had written, what changed; so the file still describes every record."""
+    from evaluation.cli import prepare_output
+
+    first = {"model": "m", "max_turns": 1, "concurrency": 4}
+    prepare_output(tmp_path, first, resume=False)
+    (tmp_path / "results.jsonl").write_text('{"id": "a"}\n{"id": "b"}\n')
+    second = {"model": "m", "max_turns": 7, "concurrency": 4}
+    prepare_output(tmp_path, second, resume=True, force=True)
+    saved = json.loads((tmp_path / "run_config.json").read_text())
+    assert {k: saved[k] for k in second} == second
+    (entry,) = saved["history"]
+    assert {k: entry["config"][k] for k in first} == first and "history" not in entry["config"]
+    assert entry["records"] == 2 and entry["forced"] is True and entry["until"].endswith("Z")
+    assert entry["changed"] == {"max_turns": {"from": 1, "to": 7}}
+    # a resume with the same settings (or only uncompared ones changed) keeps the history as it is
+    prepare_output(tmp_path, {**second, "concurrency": 8}, resume=True)
+    again = json.loads((tmp_path / "run_config.json").read_text())
+    assert again["history"][0] == entry and len(again["history"]) == 2
+    assert again["history"][1]["changed"] == {"concurrency": {"from": 4, "to": 8}}
+    assert again["history"][1]["forced"] is False
+    prepare_output(tmp_path, {**second, "concurrency": 8}, resume=True)
+    assert json.loads((tmp_path / "run_config.json").read_text())["history"] == again["history"]
