@@ -17,7 +17,8 @@ from evaluation.cli import (CLIError, add_common_args, check_common, check_serve
                             index_fingerprint, load_run_profile, prepare_output, resolve_price_model, use_endpoint)
 from evaluation.error_streak import ErrorStreak
 from evaluation.preference import describe, resolve_preference, run_config_entries
-from orchestrator.judge import JUDGE_STYLES, Judge, JudgeError
+from evaluation.gaia import add_gaia_args, web_search as gaia_web_search, write_submission as write_gaia_submission
+from orchestrator.judge import JUDGE_STYLES, RULE_JUDGES, Judge, JudgeError
 from orchestrator.loaders import LoaderError, load_benchmark
 from evaluation.qa import MODES, QASetup, solve
 from evaluation.run_defaults import choose_profile, cpu_sized, size_concurrency
@@ -27,7 +28,7 @@ from orchestrator.context import PromptError
 from orchestrator.gateway.errors import GatewayConfigError
 from orchestrator.settings import ProfileError, QASettings
 
-DEFAULT_DATA = {"hle": "cais/hle", "frames": None}
+DEFAULT_DATA = {"hle": "cais/hle", "frames": None, "gaia": None}
 # The embedded default is small on purpose: SmolLM2 on 2 CPU cores makes ~10 tokens/s.
 EMBEDDED = {"profile": "local", "max_turns": 4, "max_tokens": 64, "expert_max_tokens": 64, "tasks": 8}
 
@@ -40,14 +41,20 @@ def build_parser(benchmark: str) -> argparse.ArgumentParser:
         epilog="Docs: docs/evaluation.md")
     d = parser.add_argument_group("data")
     d.add_argument("--data", default=DEFAULT_DATA[benchmark],
-                   help="local .jsonl/.parquet/.tsv file or Hugging Face dataset id"
+                   help=("a GAIA split folder (2023/<split>/metadata.jsonl + attached files), the dataset's root "
+                         "folder, or gaia-benchmark/GAIA (downloaded; gated)" if benchmark == "gaia" else
+                         "local .jsonl/.parquet/.tsv file or Hugging Face dataset id")
                         + (" (default: %(default)s)" if DEFAULT_DATA[benchmark]
-                           else " (default: the embedded toy world, FRAMES-style questions over the project's corpus)"))
-    d.add_argument("--split", help="hub split (default: test)")
+                           else f" (default: the embedded toy world, "
+                                f"{'GAIA-format tasks with attached files' if benchmark == 'gaia' else 'FRAMES-style questions'}"
+                                f" over the project's corpus)"))
+    d.add_argument("--split", help="hub split (default: test; GAIA: validation)")
     if benchmark == "hle":
         d.add_argument("--text-only", action=argparse.BooleanOptionalAction, default=True,
                        help="skip questions with an image (HLE's text-only subset, as the paper; the count is "
                             "printed); --no-text-only runs them with the question text alone (default: on)")
+    if benchmark == "gaia":
+        add_gaia_args(d)
     parser.add_argument("--mode", choices=MODES, default="all",
                         help="all: full tool set; basic: every alias is the orchestrator itself; none: answer directly")
     add_common_args(parser)
@@ -63,8 +70,9 @@ def build_parser(benchmark: str) -> argparse.ArgumentParser:
     t.add_argument("--constrained", action=argparse.BooleanOptionalAction, default=None,
                    help="constrain the orchestrator to valid tool calls (vllm / transformers backends; "
                         "default: on for an in-process orchestrator)")
-    t.add_argument("--judge-model", help="LLM judge, a configs/models.yaml name, or 'exact' / 'contains' for "
-                                         "rules only (default: --model; the embedded default: contains)")
+    t.add_argument("--judge-model", help="LLM judge, a configs/models.yaml name, or 'exact' / 'contains' / 'gaia' "
+                                         "(GAIA's scorer) for rules only (default: the profile's, else --model; "
+                                         "the embedded default: contains / exact; GAIA: gaia)")
     t.add_argument("--judge-prompt", type=Path, help="judge prompt file (default: the judge style's)")
     t.add_argument("--judge-style", choices=JUDGE_STYLES, help="lenient (orchestrator/prompts/judge.txt) or upstream "
                                                                "(<correct>True/False</correct>; default: the profile's)")
@@ -89,14 +97,17 @@ def make_retriever(args: argparse.Namespace):
     return RetrievalClient.in_process(args.index)
 
 
-def embedded_world(out_dir: Path, n_tasks: int) -> tuple[Path, Path]:
-    """Write the toy world (corpus + FRAMES-style tasks) and index it; return (tasks, index)."""
-    from data_synthesis.toyworld import write_world
+def embedded_world(out_dir: Path, n_tasks: int, benchmark: str = "frames") -> tuple[Path, Path]:
+    """Write the toy world (corpus + FRAMES-style tasks) and index it; return (tasks, index).
+    GAIA: the tasks as a GAIA split folder, the arithmetic ones with an attached CSV file."""
+    from data_synthesis.toyworld import write_gaia_split, write_world
     from retrieval.build_index import build
 
     corpus, tasks = write_world(out_dir / "world", n_lookup=n_tasks // 2, n_arith=n_tasks - n_tasks // 2)
     index = out_dir / "index"
     build(corpus=corpus, out=index, progress=False)   # resumes / reuses a finished index
+    if benchmark == "gaia":
+        tasks = write_gaia_split(tasks, out_dir / "world" / "gaia" / "2023" / "validation")
     return tasks, index
 
 
@@ -106,7 +117,7 @@ def resolve(args: argparse.Namespace, benchmark: str, catalog) -> tuple[bool, QA
     section (configs/profiles/).  Flags given on the command line win, and the settings returned
     carry them, so the run config records what ran.  Returns whether the embedded default is
     used, the settings, and the line that says what was chosen and why."""
-    embedded = benchmark == "frames" and args.data is None
+    embedded = benchmark in ("frames", "gaia") and args.data is None
     if args.stop_after_errors < 0:
         raise CLIError(f"--stop-after-errors must be >= 0, got {args.stop_after_errors}")
     why = choose_profile(args, catalog, embedded)
@@ -132,7 +143,7 @@ def resolve(args: argparse.Namespace, benchmark: str, catalog) -> tuple[bool, QA
                            f"{sorted(settings.judges) or 'none'}); add it to the profile or use --judge-model/--judge-style")
         judge = settings.judges[args.judge]
     args.judge_style = args.judge_style or judge.prompt
-    if small and not args.judge_model:
+    if small and not args.judge_model and judge.model not in RULE_JUDGES:   # a rule judge (gaia) stays
         # rules only (a 135M model cannot judge): FRAMES answers are phrases found in a reply; HLE's exact strings
         args.judge_model = "contains" if benchmark == "frames" else "exact"
     args.judge_model = args.judge_model or judge.model or args.model
@@ -157,7 +168,7 @@ def check_keys(args: argparse.Namespace, catalog) -> None:
 
     registry = load_registry()
     needed = {args.model: "--model"}
-    if args.judge_model not in ("exact", "contains"):
+    if args.judge_model not in RULE_JUDGES:
         needed.setdefault(args.judge_model, "--judge-model")
     if args.mode == "all":
         for tool in catalog.tools:
@@ -208,9 +219,10 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     check_keys(args, catalog)
     data = args.data
     if embedded:
-        data, args.index = embedded_world(out_dir, args.limit or EMBEDDED["tasks"])
-    text_only = args.text_only if benchmark == "hle" else None
-    loaded = load_benchmark(benchmark, data, split=args.split, limit=args.limit, text_only=text_only)
+        data, args.index = embedded_world(out_dir, args.limit or EMBEDDED["tasks"], benchmark)
+    text_only = args.text_only if benchmark in ("hle", "gaia") else None
+    loaded = load_benchmark(benchmark, data, split=args.split, limit=args.limit, text_only=text_only,
+                            level=getattr(args, "level", None))
     print(f"{data}: {loaded.summary()}")
     if benchmark == "hle":
         print(f"text-only: {loaded.skipped.get('image', 0)} image questions skipped" if text_only else
@@ -219,8 +231,13 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     for bad in loaded.malformed:
         print(f"  malformed: {bad}", file=sys.stderr)
     retriever = make_retriever(args)
+    web = retriever is None and benchmark == "gaia" and args.mode != "none" and gaia_web_search()
+    if web:   # GAIA: Tavily's web search when its key is set and no retriever is named
+        retriever = web
+        print("search: Tavily web search (TAVILY_API_KEY set; --retriever/--index would take its place)")
     if retriever is None and args.mode != "none":
-        print("note: no --retriever/--index: the search tool is not offered", file=sys.stderr)
+        print("note: no --retriever/--index" + (" and no TAVILY_API_KEY" if benchmark == "gaia" else "")
+              + ": the search tool is not offered", file=sys.stderr)
     setup = build_setup(args, catalog, price_model, retriever, settings)
     setup.preference = preference
     config: dict[str, Any] = {
@@ -230,7 +247,7 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
         "endpoint_model": args.endpoint_model, "setting": choice,
         "tools": str(args.tools or "tools.json"), "catalog_sha256": content_hash(catalog.model_dump(mode="json")),
         "prompts": str(args.prompts or "orchestrator/prompts"), "prompts_sha256": content_hash(setup.prompts.templates),
-        "retriever": args.retriever or (str(args.index) if args.index else None),
+        "retriever": args.retriever or (str(args.index) if args.index else "tavily" if web else None),
         "index_sha256": index_fingerprint(args.index) if args.index and not args.retriever else None,
         "topk": args.topk, "max_turns": args.max_turns, "max_tokens": args.max_tokens,
         "expert_max_tokens": args.expert_max_tokens, "temperature": args.temperature,
@@ -241,6 +258,8 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
         "skipped": loaded.skipped, "malformed": [str(m) for m in loaded.malformed], **tool_config}
     if benchmark == "hle":
         config["text_only"] = text_only
+    if benchmark == "gaia":
+        config.update(text_only=text_only, level=args.level, embedded=embedded)
     prepare_output(out_dir, config, args.resume, force=args.force)
     with ResultsFile(out_dir / RESULTS_NAME, resume=args.resume, retry_errors=args.retry_errors) as results:
         for msg in results.repair.messages(results.path):
@@ -252,6 +271,9 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
           f"{stats.correct} correct, {stats.ok - stats.correct} wrong, {stats.errors} errors -> {results.path}")
     if stats.stopped:
         print(stats.stopped, file=sys.stderr)
+    if benchmark == "gaia":   # the leaderboard's file, whatever else is asked
+        path, notes = write_gaia_submission(out_dir)
+        print(f"GAIA submission: {path}" + "".join(f"\n  note: {n}" for n in notes))
     if not args.no_report:
         from evaluation.report import report
 

@@ -1,6 +1,7 @@
 """Reports over evaluation runs: accuracy, cost and latency per query, tool mix, errors.
 
     python -m evaluation.report RUN_DIR [RUN_DIR ...] [--plot cost_accuracy.png] [--no-viewer]
+    python -m evaluation.report GAIA_RUN_DIR --gaia-submission PATH   # also the GAIA leaderboard's file
 
 For each run folder (made by run_hle.py / run_frames.py / run_tau2.py) this reads
 `results.jsonl` (+ `run_config.json` for the label), writes `summary.json` and a static
@@ -17,6 +18,8 @@ Definitions (PAPER.md §3, §8-9):
 - accuracy over zero answered tasks is undefined: `null` in summary.json, "n/a" in the table;
 - latency per query = mean tool wall-clock seconds over answered tasks, shown in minutes;
 - tool mix = share of all tool calls going to each alias, and to each model behind it;
+- GAIA runs: accuracy per level (`accuracy_by_level`); tasks without a reference (the test
+  split) are answered but not judged (`unscored`) and left out of accuracy;
 - judge = who decided correctness (run_config.json: the named judge, or model and style; tau2:
   its evaluator), shown for every run;
 - runs judged by `hle` (HLE's official judge) also get HLE's own numbers (evaluation/hle_metrics.py):
@@ -54,6 +57,8 @@ def summarize(records: list[dict]) -> dict[str, Any]:
     answered = [r for r in by_id.values() if r.get("status") != "error"]
     errors = [r for r in by_id.values() if r.get("status") == "error"]
     correct = sum(bool(r.get("correct")) for r in answered)
+    # answered but not judged: no reference to judge against (GAIA's test split); out of accuracy
+    unscored = sum((r.get("verdict") or {}).get("rule") == "no_reference" for r in answered)
     aliases, models = Counter(), Counter()
     for r in answered:
         aliases.update(r.get("tool_calls") or {})
@@ -65,8 +70,9 @@ def summarize(records: list[dict]) -> dict[str, Any]:
         "answered": len(answered),
         "errors": len(errors),
         "correct": correct,
-        "accuracy": correct / len(answered) if answered else None,     # None: shown as "n/a"
-        "accuracy_errors_as_wrong": correct / len(by_id) if by_id else None,
+        "accuracy": correct / (len(answered) - unscored) if len(answered) > unscored else None,   # None: "n/a"
+        "accuracy_errors_as_wrong": correct / (len(by_id) - unscored) if len(by_id) > unscored else None,
+        "unscored": unscored,
         "cost_per_query_usd": _mean([float(r.get("cost") or 0.0) for r in answered]),
         # what failed tasks spent before failing: part of the run's bill, not of the per-query mean
         "error_cost_usd": sum(float(r.get("cost") or 0.0) for r in errors),
@@ -91,6 +97,12 @@ def summarize(records: list[dict]) -> dict[str, Any]:
         summary["pass1_by_domain"] = {
             d: _mean([1.0 if r.get("correct") else 0.0 for r in answered if r.get("domain") == d])
             for d in domains}
+    levels = sorted({(r.get("meta") or {}).get("level") for r in answered if r.get("correct") is not None} - {None})
+    if levels:   # GAIA: accuracy per level (the leaderboard's columns), over the judged tasks
+        summary["accuracy_by_level"] = {
+            str(lv): _mean([1.0 if r["correct"] else 0.0 for r in answered
+                            if r.get("correct") is not None and (r.get("meta") or {}).get("level") == lv])
+            for lv in levels}
     return summary
 
 
@@ -122,6 +134,8 @@ def judge_label(config: dict) -> str:
     model, kind = config.get("judge_model"), config.get("judge") or config.get("judge_style")
     if not model:
         return "unknown"
+    if model == "gaia":   # a rule judge: no prompt style applies
+        return "gaia (GAIA's scorer)"
     return f"{model} ({kind})" if kind else str(model)
 
 
@@ -163,6 +177,10 @@ def print_table(rows: list[tuple[str, dict]], console=None) -> None:
         acc = "n/a" if s["accuracy"] is None else f"{100 * s['accuracy']:.1f}"
         if "pass1_by_domain" in s:
             acc += " (" + ", ".join(f"{d} {100 * v:.1f}" for d, v in s["pass1_by_domain"].items()) + ")"
+        if "accuracy_by_level" in s:
+            acc += " (" + ", ".join(f"L{lv} {100 * v:.1f}" for lv, v in s["accuracy_by_level"].items()) + ")"
+        if s.get("unscored"):
+            acc += f" [{s['unscored']} unscored: no reference]"
         table.add_row(label, s.get("judge", "unknown"), str(s["tasks"]), acc, str(s["errors"]),
                       f"{s['cost_per_query_cents']:.3f}",
                       f"{s['error_cost_usd']:.4f}",
@@ -249,10 +267,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="+", help="run folders (each with results.jsonl)")
     parser.add_argument("--plot", help="PNG path for the accuracy-vs-cost plot (default: FIRST_RUN/cost_accuracy.png)")
     parser.add_argument("--no-viewer", action="store_true", help="do not write viewer.html")
+    parser.add_argument("--gaia-submission", metavar="PATH",
+                        help="GAIA: also write the run's leaderboard submission (task_id, model_answer, "
+                             "reasoning_trace) to PATH; one run folder only")
     args = parser.parse_args(argv)
+    if args.gaia_submission and len(args.run_dirs) != 1:
+        parser.error("--gaia-submission writes one run's file: give exactly one run folder")
     try:
         report(args.run_dirs, args.plot, viewer=not args.no_viewer)
-    except (FileNotFoundError, json.JSONDecodeError) as exc:
+        if args.gaia_submission:
+            from evaluation.gaia import write_submission
+
+            path, notes = write_submission(args.run_dirs[0], args.gaia_submission)
+            print(f"GAIA submission: {path}" + "".join(f"\n  note: {n}" for n in notes))
+    except (FileNotFoundError, json.JSONDecodeError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

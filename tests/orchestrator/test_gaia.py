@@ -242,13 +242,3 @@ def test_web_retriever_refusals_end_the_task_and_failures_are_tool_errors():
         with pytest.raises(RetrievalError, match="UsageLimitExceededError") as err:
             web.retrieve(["louvre"])
         assert not isinstance(err.value, RetrievalRejected)     # a rate limit: the orchestrator may try again
-
-
-def test_web_retriever_only_with_a_key(monkeypatch):
-    pytest.importorskip("tavily", reason="the web search needs tavily-python")
-    from retrieval.web import WebRetriever, web_retriever_from_env
-
-    monkeypatch.delenv("TAVILY_API_KEY", raising=False)
-    assert web_retriever_from_env() is None
-    monkeypatch.setenv("TAVILY_API_KEY", "tvly-x")
-    assert isinstance(web_retriever_from_env(), WebRetriever)

@@ -7,7 +7,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -279,51 +278,27 @@ def test_batcher_refuses_when_full_and_skips_cancelled_requests():
     assert seen == [1, 4, 5]          # the cancelled request never reached the index
 
 
-# ---- web fallback through the real tavily-python client, against a local fake API ----
-class FakeTavily(BaseHTTPRequestHandler):
-    calls: list = []
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        FakeTavily.calls.append((self.path, body))
-        if self.path == "/search":
-            n = body.get("max_results", 5)
-            out = {"results": [{"url": f"https://example.org/{i}", "title": f"t{i}", "score": 0.9 - i / 10,
-                                "content": f"snippet {i}"} for i in range(n)]}
-        else:
-            out = {"results": [{"url": u, "raw_content": f"page text of {u}"} for u in body["urls"]]}
-        data = json.dumps(out).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+# ---- web fallback through the real tavily-python client, against Tavily's API emulated locally ----
+WEB_PAGES = {f"https://example.org/{i}": f"page text of volcano page {i}" + " eruption" * (3 - i) for i in range(3)}
 
 
 def test_web_fallback_fills_topk_marks_web_hits_and_reports_fees(searcher):
     pytest.importorskip("tavily", reason="the web fallback needs tavily-python")
+    from tavily_emulator import TavilyEmulator
     from orchestrator.catalog import load_catalog
-    fake = ThreadingHTTPServer(("127.0.0.1", 0), FakeTavily)
-    threading.Thread(target=fake.serve_forever, daemon=True).start()
-    FakeTavily.calls.clear()
-    try:
-        web = WebSearch("tvly-test", min_docs=3, base_url=f"http://127.0.0.1:{fake.server_port}")
+    with TavilyEmulator(WEB_PAGES) as api:
+        web = WebSearch("tvly-test", min_docs=3, base_url=api.base_url)
         with serve(searcher, web=web) as (c, _):
-            body = c.post("/retrieve", json={"queries": ["volcano"], "topk": 3, "eid": "q-one",
+            body = c.post("/retrieve", json={"queries": ["volcano eruption"], "topk": 3, "eid": "q-one",
                                              "return_scores": True}).json()
             enough = c.post("/retrieve", json={"queries": ["volcano"], "topk": 3}).json()
-    finally:
-        fake.shutdown()
     row = body["result"][0]
     assert ids(row) == ["volcano", "web:https://example.org/0", "web:https://example.org/1"]
     assert row[1]["document"] == {"id": "web:https://example.org/0", "url": "https://example.org/0",
-                                  "contents": "page text of https://example.org/0", "source": "web"}
+                                  "contents": WEB_PAGES["https://example.org/0"], "source": "web"}
     assert "source" not in row[0]["document"]
     assert body["usage"] == {"web_searches": 1, "pages": 2}
-    assert [path for path, _ in FakeTavily.calls] == ["/search", "/extract"]
+    assert [path for path, _, _ in api.calls] == ["/search", "/extract"]
     assert enough["usage"] == {"web_searches": 0, "pages": 0}      # 3 index hits: no web call
     # tools.json fees: $0.01 per search + $0.002 per extracted page = 0.01 + 2 x 0.002
     assert load_catalog().search_cost(**body["usage"]) == pytest.approx(0.014)
@@ -331,11 +306,12 @@ def test_web_fallback_fills_topk_marks_web_hits_and_reports_fees(searcher):
 
 def test_web_fallback_is_off_without_a_key(monkeypatch):
     pytest.importorskip("tavily", reason="the web fallback needs tavily-python")
-    from retrieval.web import web_search_from_env
+    from retrieval.web import WebRetriever, web_retriever_from_env, web_search_from_env
     monkeypatch.delenv("TAVILY_API_KEY", raising=False)
-    assert web_search_from_env() is None
+    assert web_search_from_env() is None and web_retriever_from_env() is None
     monkeypatch.setenv("TAVILY_API_KEY", "tvly-x")
     assert isinstance(web_search_from_env(), WebSearch)
+    assert isinstance(web_retriever_from_env(), WebRetriever)   # run_gaia.py's search: the web as the corpus
 
 
 # ---- fuzzing the served OpenAPI schema: no input gives a 5xx ---------------------------
