@@ -4,7 +4,7 @@ and the GAIA leaderboard's submission file.
 - `--level N` (1-3) and `--text-only` (the tasks whose `file_name` is empty: no attached file)
   select tasks; the others are counted as skipped (orchestrator/loaders.py).
 - Search: `--retriever` / `--index` when given (as for HLE and FRAMES); else Tavily's web search
-  when TAVILY_API_KEY is set (retrieval/web.py WebRetriever); else, on the embedded default, the
+  when TAVILY_API_KEY is set (retrieval/client.py WebRetriever); else, on the embedded default, the
   toy world's index; else no search tool.
 - The submission: one JSON line per task, `{"task_id", "model_answer", "reasoning_trace"}`, the
   format the GAIA leaderboard (huggingface.co/spaces/gaia-benchmark/leaderboard) asks for
@@ -37,7 +37,7 @@ def web_search():
     """Tavily's web search as the search tool's retriever when TAVILY_API_KEY is set, else None."""
     if not os.environ.get("TAVILY_API_KEY", "").strip():
         return None
-    from retrieval.web import web_retriever_from_env
+    from retrieval.client import web_retriever_from_env
 
     return web_retriever_from_env()
 
@@ -83,10 +83,14 @@ def submission_rows(records: list[dict]) -> list[dict[str, str]]:
 def write_submission(run_dir: str | Path, path: str | Path | None = None) -> tuple[Path, list[str]]:
     """Write the run's submission file (default RUN/gaia_submission.jsonl); return its path and
     notes to print (errors without an answer, a split not run whole)."""
-    from evaluation.report import load_run
+    from evaluation.runner import RESULTS_NAME, read_records
 
     run_dir = Path(run_dir)
-    config, records = load_run(run_dir)
+    if not (run_dir / RESULTS_NAME).exists():
+        raise FileNotFoundError(f"{run_dir}: no {RESULTS_NAME}; is this a run folder made by evaluation/run_gaia.py?")
+    config_path = run_dir / "run_config.json"
+    config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    records, _ = read_records(run_dir / RESULTS_NAME)
     if config and config.get("benchmark") != "gaia":
         raise ValueError(f"{run_dir}: a {config.get('benchmark')} run, not a GAIA run (run_config.json benchmark)")
     rows = submission_rows(records)

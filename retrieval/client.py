@@ -3,6 +3,7 @@
     client = RetrievalClient()                        # replicas from endpoints.json ($TOOLORCHESTRA_ENDPOINTS)
     client = RetrievalClient(["http://node3:8000"])   # or explicit base URLs
     client = RetrievalClient.in_process("indexes/wiki")   # no HTTP: the embedded default
+    client = web_retriever_from_env()                  # Tavily's web search as the corpus (run_gaia.py)
 
     hits = client.retrieve(["who wrote hamlet"], topk=5)
     hits[0][0] == {"document": {"id": "...", "contents": "..."}, "score": 0.71}
@@ -153,3 +154,47 @@ class RetrievalClient:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class WebRetriever:
+    """The search tool's retriever when the web is the corpus (run_gaia.py with TAVILY_API_KEY
+    set): each query is one Tavily search plus the extraction of its top `topk` pages, the calls
+    of the index's web fallback (retrieval/web.py WebSearch.fetch), with the same marked hits and fees (`Retrieved.web_searches`,
+    `.pages`, charged by the runtime at tools.json's prices).  The interface is
+    RetrievalClient.retrieve's; the index-side filters (`eid`, `min_score`, `min_length`) do not
+    apply to the web and are ignored.  Tavily refusing the request (a wrong or missing key, a
+    plan or credit limit, a bad request: HTTP 400/401/403/432/433) raises RetrievalRejected,
+    which ends the task (no choice of the orchestrator can fix it); other failures (timeouts,
+    429 rate limits, 5xx) raise RetrievalError, recorded on the call like any tool failure."""
+
+    def __init__(self, web):   # a retrieval.web.WebSearch
+        self.web = web
+
+    def retrieve(self, queries: list[str], topk: int = 3, **_index_filters):
+        from tavily.errors import BadRequestError, ForbiddenError, InvalidAPIKeyError, MissingAPIKeyError
+
+        if isinstance(queries, str):
+            raise TypeError("queries must be a list of strings, e.g. retrieve([question], topk=5)")
+        hits, searches, pages = [], 0, 0
+        for query in queries:
+            try:
+                found = self.web.fetch(query, topk, strict=True)
+            except (BadRequestError, ForbiddenError, InvalidAPIKeyError, MissingAPIKeyError) as err:
+                raise RetrievalRejected(f"Tavily refused the request ({type(err).__name__}): {err}") from None
+            except Exception as err:   # noqa: BLE001 -- timeouts, rate limits, server errors
+                raise RetrievalError(f"Tavily search failed: {type(err).__name__}: {err}") from None
+            hits.append(found.hits)
+            searches += found.web_searches
+            pages += found.pages
+        return Retrieved(hits, searches, pages)
+
+    def close(self) -> None:
+        self.web.client.close()
+
+
+def web_retriever_from_env() -> WebRetriever | None:
+    """A WebRetriever when TAVILY_API_KEY is set (TAVILY_API_BASE_URL: another endpoint), else None."""
+    from retrieval.web import web_search_from_env
+
+    web = web_search_from_env()
+    return WebRetriever(web) if web is not None else None

@@ -206,7 +206,8 @@ PAGES = {"https://example.org/louvre": "The Louvre is an art museum in Paris, Fr
 def test_web_retriever_searches_extracts_and_reports_fees():
     pytest.importorskip("tavily", reason="the web search needs tavily-python")
     from tavily_emulator import TavilyEmulator
-    from retrieval.web import WebRetriever, WebSearch
+    from retrieval.client import WebRetriever
+    from retrieval.web import WebSearch
 
     with TavilyEmulator(PAGES) as api:
         web = WebRetriever(WebSearch("tvly-test", base_url=api.base_url))
@@ -228,7 +229,8 @@ def test_web_retriever_refusals_end_the_task_and_failures_are_tool_errors():
     pytest.importorskip("tavily", reason="the web search needs tavily-python")
     from tavily_emulator import TavilyEmulator
     from retrieval.client import RetrievalError, RetrievalRejected
-    from retrieval.web import WebRetriever, WebSearch
+    from retrieval.client import WebRetriever
+    from retrieval.web import WebSearch
 
     with TavilyEmulator(PAGES) as api:
         wrong_key = WebRetriever(WebSearch("tvly-wrong", base_url=api.base_url))

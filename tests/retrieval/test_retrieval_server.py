@@ -306,7 +306,8 @@ def test_web_fallback_fills_topk_marks_web_hits_and_reports_fees(searcher):
 
 def test_web_fallback_is_off_without_a_key(monkeypatch):
     pytest.importorskip("tavily", reason="the web fallback needs tavily-python")
-    from retrieval.web import WebRetriever, web_retriever_from_env, web_search_from_env
+    from retrieval.client import WebRetriever, web_retriever_from_env
+    from retrieval.web import web_search_from_env
     monkeypatch.delenv("TAVILY_API_KEY", raising=False)
     assert web_search_from_env() is None and web_retriever_from_env() is None
     monkeypatch.setenv("TAVILY_API_KEY", "tvly-x")
