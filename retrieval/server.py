@@ -14,11 +14,14 @@ Concurrent requests are micro-batched (one encoder call, one index search per ba
 worker threads (one per core on CPU, one on GPU); index access is serialised. Limits
 answer 422 naming the field, as does a body that is not JSON; too large a body 413 (declared
 or chunked); a body not received within --body-timeout 408 (the connection is closed); a
-full queue or a request slower than --request-timeout 503, so a client never waits forever.
+request line and headers not received within --header-timeout 408 and closed (nothing sent:
+closed), headers over 16 KiB 400; a full queue or a request slower than --request-timeout 503,
+so a client never waits forever and none can hold a connection.
 """
 # No `from __future__ import annotations`: FastAPI must see the real request model class.
 import argparse
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -50,6 +53,9 @@ class Limits:
     max_body_bytes: int = 1 << 20   # 1 MiB of JSON
     request_timeout_s: float = 60.0
     body_timeout_s: float = 10.0    # the whole body must arrive within this (slow or half-sent requests)
+    header_timeout_s: float = 10.0  # a request's line and headers must arrive within this (slowloris)
+    max_header_bytes: int = 16384   # request line + headers (h11's limit; larger: 400 and closed)
+    keep_alive_s: float = 30.0      # an idle kept-alive connection is closed after this
 
 
 def request_model(limits: Limits) -> type[BaseModel]:
@@ -218,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--request-timeout", type=float, default=60.0, help="seconds before a request answers 503")
     p.add_argument("--body-timeout", type=float, default=10.0,
                    help="seconds to receive a request's whole body before answering 408 and closing")
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds to receive a request's line and headers before answering 408 and closing "
+                        "(a connection that sends nothing is closed as well)")
     p.add_argument("--endpoints-file", default=None,
                    help="register this server as 'retrieval' in the endpoints JSON (removed at shutdown)")
     p.add_argument("--advertise-host", default=None, help="host name written to --endpoints-file")
@@ -230,11 +239,81 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     port = args.port or _free_port(args.host)
     register, unregister = _registration(args, port)
-    app = create_app(service, Limits(request_timeout_s=args.request_timeout, body_timeout_s=args.body_timeout), default_min_score=args.min_score,
+    limits = Limits(request_timeout_s=args.request_timeout, body_timeout_s=args.body_timeout,
+                    header_timeout_s=args.header_timeout)
+    app = create_app(service, limits, default_min_score=args.min_score,
                      default_min_length=args.min_length, on_startup=register, on_shutdown=unregister)
     import uvicorn
-    uvicorn.run(app, host=args.host, port=port, log_level="warning", timeout_keep_alive=30)
+    uvicorn.Server(server_config(app, args.host, port, limits)).run()
     return 0
+
+
+def server_config(app, host: str, port: int, limits: Limits = Limits()):
+    """How uvicorn serves `app` (main and the tests run this same configuration): the h11 parser
+    with its header-size limit (`max_header_bytes`; httptools, uvicorn's default when installed,
+    has none), the keep-alive timeout, and a deadline on each request's headers."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_keep_alive=limits.keep_alive_s,
+                          h11_max_incomplete_event_size=limits.max_header_bytes,
+                          http=header_deadline_protocol(limits.header_timeout_s))
+
+
+def header_deadline_protocol(seconds: float) -> type:
+    """uvicorn's h11 protocol, closing a connection whose request line and headers do not all
+    arrive within `seconds` of its opening (or, on a kept-alive connection, of the next request's
+    first byte).  uvicorn has no such timeout: its keep-alive timer runs only after a response and
+    any byte cancels it, so a client sending half a header (or nothing) held its connection for
+    ever.  Partial headers are answered 408 before the close; a silent connection is just closed.
+    The body is BodyLimit's (`body_timeout_s`)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    body = json.dumps({"error": f"request headers not received within {seconds:g} s"}).encode()
+    timeout_reply = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                     b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    class HeaderDeadline(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._header_timer, self._header_bytes = None, False
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._header_timer is None and (self.cycle is None or self.cycle.response_complete):
+                self._arm()                     # the first bytes of the next request
+            self._header_bytes = True
+            super().data_received(data)
+            self._check()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._check()
+
+        def connection_lost(self, exc) -> None:
+            self._cancel()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._armed_for, self._header_bytes = self.cycle, False
+            self._header_timer = self.loop.call_later(seconds, self._expire)
+
+        def _cancel(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _check(self) -> None:
+            if self._header_timer is not None and self.cycle is not self._armed_for:
+                self._cancel()                  # a new request's headers arrived in time
+
+        def _expire(self) -> None:
+            self._header_timer = None
+            if self.cycle is self._armed_for and not self.transport.is_closing():
+                if self._header_bytes:
+                    self.transport.write(timeout_reply)
+                self.transport.close()
+
+    return HeaderDeadline
 
 
 def _load_service(args) -> RetrievalService:

@@ -25,10 +25,11 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 
 @contextmanager
-def live(app):
-    """Run `app` under a real uvicorn on a free localhost port; yields the base URL."""
+def live(app, config=None):
+    """Run `app` under a real uvicorn on a free localhost port (or under `config`, a uvicorn.Config
+    for port 0); yields the base URL."""
     import uvicorn
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    server = uvicorn.Server(config or uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

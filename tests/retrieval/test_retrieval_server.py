@@ -337,3 +337,45 @@ def test_openapi_fuzzing_finds_no_server_error(searcher):
         fuzz()
     finally:
         service.close()
+
+
+def test_slowloris_connections_are_closed_within_the_header_timeout(searcher):
+    """Half a request line, headers trickled byte by byte, or nothing at all: each connection is
+    closed by the server within `header_timeout_s` (+ slack); the client never gets to hold it.
+    (A recv that outlives the socket timeout, i.e. a connection still held, fails the test.)"""
+    from retrieval.server import server_config
+
+    limits = Limits(header_timeout_s=1.0)
+    app = create_app(RetrievalService(searcher, None), limits)
+    with live(app, server_config(app, "127.0.0.1", 0, limits)) as url:   # as `python -m retrieval.server` runs
+        port = int(url.rsplit(":", 1)[1])
+        silent = socket.create_connection(("127.0.0.1", port), timeout=10)
+        half = socket.create_connection(("127.0.0.1", port), timeout=10)
+        half.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Ty")
+        trickle = socket.create_connection(("127.0.0.1", port), timeout=10)
+        trickled = b""
+        try:
+            for byte in b"GET /health HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n":   # a byte per 0.1 s: 4 s
+                trickle.sendall(bytes([byte]))
+                trickled += bytes([byte])
+                time.sleep(0.1)
+        except OSError:          # the server closed it: the rest of the headers never got in
+            pass
+        # a kept-alive connection that answered one request, then starts another and stalls
+        kept = socket.create_connection(("127.0.0.1", port), timeout=10)
+        kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = kept.recv(65536)
+        kept.sendall(b"GET /health HTTP/1.1\r\nHo")
+        answers = [_read_until_closed(s) for s in (silent, half, kept)]
+        try:
+            _read_until_closed(trickle)
+        except ConnectionResetError:   # the bytes it sent after the close made the server's side reset
+            pass
+        for s in (silent, half, trickle, kept):
+            s.close()
+        ok = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)   # still serving
+    assert first.startswith(b"HTTP/1.1 200 ") and ok.status_code == 200
+    assert not trickled.endswith(b"\r\n\r\n"), "the trickled request was let in"   # closed mid-headers
+    assert answers[0] == b""                                           # nothing sent: closed silently
+    for answer in answers[1:]:
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"headers not received within 1 s" in answer, answer
