@@ -12,6 +12,7 @@ Sections (all on one synthetic index folder, built once into --work):
           (bound per batch = max(bytes of vectors / bandwidth, 2 x b x N x dim / peak fp16 FLOP/s)).
   recall  recall@10 of the server's index against an exact float32 search over the same vectors, on
           --recall-queries queries (half near stored rows, half random).
+  encoder the query encoder alone (tokenise, forward, pool) at batch 1/16/64/256, with sdpa and eager attention.
   server  `python -m retrieval.server --device cuda --gpu-search torch` as a subprocess: seconds until
           /health answers (encoder + vectors loaded), p50/p99 at 1 client, queries/s and p50/p99 at
           16/64/256 clients (one-query requests, top-5), load spread over --client-procs processes.
@@ -160,6 +161,35 @@ def bench_recall(index, folder: Path, n: int, count: int, device: str) -> dict:
     return {"queries": count, "recall_at_10": hits / (10 * count)}
 
 
+# ---- encoder alone -------------------------------------------------------------------------
+def bench_encoder(folder: Path, device: str, reps: int) -> list[dict]:
+    """The query encoder alone (tokenise + forward + pool) per batch size and attention kernel."""
+    import torch
+
+    from retrieval.encoders import Encoder
+    meta = json.loads((folder / "meta.json").read_text())
+    texts = query_texts(256, seed=3)
+    rows = []
+    for attn in ("sdpa", "eager"):
+        enc = Encoder(meta["encoder_path"], profile="e5", device=device, batch_size=256)
+        enc.model.config._attn_implementation = attn
+        for layer in enc.model.encoder.layer:
+            layer.attention.self.config._attn_implementation = attn
+        for b in (1, 16, 64, 256):
+            enc.encode_queries(texts[:b])
+            times = []
+            for r in range(max(3, reps // (10 if b > 1 else 1))):
+                t = time.perf_counter()
+                enc.encode_queries(texts[r % 8:][:b] if b < 256 else texts)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t)
+            rows.append({"attention": attn, "batch": b, "p50_ms": pct(times, 50), "qps": b / statistics.median(times)})
+            print(rows[-1], flush=True)
+        del enc
+    return rows
+
+
 # ---- server --------------------------------------------------------------------------------
 def query_texts(count: int, seed: int = 0) -> list[str]:
     import random
@@ -208,8 +238,12 @@ def load(url: str, clients: int, requests: int, procs: int) -> dict:
             "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "errors": sum(p[1] for p in parts)}
 
 
-def bench_server(folder: Path, port: int, levels: list[int], requests: int, procs: int, device: str) -> dict:
+def bench_server(folder: Path, port: int, levels: list[int], requests: int, procs: int, device: str,
+                 py_spy: Path | None = None) -> dict:
+    """The server as a subprocess under load; with `py_spy`, the last level is sampled by py-spy
+    (collapsed stacks per thread, `--format raw`) to show where a request's time goes."""
     import httpx
+    import signal
     cmd = [sys.executable, "-m", "retrieval.server", "--index", str(folder), "--port", str(port),
            "--device", device, "--gpu-search", "torch", "--threads", "0"]
     t0 = time.perf_counter()
@@ -226,8 +260,17 @@ def bench_server(folder: Path, port: int, levels: list[int], requests: int, proc
                 time.sleep(0.5)
         out = {"start_s": time.perf_counter() - t0, "health": httpx.get(url + "/health").json(), "rows": []}
         load(url, 4, 64, 1)                                                    # warm-up
-        for clients in levels:
+        for n, clients in enumerate(levels):
+            spy = None
+            if py_spy and n == len(levels) - 1:
+                spy = subprocess.Popen(["py-spy", "record", "--pid", str(proc.pid), "--threads", "--rate", "200",
+                                        "--format", "raw", "--output", str(py_spy), "--nonblocking"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(1)
             row = load(url, clients, max(requests, clients * 8) if clients > 1 else requests, procs)
+            if spy:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
             out["rows"].append(row)
             print(row, flush=True)
         return out
@@ -272,7 +315,7 @@ def main() -> int:
     p.add_argument("--tokenizer", type=Path, help="a BERT uncased tokenizer folder (default: the shipped MiniLM's)")
     p.add_argument("--work", type=Path, default=Path("/tmp/retrieval-gpu"))
     p.add_argument("--device", default="cuda")
-    p.add_argument("--sections", default="build,index,recall,server,cpu")
+    p.add_argument("--sections", default="build,index,recall,encoder,server,cpu")
     p.add_argument("--reps", type=int, default=50, help="single-query repetitions (batches: a tenth)")
     p.add_argument("--recall-queries", type=int, default=200)
     p.add_argument("--levels", default="1,16,64,256", help="server client counts")
@@ -280,6 +323,8 @@ def main() -> int:
     p.add_argument("--client-procs", type=int, default=8)
     p.add_argument("--port", type=int, default=8790)
     p.add_argument("--json", type=Path, help="write every number here")
+    p.add_argument("--py-spy", type=Path, help="sample the server under the last level's load into this file "
+                                               "(needs py-spy on PATH)")
     args = p.parse_args()
     import torch
     sections = set(args.sections.split(","))
@@ -308,9 +353,12 @@ def main() -> int:
         del index
         if args.device == "cuda":
             torch.cuda.empty_cache()
+    if "encoder" in sections:
+        results["encoder"] = bench_encoder(folder, args.device, args.reps)
+        save()
     if "server" in sections:
         results["server"] = bench_server(folder, args.port, [int(x) for x in args.levels.split(",")],
-                                         args.requests, args.client_procs, args.device)
+                                         args.requests, args.client_procs, args.device, args.py_spy)
         save()
     if "cpu" in sections:
         results["cpu"] = bench_cpu(folder, args.n, args.dim)
