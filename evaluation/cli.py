@@ -21,8 +21,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 # run_config.json keys that may change on --resume: which tasks run, how fast, provenance.
 # Every other key (models, profile, judge and prompt hashes, catalog hash, budgets, decoding,
-# retrieval) changes what a record means, so a resume must keep it.
-NOT_COMPARED = ("git_commit", "tasks_loaded", "skipped", "malformed", "task_ids", "concurrency", "setting")
+# retrieval) changes what a record means, so a resume must keep it.  tau2's `num_trials` says
+# which (task, trial) pairs run, like `task_ids`: trial t's seed is drawn from the run's seed
+# whatever the number of trials (evaluation/tau2_metrics.py `trial_seeds`), so a record means the
+# same under any k; raising it on --resume runs only the new trials.
+NOT_COMPARED = ("git_commit", "tasks_loaded", "skipped", "malformed", "task_ids", "concurrency", "setting",
+                "num_trials")
 RUN_LOG = "run.log"
 
 

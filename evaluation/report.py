@@ -1,6 +1,6 @@
 """Reports over evaluation runs: accuracy, cost and latency per query, tool mix, errors.
 
-    python -m evaluation.report RUN_DIR [RUN_DIR ...] [--plot cost_accuracy.png] [--no-viewer]
+    python -m evaluation.report RUN_DIR [RUN_DIR ...] [--plot cost_accuracy.png] [--no-viewer] [--no-task-table]
     python -m evaluation.report GAIA_RUN_DIR --gaia-submission PATH   # also the GAIA leaderboard's file
 
 For each run folder (made by run_hle.py / run_frames.py / run_tau2.py) this reads
@@ -18,6 +18,10 @@ Definitions (PAPER.md §3, §8-9):
 - accuracy over zero answered tasks is undefined: `null` in summary.json, "n/a" in the table;
 - latency per query = mean tool wall-clock seconds over answered tasks, shown in minutes;
 - tool mix = share of all tool calls going to each alias, and to each model behind it;
+- tau2 (evaluation/tau2_metrics.py): tau2's pass^1..k per domain over each task's trials
+  (C(c, k) / C(n, k) averaged over tasks; an error trial counts as a failure, as in tau2's own
+  results file), a per-task table (successes / trials, reward per trial), and the run's tau2
+  package version, task set and user simulator from run_config.json.
 - GAIA runs: accuracy per level (`accuracy_by_level`); tasks without a reference (the test
   split) are answered but not judged (`unscored`) and left out of accuracy;
 - judge = who decided correctness (run_config.json: the named judge, or model and style; tau2:
@@ -37,6 +41,7 @@ from typing import Any
 
 from evaluation.hle_metrics import hle_metrics
 from evaluation.runner import RESULTS_NAME, read_records
+from evaluation.tau2_metrics import trial_table
 
 SUMMARY_NAME = "summary.json"
 CONFIG_NAME = "run_config.json"
@@ -51,8 +56,10 @@ def _shares(counter: Counter) -> dict[str, float]:
     return {k: v / total for k, v in counter.most_common()} if total else {}
 
 
-def summarize(records: list[dict]) -> dict[str, Any]:
-    """Numbers of one run from its records (last record per id wins); see module docstring."""
+def summarize(records: list[dict], benchmark: str | None = None) -> dict[str, Any]:
+    """Numbers of one run from its records (last record per id wins); see module docstring.
+    tau2 runs (`benchmark` "tau2", or records with `domain` and `task_id`) also get `tau2`:
+    pass^k per domain and the per-task trial table (tau2_metrics.trial_table)."""
     by_id = {r["id"]: r for r in records}
     answered = [r for r in by_id.values() if r.get("status") != "error"]
     errors = [r for r in by_id.values() if r.get("status") == "error"]
@@ -93,7 +100,7 @@ def summarize(records: list[dict]) -> dict[str, Any]:
     summary["cost_per_query_cents"] = summary["cost_per_query_usd"] * 100
     summary["latency_per_query_min"] = summary["latency_per_query_s"] / 60
     domains = sorted({r["domain"] for r in answered if r.get("domain")})
-    if domains:  # tau2: pass^1 per domain
+    if domains:  # tau2: pass^1 per domain over answered trials
         summary["pass1_by_domain"] = {
             d: _mean([1.0 if r.get("correct") else 0.0 for r in answered if r.get("domain") == d])
             for d in domains}
@@ -103,6 +110,10 @@ def summarize(records: list[dict]) -> dict[str, Any]:
             str(lv): _mean([1.0 if r["correct"] else 0.0 for r in answered
                             if r.get("correct") is not None and (r.get("meta") or {}).get("level") == lv])
             for lv in levels}
+    if by_id and (benchmark == "tau2" or any(r.get("domain") and r.get("task_id") is not None for r in answered)):
+        table = trial_table(list(by_id.values()))
+        summary["tau2"] = table
+        summary["pass_hat_k_by_domain"] = {d: v["pass_hat_k"] for d, v in table["domains"].items()}
     return summary
 
 
@@ -161,6 +172,68 @@ def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     os.replace(tmp, path)
+
+
+def _reward(value: float | None) -> str:
+    return "err" if value is None else f"{value:g}"
+
+
+def tau2_provenance(config: dict) -> list[str]:
+    """What the run's tau2 was, from its run_config.json: package, task set, user simulator, trials."""
+    if config.get("benchmark") != "tau2":
+        return []
+    head = (f"tau2 {config.get('tau2_version') or '?'}; {config.get('num_trials', 1)} trial(s) per task asked, "
+            f"run seed {config.get('seed')}")
+    lines = [head]
+    for domain, ts in (config.get("task_set") or {}).items():
+        files = ts.get("files") or {}
+        tasks_file = files.get("tasks.json")
+        lines.append(f"task set {domain}: {ts.get('split')} split, {ts.get('tasks')} tasks, tasks_sha256 "
+                     f"{str(ts.get('tasks_sha256'))[:12]}" + (f", tasks.json sha256 {tasks_file[:12]}" if tasks_file
+                                                              else ""))
+    user = config.get("user_simulator")
+    if user:
+        lines.append(f"user simulator: {user.get('model')} ({user.get('backend')}: {user.get('served_model')}), "
+                     f"temperature {user.get('temperature')}, max_tokens {user.get('max_tokens')}")
+    elif config.get("user_model"):
+        lines.append(f"user simulator: {config['user_model']}, temperature {config.get('user_temperature')}, "
+                     f"max_tokens {config.get('user_max_tokens')}")
+    return lines
+
+
+def print_tau2(label: str, s: dict, config: dict, console, tasks: bool = True) -> None:
+    """tau2 as tau2 reports it: provenance, pass^1..k per domain, and the per-task trial table."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    for line in tau2_provenance(config):
+        console.print(line, markup=False, highlight=False)
+    t2 = s["tau2"]
+    max_k = max((len(d["pass_hat_k"]) for d in t2["domains"].values()), default=0)
+    table = Table(title=f"tau2 pass^k: {label} (tau2's formula; error trials count as failures)")
+    for col in ("domain", "tasks", "trials / task", "error trials", "avg reward",
+                *(f"pass^{k}" for k in range(1, max_k + 1))):
+        table.add_column(col, justify="left" if col == "domain" else "right")
+    for domain, d in t2["domains"].items():
+        lo, hi = d["trials_per_task"]
+        table.add_row(domain, str(d["tasks"]), str(lo) if lo == hi else f"{lo}-{hi}", str(d["errors"]),
+                      f"{d['avg_reward']:.4f}",
+                      *(f"{d['pass_hat_k'][k]:.4f}" if k in d["pass_hat_k"] else "" for k in range(1, max_k + 1)))
+    console.print(table)
+    for domain, d in t2["domains"].items():
+        lo, hi = d["trials_per_task"]
+        if lo != hi:
+            console.print(f"warning: {domain}: tasks have {lo} to {hi} trials; pass^k stops at k = {lo}, as tau2's "
+                          f"compute_metrics does (finish the run with --resume)", markup=False)
+    if not tasks:
+        return
+    per_task = Table(title=f"tau2 per task: {label}")
+    for col in ("domain", "task", "successes / trials", "reward per trial"):
+        per_task.add_column(col, justify="right" if col == "successes / trials" else "left")
+    for t in t2["tasks"]:
+        per_task.add_row(escape(t["domain"]), escape(t["task_id"]), f"{t['successes']}/{t['trials']}",
+                         " ".join(f"{k}:{_reward(v)}" for k, v in t["rewards"].items()))
+    console.print(per_task)
 
 
 def print_table(rows: list[tuple[str, dict]], console=None) -> None:
@@ -224,13 +297,16 @@ def plot_cost_accuracy(rows: list[tuple[str, dict]], path: Path) -> Path:
 
 
 def report(run_dirs: list[str | Path], plot: str | Path | None = None, viewer: bool = True,
-           console=None) -> list[tuple[str, dict]]:
+           console=None, task_table: bool = True) -> list[tuple[str, dict]]:
     """Summarize each run (writing summary.json, viewer.html), print tables, plot; return rows."""
-    rows = []
+    from rich.console import Console
+
+    console_out = console or Console()
+    rows, configs = [], []
     runs = []   # (label, config, records, summary): the per-preference table (evaluation/preference.py)
     for run_dir in map(Path, run_dirs):
         config, records = load_run(run_dir)
-        summary = summarize(records)
+        summary = summarize(records, config.get("benchmark"))
         summary["judge"] = judge_label(config)
         if config.get("judge_style") == "hle":
             summary["hle"] = hle_metrics(records)
@@ -241,17 +317,17 @@ def report(run_dirs: list[str | Path], plot: str | Path | None = None, viewer: b
 
             write_viewer(run_dir / "viewer.html", label, records)
         rows.append((label, summary))
+        configs.append(config)
         runs.append((label, config, records, summary))
-    print_table(rows, console)
-    if any("hle" in summary for _, summary in rows):
-        from rich.console import Console
-
-        for label, summary in rows:
-            if "hle" in summary:
-                print_hle(label, summary["hle"], console or Console())
+    print_table(rows, console_out)
+    for (label, summary), config in zip(rows, configs):
+        if "tau2" in summary:
+            print_tau2(label, summary, config, console_out, tasks=task_table)
+        if "hle" in summary:
+            print_hle(label, summary["hle"], console_out)
     from evaluation.preference import preference_table
 
-    for row in preference_table(runs, console):   # the row joins its run's summary.json
+    for row in preference_table(runs, console_out):   # the row joins its run's summary.json
         label, config, _, summary = runs[row["index"]]
         write_json_atomic(Path(run_dirs[row["index"]]) / SUMMARY_NAME,
                           {"label": label, "config": config, **summary, "preference": row})
@@ -267,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="+", help="run folders (each with results.jsonl)")
     parser.add_argument("--plot", help="PNG path for the accuracy-vs-cost plot (default: FIRST_RUN/cost_accuracy.png)")
     parser.add_argument("--no-viewer", action="store_true", help="do not write viewer.html")
+    parser.add_argument("--no-task-table", action="store_true",
+                        help="tau2: leave the per-task trial table out of the terminal (summary.json keeps it)")
     parser.add_argument("--gaia-submission", metavar="PATH",
                         help="GAIA: also write the run's leaderboard submission (task_id, model_answer, "
                              "reasoning_trace) to PATH; one run folder only")
@@ -274,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.gaia_submission and len(args.run_dirs) != 1:
         parser.error("--gaia-submission writes one run's file: give exactly one run folder")
     try:
-        report(args.run_dirs, args.plot, viewer=not args.no_viewer)
+        report(args.run_dirs, args.plot, viewer=not args.no_viewer, task_table=not args.no_task_table)
         if args.gaia_submission:
             from evaluation.gaia import write_submission
 

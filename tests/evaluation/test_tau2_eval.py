@@ -46,9 +46,9 @@ def records(out):
 def test_real_airline_tasks_are_scored_by_tau2(tau2_run):
     assert tau2_run["code"] == 0
     recs = records(tau2_run["out"])
-    assert set(recs) == {"airline/0", "airline/2"}
-    assert (recs["airline/0"]["reward"], recs["airline/0"]["correct"]) == (1.0, True)
-    assert (recs["airline/2"]["reward"], recs["airline/2"]["correct"]) == (0.0, False)
+    assert set(recs) == {"airline/0#0", "airline/2#0"}
+    assert (recs["airline/0#0"]["reward"], recs["airline/0#0"]["correct"]) == (1.0, True)
+    assert (recs["airline/2#0"]["reward"], recs["airline/2#0"]["correct"]) == (0.0, False)
     for r in recs.values():
         assert r["stop_reason"] == "user_stop"
         sim = r["simulation"]
@@ -59,7 +59,7 @@ def test_real_airline_tasks_are_scored_by_tau2(tau2_run):
         assert r["tool_calls"] == {"expert-2": 1, "get_user_details": 1}
         assert r["expert_models"] == {"gpt-5-mini": 1}
     # airline 2's expected actions are listed as the reference
-    assert "send_certificate" in recs["airline/2"]["reference"]
+    assert "send_certificate" in recs["airline/2#0"]["reference"]
 
 
 def test_run_config_records_the_profile_and_the_values_that_ran(tau2_run):
@@ -77,7 +77,7 @@ def test_run_config_records_the_profile_and_the_values_that_ran(tau2_run):
 
 def test_agent_cost_is_priced_by_tools_json_not_zero(tau2_run):
     catalog = load_catalog(tau2_run["tools"])
-    r = records(tau2_run["out"])["airline/0"]
+    r = records(tau2_run["out"])["airline/0#0"]
     expert_step, reply_step = r["turns"]
     assert expert_step["tool"] == "call_expert" and expert_step["alias"] == "expert-2"
     assert reply_step["tool"] is None and "anything else" in reply_step["output"]
