@@ -80,7 +80,7 @@ def test_error_record_keeps_cost_tokens_and_turns(tmp_path):
 
 def test_judge_failure_keeps_the_episode():
     class BrokenJudge(Judge):
-        def __call__(self, *a):
+        def __call__(self, *a, **kw):
             raise ConnectionError("judge server down")
 
     class Answers(PolicyDiesOnTurn3):
