@@ -8,7 +8,6 @@ constrained decoding so every turn is a valid tool call. No key, no GPU, no serv
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -162,28 +161,19 @@ def resolve(args: argparse.Namespace, benchmark: str, catalog) -> tuple[bool, QA
     return embedded, settings, line
 
 
-def check_keys(args: argparse.Namespace, catalog) -> None:
-    """Every model the run will call has its API key in the environment, or fail now naming it."""
-    from orchestrator.gateway.registry import load_registry
+def check_models(args: argparse.Namespace, catalog) -> None:
+    """Every model the run will call has its API key, or a server that answers, or fail now naming
+    it (orchestrator/gateway/preflight.py, the check training runs too)."""
+    from orchestrator.gateway.preflight import catalog_pairs, check_models as check, expert_roles
 
-    registry = load_registry()
     needed = {args.model: "--model"}
     if args.judge_model not in RULE_JUDGES:
         needed.setdefault(args.judge_model, "--judge-model")
     if args.mode == "all":
-        for tool in catalog.tools:
-            if tool.kind in ("search", "code", "answer"):
-                for spec in tool.aliases.values():
-                    needed.setdefault(catalog.served_model(spec.model, args.serve), f"expert {spec.model}")
-    for model, role in needed.items():
-        if model not in registry.models:
-            continue   # unknown names fail with the gateway's own message on first use
-        entry = registry.models[model]
-        env = entry.key_env()
-        required = entry.backend in ("openai", "azure", "anthropic")
-        if env and required and not os.environ.get(env):
-            raise CLIError(f"{role} {model} needs the environment variable {env} (its API key; "
-                           f"configs/models.yaml api_key_env); set it, or choose another model/profile")
+        for model, role in expert_roles(catalog_pairs(catalog, "qa"),
+                                        lambda m: catalog.served_model(m, args.serve)).items():
+            needed.setdefault(model, role)
+    check(needed)
 
 
 def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever, settings: QASettings) -> QASetup:
@@ -216,7 +206,7 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     if args.endpoint:
         use_endpoint(args, out_dir, price_model)
     check_serve(catalog, args.serve, args.tools)
-    check_keys(args, catalog)
+    check_models(args, catalog)
     data = args.data
     if embedded:
         data, args.index = embedded_world(out_dir, args.limit or EMBEDDED["tasks"], benchmark)

@@ -27,16 +27,11 @@ from orchestrator.settings import ProfileError, Tau2Settings
 
 
 def check_user_key(model: str) -> None:
-    """The user simulator's API key is in the environment, or fail before the run starts naming it."""
-    import os
+    """The user simulator has its API key, or a server that answers, or fail before the run starts
+    naming it (orchestrator/gateway/preflight.py, the check qa_cli and training run)."""
+    from orchestrator.gateway.preflight import check_models
 
-    from orchestrator.gateway.registry import load_registry
-
-    entry = load_registry().models.get(model)
-    env = entry.key_env() if entry else None
-    if entry and env and entry.backend in ("openai", "azure", "anthropic") and not os.environ.get(env):
-        raise CLIError(f"--user-model {model} (the user simulator) needs the environment variable {env} (its API "
-                       f"key); set it, or pass another --user-model")
+    check_models({model: "--user-model (the user simulator)"})
 
 
 def build_parser() -> argparse.ArgumentParser:

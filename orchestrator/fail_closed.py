@@ -14,6 +14,7 @@ errors and never stop a run here.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any, Iterable
 
@@ -23,6 +24,16 @@ from orchestrator.records import Rollout
 # not the weather: retrying the same call cannot succeed.
 CONFIG_ERRORS = ("GatewayConfigError", "UnknownModelError", "ConfigError", "CatalogError",
                  "SandboxUnavailable", "PromptError")
+
+
+# Call failures no retry can fix, as the gateway words them (orchestrator/gateway/call.py; tests
+# produce them from real servers): the provider refused the key or does not know the model, the
+# key variable is unset.  One such call stops a training step: the run's premise is broken.
+PERMANENT = re.compile(r"request rejected \(HTTP (?:401|403|404) from |environment variable \w+ is not set")
+# Every attempt refused by the endpoint (nothing listens): stops a step only when every call of it
+# failed so (a replica that restarts heals; the pool fails over meanwhile).
+UNREACHABLE = re.compile(r"gave up after \d+ attempt\(s\); last endpoint \S+: connection failed: .*"
+                         r"(?:Connection refused|Name or service not known)")
 
 
 class FailClosed(RuntimeError):
@@ -65,11 +76,27 @@ def rollout_calls(rollouts: Iterable[Rollout]) -> list[str | None]:
     return calls
 
 
+def _shown(error: str) -> str:
+    return error.removeprefix("error: ").strip()[:400]
+
+
 def check_step(groups: list[list[Rollout]], step: int) -> None:
-    """Training: raise FailClosed when every call of this step failed for one configuration reason."""
-    reason = shared_config_reason(rollout_calls(r for group in groups for r in group))
+    """Training: raise FailClosed when every call of this step failed for one configuration reason,
+    when any call failed with an error no retry can fix (PERMANENT: a refused key, an unknown
+    model), or when every call failed because no endpoint could be reached (UNREACHABLE)."""
+    calls = rollout_calls(r for group in groups for r in group)
+    reason = shared_config_reason(calls)
     if reason is not None:
         raise FailClosed(f"step {step}: every call failed with the same configuration error, stopping: {reason}")
+    permanent = [c for c in calls if c and PERMANENT.search(c)]
+    if permanent:
+        raise FailClosed(f"step {step}: {len(permanent)} of {len(calls)} calls failed with an error no retry can "
+                         f"fix, stopping (fix it, then resume): {_shown(permanent[0])}")
+    if calls and all(c and (UNREACHABLE.search(c) or config_reason(c)) for c in calls):
+        reasons = list(dict.fromkeys(_shown(c).split("\n")[0] for c in calls))
+        raise FailClosed(f"step {step}: every call failed, no endpoint could be reached, stopping (start the "
+                         f"servers, then resume): {' | '.join(reasons[:3])}" + (f" (+{len(reasons) - 3} more)"
+                                                                                if len(reasons) > 3 else ""))
 
 
 def record_calls(record: dict[str, Any]) -> list[str | None]:

@@ -28,3 +28,19 @@ def check_device(device: str, key: str = "run.device") -> None:
     available = getattr(backend, "is_available", None)
     if available is None or not available():
         raise ConfigError(f"{key}={device}: no {dev.type} device on this machine; use {key}=cpu")
+
+
+def check_models(tasks, runtime, others: dict[str, str]) -> None:
+    """Every model the run will call can be called (orchestrator/gateway/preflight.py, as evaluation
+    checks it): each task's experts (its own `tools`, else the catalog's tools for its kind) as
+    `runtime` serves them, and `others` (model -> role: the LLM judge, the tau2 user simulator).
+    Raises PreflightError (one line: role, model, key variable or endpoint, fix)."""
+    from orchestrator.gateway.preflight import catalog_pairs, check_models as check, expert_roles
+
+    needed: dict[str, str] = {}
+    for task in tasks:
+        needed.update({m: r for m, r in expert_roles(catalog_pairs(runtime.catalog, task.kind, task.tools),
+                                                     runtime.served).items() if m not in needed})
+    for model, role in others.items():
+        needed.setdefault(model, role)
+    check(needed)

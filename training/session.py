@@ -36,7 +36,7 @@ from orchestrator.setup import build_runtime as build, load_prompts, loop_config
 from training import checkpoint as ckpt
 from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, save_config, to_dict
 from training.metrics_log import MetricsLogger
-from training.preflight import check_device
+from training.preflight import check_device, check_models
 from training.rollouts import MemoizedLLM, Preempted, collect_rollouts, mask_forced_tokens
 from training.samples import build_turn_samples, mini_batch_count
 from training.scoring import make_judge, rollout_metrics, score_groups
@@ -90,6 +90,20 @@ def train_judge(cfg: TrainConfig) -> Callable[[Task, Rollout], bool]:
         raise ConfigError(f"reward.judge: llm needs qa.train.judge.model in the profile {cfg.tools.profile!r} "
                           f"(an LLM_CALL model name)")
     return make_judge(cfg.reward.judge, settings.model, style=settings.prompt, max_tokens=settings.max_tokens)
+
+
+def preflight_roles(cfg: TrainConfig, tasks: list[Task], judge) -> dict[str, str]:
+    """The models besides the experts that the run calls through the gateway: the LLM judge (when
+    `judge` is not given) and the tau2 user simulator (tau2 tasks with `rollout.tau2_user: simulator`)."""
+    roles = {}
+    if judge is None and cfg.reward.judge == "llm":
+        model = train_profile(cfg).section("qa", "train").judge.model
+        if model:
+            roles[model] = "judge (reward.judge llm)"
+    user = rollout_loop_config(cfg).tau2_user_model
+    if user and cfg.rollout.tau2_user == "simulator" and any(t.kind == "tau2" for t in tasks):
+        roles.setdefault(user, "tau2 user simulator")
+    return roles
 
 
 def _strip_tokens(rollout: Rollout) -> dict[str, Any]:
@@ -229,6 +243,9 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
     tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
     total_steps = cfg.trainer.total_steps or cfg.trainer.epochs * max(1, len(tasks) // cfg.rollout.tasks_per_step)
     checkpoint, state = resume_point(cfg)
+    if runtime is None:   # the gateway calls the experts: check each can be called before start-up
+        runtime = build_runtime(cfg)
+        check_models(tasks, runtime, preflight_roles(cfg, tasks, judge))
     if make_learner is None and cfg.distributed.backend == "ray":   # same config, placed on Ray (docs/cluster.md)
         from training.distributed.run import RayLearner
         make_learner = RayLearner.start

@@ -65,7 +65,9 @@ def _bad_registry(tmp_path: Path) -> Path:
     return path
 
 
-def test_training_with_an_invalid_backend_stops_at_step_1_with_exit_1(tmp_path, train_world, monkeypatch, capsys):
+def test_training_with_an_invalid_backend_stops_before_start_up_with_exit_1(tmp_path, train_world, monkeypatch, capsys):
+    # the preflight (orchestrator/gateway/preflight.py) reads the registry before start-up (issue 28);
+    # it used to stop at step 1, every call having failed with this configuration error
     from _train_world import overrides
     from training.metrics_log import read_metrics
     from training.train import main
@@ -77,8 +79,7 @@ def test_training_with_an_invalid_backend_stops_at_step_1_with_exit_1(tmp_path, 
     code = main(["--config", str(config), *overrides(tmp_path, policy, tasks, **{"trainer.total_steps": 3})])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
-    assert err[-1].startswith("error: step 1: every call failed with the same configuration error")
-    assert "telepathy" in err[-1] or "backend" in err[-1]
+    assert err[-1].startswith(f"error: {tmp_path / 'models.yaml'}: models.") and "backend" in err[-1], err[-1]
     metrics = tmp_path / "run" / "metrics.jsonl"
     assert not metrics.exists() or read_metrics(metrics) == []
 
@@ -146,3 +147,51 @@ def test_training_start_removes_a_killed_saves_temp_folder(tmp_path, train_world
     run(load_config(None, overrides(tmp_path, policy, tasks, **{"trainer.total_steps": 1})), runtime=fake_runtime())
     assert not stale.exists() and f"removed {stale}" in capsys.readouterr().err
     assert json.loads((tmp_path / "run" / "checkpoints" / "step-00000001" / "manifest.json").read_text())["step"] == 1
+
+
+def _gateway_errors(tmp_path, monkeypatch) -> dict[str, str]:
+    """The gateway's own words for each failure, from real local servers (not hand-written)."""
+    sys.path.insert(0, str(REPO / "tests" / "orchestrator" / "gateway"))
+    from test_gateway_fakes import FakeServer, dead_url, write_registry
+
+    from LLM_CALL import get_llm_response
+
+    out = {}
+    with FakeServer(["401"]) as s401, FakeServer(["404"]) as s404, FakeServer(["400"]) as s400, \
+            FakeServer(["500"]) as s500:
+        entry = {"backend": "vllm", "price_model": "Qwen3-32B", "max_retries": 1}
+        monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(write_registry(tmp_path / "models.yaml", {
+            "401": {**entry, "base_url": s401.url}, "404": {**entry, "base_url": s404.url},
+            "400": {**entry, "base_url": s400.url}, "500": {**entry, "base_url": s500.url},
+            "refused": {**entry, "base_url": dead_url()},
+            "nokey": {"backend": "openai", "api_key_env": "UNSET_TEST_KEY", "price_model": "Qwen3-32B"}})))
+        monkeypatch.delenv("UNSET_TEST_KEY", raising=False)
+        for name in ("401", "404", "400", "500", "refused", "nokey"):
+            try:
+                get_llm_response(name, [{"role": "user", "content": "x"}])
+            except Exception as exc:   # noqa: BLE001 - recorded as the runtime records it
+                out[name] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def _step(*errors: str | None):
+    from orchestrator.records import ExpertCall, Rollout, Turn
+
+    turns = [Turn(index=i, expert=ExpertCall(tool="answer", alias="a", model="m", error=e)) for i, e in enumerate(errors)]
+    return [[Rollout(task_id="t", turns=turns)]]
+
+
+def test_permanent_and_unreachable_failures_are_told_apart_from_transient_ones(tmp_path, monkeypatch):
+    from orchestrator.fail_closed import PERMANENT, UNREACHABLE, check_step
+
+    errors = _gateway_errors(tmp_path, monkeypatch)
+    assert [n for n in errors if PERMANENT.search(errors[n])] == ["401", "404", "nokey"]
+    assert [n for n in errors if UNREACHABLE.search(errors[n])] == ["refused"]
+    # one refused key among good calls stops the step; transient errors (400 context, 500) never do
+    with pytest.raises(FailClosed, match=r"step 3: 1 of 3 calls failed with an error no retry can fix.*HTTP 401"):
+        check_step(_step(None, errors["500"], errors["401"]), 3)
+    check_step(_step(errors["400"], errors["500"], None), 3)
+    # unreachable endpoints stop it only when every call failed so
+    check_step(_step(errors["refused"], None), 1)
+    with pytest.raises(FailClosed, match=r"step 1: every call failed, no endpoint could be reached.*refused"):
+        check_step(_step(errors["refused"], errors["refused"]), 1)

@@ -124,7 +124,7 @@ class FakeServer:
                     reply = server._anthropic_body(body) if server.kind == "anthropic" else server._openai_body(body)
                     return self._send(200, reply)
                 key = self.headers.get("Authorization") or self.headers.get("api-key") or self.headers.get("x-api-key") or ""
-                message = {"401": f"Incorrect API key provided: {key}", "400": "bad request",
+                message = {"401": f"Incorrect API key provided: {key}", "400": "bad request", "404": "The model `m` does not exist.",
                            "429": "rate limited", "500": f"internal error (request carried {key})"}[action]
                 headers = {"Retry-After": server.retry_after} if action == "429" and server.retry_after else {}
                 self._send(int(action), {"error": {"message": message, "type": "error"}}, headers)

@@ -1,0 +1,114 @@
+"""Before a run starts: can every model it will call be called?  (Evaluation and training both
+use this one check: evaluation/qa_cli.py, evaluation/tau2_cli.py, training/preflight.py.)
+
+For each model, by its registry entry (configs/models.yaml):
+- a paid API (openai, azure, anthropic) needs its key variable set;
+- a model served from a URL (a vllm pool's replicas, or any `base_url`) needs one that accepts a
+  TCP connection within `probe_s` seconds (nothing is sent; a dead port or an empty pool fails);
+- the providers' own URLs (no `base_url`) are not probed: their key is what can be checked;
+- in-process transformers models need nothing here.
+Every problem goes into one line, `PreflightError`: role, model, the variable or endpoint, the fix.
+Without it a run whose experts cannot answer went on, every call failing, and training learned
+from nothing (`train/samples 0.0`) and exited 0.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit
+
+from orchestrator.gateway.endpoints import read_endpoints
+from orchestrator.gateway.errors import GatewayConfigError
+from orchestrator.gateway.registry import ModelEntry, load_registry
+
+PAID = ("openai", "azure", "anthropic")
+
+
+class PreflightError(GatewayConfigError):
+    """Models the run will call cannot be called; the message lists each, in one line."""
+
+
+def expert_roles(pairs: Iterable[tuple[str, str]], served: Callable[[str], str]) -> dict[str, str]:
+    """served model -> its role ("expert", or "expert for <alias model>" when a serving map stands
+    another model in for it), for (alias, alias model) pairs of the tools a run offers."""
+    roles: dict[str, str] = {}
+    for _alias, model in pairs:
+        name = served(model)
+        roles.setdefault(name, "expert" if name == model else f"expert (serving {model})")
+    return roles
+
+
+def catalog_pairs(catalog, kind: str, tools: dict[str, dict[str, str]] | None = None) -> list[tuple[str, str]]:
+    """(alias, model) of every tool a `kind` episode is offered: the task's own `tools` map when
+    it has one, else the catalog's tools for that kind (every tool kind calls its alias's model)."""
+    if tools is not None:
+        return [(alias, model) for aliases in tools.values() for alias, model in aliases.items()]
+    return [(alias, spec.model) for tool in catalog.tools_for(kind) for alias, spec in tool.aliases.items()]
+
+
+def _reach(url: str, probe_s: float) -> str | None:
+    """None when something accepts a TCP connection at `url`'s host and port, else why not."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=probe_s):
+            return None
+    except ConnectionRefusedError:
+        return "connection refused"
+    except TimeoutError:
+        return f"no answer within {probe_s:g} s"
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+
+
+def entry_problem(name: str, entry: ModelEntry, probe_s: float = 3.0,
+                  seen: dict[str, str | None] | None = None) -> str | None:
+    """What stops a call to registry entry `name` from working (None: nothing found)."""
+    env = entry.key_env()
+    if entry.backend in PAID and env and not os.environ.get(env):
+        return (f"needs the environment variable {env} (its API key; configs/models.yaml api_key_env): set it, "
+                f"or choose another model/profile")
+    if entry.base_url:
+        urls, where = [entry.base_url], "its base_url in configs/models.yaml"
+    elif entry.backend == "vllm":
+        path = entry.endpoints_path()
+        pools = read_endpoints(path)
+        urls = next(([r.base_url for r in pools[k]] for k in (name, entry.model or name) if pools.get(k)), [])
+        where = f"the endpoints file {path}"
+        if not urls:
+            return (f"has no replicas in {path}: start one (python -m orchestrator.serving ... --endpoints-file "
+                    f"{path}, or vllm serve on a GPU node) or add {{\"{name}\": [{{\"base_url\": "
+                    f"\"http://HOST:PORT/v1\"}}]}}")
+    else:
+        return None    # in-process, or the provider's own URL (its key was checked)
+    seen = {} if seen is None else seen
+    failures = []
+    for url in urls:
+        if url not in seen:
+            seen[url] = _reach(url, probe_s)
+        if seen[url] is None:
+            return None
+        failures.append(f"{url}: {seen[url]}")
+    return (f"cannot be reached ({'; '.join(failures)}): start its server, or fix {where}")
+
+
+def check_models(needed: dict[str, str], probe_s: float = 3.0) -> None:
+    """Raise PreflightError listing every model of `needed` (model -> role, e.g. "--judge-model",
+    "expert") that is not in the registry, lacks its key, or has no reachable server."""
+    registry = load_registry()
+    problems, seen = [], {}
+    for model, role in needed.items():
+        entry = registry.models.get(model)
+        if entry is None:
+            problem = f"is not in {registry.source}: add an entry under 'models:' or choose another model/profile"
+        else:
+            try:
+                problem = entry_problem(model, entry, probe_s, seen)
+            except GatewayConfigError as exc:    # a broken endpoints file
+                problem = str(exc)
+        if problem:
+            problems.append(f"{role} {model} {problem}")
+    if problems:
+        raise PreflightError(f"preflight: {len(problems)} model(s) the run calls cannot be called: "
+                             + "; ".join(problems))
