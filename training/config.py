@@ -365,6 +365,40 @@ def save_config(cfg: TrainConfig, path: str | Path) -> None:
     tmp.replace(path)
 
 
+CONFIG_HISTORY = "config_history.jsonl"
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def save_run_config(cfg: TrainConfig, run_dir: str | Path, step: int) -> None:
+    """Write `<run_dir>/config.yaml`.  When the one there holds other values (a resume with changed
+    settings), first append it to `config_history.jsonl`: {"until": time, "step": the step the run
+    goes on from (the metrics up to it were logged under that config), "changed": {"section.key":
+    {"from", "to"}}, "config"}, so the run folder still says how every logged step was made."""
+    import json
+    import time
+
+    run_dir = Path(run_dir)
+    path = run_dir / "config.yaml"
+    if path.exists():
+        old = yaml.safe_load(path.read_text()) or {}
+        a, b = _flat(old), _flat(yaml.safe_load(dump_yaml(cfg)))
+        changed = {k: {"from": a.get(k), "to": b.get(k)} for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+        if changed:
+            entry = {"until": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "step": step, "changed": changed,
+                     "config": old}
+            with (run_dir / CONFIG_HISTORY).open("a", encoding="utf-8") as f:
+                f.write(json.dumps(entry, default=str) + "\n")
+    save_config(cfg, path)
+
+
 def fingerprint(cfg: TrainConfig) -> dict[str, Any]:
     """What a checkpoint must agree on to be resumed (model and optimisation shape, not run length)."""
     return {"model.path": cfg.model.path, "model.dtype": cfg.model.dtype,

@@ -34,7 +34,7 @@ from orchestrator.runtime import ToolRuntime
 from orchestrator.settings import OrchestratorSettings, Profile, ProfileError, load_profile
 from orchestrator.setup import build_runtime as build, load_prompts, loop_config
 from training import checkpoint as ckpt
-from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, save_config, to_dict
+from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, save_run_config, to_dict
 from training.metrics_log import MetricsLogger
 from training.preflight import check_device, check_models
 from training.rollouts import MemoizedLLM, Preempted, collect_rollouts, mask_forced_tokens
@@ -232,7 +232,6 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
         check_device(cfg.run.device)
     run_dir = Path(cfg.run.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
     for stale in ckpt.remove_stale_temps(run_dir / "checkpoints"):
         print(f"removed {stale}: the temporary folder of a save that was killed", file=sys.stderr)
     if cfg.run.threads:
@@ -243,6 +242,7 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
     tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
     total_steps = cfg.trainer.total_steps or cfg.trainer.epochs * max(1, len(tasks) // cfg.rollout.tasks_per_step)
     checkpoint, state = resume_point(cfg)
+    save_run_config(cfg, run_dir, checkpoint.step if checkpoint else 0)   # a replaced config.yaml -> history
     if runtime is None:   # the gateway calls the experts: check each can be called before start-up
         runtime = build_runtime(cfg)
         check_models(tasks, runtime, preflight_roles(cfg, tasks, judge))

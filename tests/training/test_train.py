@@ -295,3 +295,20 @@ def test_a_qa_record_without_an_answer_is_rejected_naming_it(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in (rows[0], rows[2])))
     with pytest.raises(ValueError, match=r"t\.jsonl\[1\]: QA task 'blank' has no 'answer'"):
         load_tasks([str(path)])
+
+
+def test_a_resume_with_changed_settings_keeps_the_replaced_config_in_config_history(tmp_path, train_world):
+    """config.yaml is the latest start's; the config it replaced, with the step it had reached and
+    what changed, goes to config_history.jsonl, so the steps logged before keep their settings."""
+    import yaml
+
+    _train(tmp_path, train_world, **{"trainer.total_steps": 1})
+    first = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert not (tmp_path / "run" / "config_history.jsonl").exists()
+    _train(tmp_path, train_world, **{"trainer.total_steps": 2, "optim.lr": "2e-3"})
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["optim"]["lr"] == 2e-3
+    (entry,) = [json.loads(line) for line in (tmp_path / "run" / "config_history.jsonl").read_text().splitlines()]
+    assert entry["config"] == first and entry["step"] == 1 and entry["until"].endswith("Z")
+    assert entry["changed"] == {"optim.lr": {"from": 1e-3, "to": 2e-3}, "trainer.total_steps": {"from": 1, "to": 2}}
+    _train(tmp_path, train_world, **{"trainer.total_steps": 2, "optim.lr": "2e-3"})   # same settings: no entry
+    assert len((tmp_path / "run" / "config_history.jsonl").read_text().splitlines()) == 1
