@@ -63,7 +63,7 @@ def check_json_lines(path: Path) -> None:
             if raw.lstrip().startswith(b"[") and n == 1:
                 return
             try:
-                value = json.loads(raw.decode("utf-8"))
+                value = json.loads(raw.decode("utf-8").rstrip())
             except UnicodeDecodeError as exc:
                 raise ValueError(utf8_problem(path, exc, line_offset=n - 1)) from None
             except json.JSONDecodeError as exc:
