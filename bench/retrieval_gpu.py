@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 BANDWIDTH = 4.3e12             # bytes/s, H200 measured copy rate (bench/gpu_decode.py)
 PEAK_FP16 = 790e12             # FLOP/s, H200 dense bf16/fp16 (the device README's figure)
-E5_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-               vocab_size=30522, max_position_embeddings=512)
+E5_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+               "vocab_size": 30522, "max_position_embeddings": 512}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 
 
@@ -193,36 +193,18 @@ def bench_encoder(folder: Path, device: str, reps: int) -> list[dict]:
 # ---- server --------------------------------------------------------------------------------
 def query_texts(count: int, seed: int = 0) -> list[str]:
     import random
-    words = ("population capital river mountain author album film season war treaty company founded "
+    words = ("population capital river mountain author album film season war treaty company founded "  # noqa: SIM905
              "president university species island language award election bridge museum").split()
     rng = random.Random(seed)
     return [f"what is the {' '.join(rng.choices(words, k=rng.randint(3, 9)))} of item {rng.randint(0, 10**6)}"
             for _ in range(count)]
 
 
-async def _load(url: str, queries: list[str], clients: int, requests: int) -> tuple[list[float], int, float]:
-    import httpx
-    latencies: list[float] = []
-    errors = 0
-    todo = iter(range(requests))
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=clients)) as http:
-        async def client():
-            nonlocal errors
-            for i in todo:
-                t0 = time.perf_counter()
-                try:
-                    r = await http.post("/retrieve", json={"queries": [queries[i % len(queries)]], "topk": 5})
-                    r.raise_for_status()
-                    latencies.append(time.perf_counter() - t0)
-                except httpx.HTTPError:
-                    errors += 1
-        t0 = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(clients)))
-    return latencies, errors, time.perf_counter() - t0
-
-
 def _load_proc(args) -> tuple[list[float], int, float]:
-    return asyncio.run(_load(*args))
+    from retrieval_throughput import (
+        load_raw,  # one client loop for both retrieval benches
+    )
+    return asyncio.run(load_raw(*args))
 
 
 def load(url: str, clients: int, requests: int, procs: int) -> dict:
@@ -242,8 +224,9 @@ def bench_server(folder: Path, port: int, levels: list[int], requests: int, proc
                  py_spy: Path | None = None) -> dict:
     """The server as a subprocess under load; with `py_spy`, the last level is sampled by py-spy
     (collapsed stacks per thread, `--format raw`) to show where a request's time goes."""
-    import httpx
     import signal
+
+    import httpx
     cmd = [sys.executable, "-m", "retrieval.server", "--index", str(folder), "--port", str(port),
            "--device", device, "--gpu-search", "torch", "--threads", "0"]
     t0 = time.perf_counter()

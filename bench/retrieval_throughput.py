@@ -97,6 +97,12 @@ async def load(url: str, queries: list[str], clients: int, requests: int) -> dic
 
     A failed request (connection error, non-200) is counted, not retried.
     """
+    latencies, errors, wall = await load_raw(url, queries, clients, requests)
+    return {"qps": len(latencies) / wall, "p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99), "errors": errors}
+
+
+async def load_raw(url: str, queries: list[str], clients: int, requests: int) -> tuple[list[float], int, float]:
+    """`load`'s measurements: (seconds per answered request, failed requests, wall seconds)."""
     import httpx
     latencies: list[float] = []
     errors = 0
@@ -115,7 +121,7 @@ async def load(url: str, queries: list[str], clients: int, requests: int) -> dic
         t0 = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(clients)))
         wall = time.perf_counter() - t0
-    return {"qps": len(latencies) / wall, "p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99), "errors": errors}
+    return latencies, errors, wall
 
 
 def synthetic_index(work: Path, n: int, dim: int = 384, shard: int = 50_000) -> Path:

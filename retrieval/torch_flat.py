@@ -16,7 +16,7 @@ after loading; loading streams the memory-mapped shards one at a time.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
