@@ -15,7 +15,7 @@ worker threads (one per core on CPU, one on GPU); index access is serialised. Li
 answer 422 naming the field, as does a body that is not JSON; too large a body 413 (declared
 or chunked); a body not received within --body-timeout 408 (the connection is closed); a
 request line and headers not received within --header-timeout 408 and closed (nothing sent:
-closed), headers over 16 KiB 400; a full queue or a request slower than --request-timeout 503,
+closed), headers past 16 KiB without ending 431; a full queue or a request slower than --request-timeout 503,
 so a client never waits forever and none can hold a connection.
 """
 # No `from __future__ import annotations`: FastAPI must see the real request model class.
@@ -54,7 +54,7 @@ class Limits:
     request_timeout_s: float = 60.0
     body_timeout_s: float = 10.0    # the whole body must arrive within this (slow or half-sent requests)
     header_timeout_s: float = 10.0  # a request's line and headers must arrive within this (slowloris)
-    max_header_bytes: int = 16384   # request line + headers (h11's limit; larger: 400 and closed)
+    max_header_bytes: int = 16384   # request line + headers (larger, not ended: 431 and closed)
     keep_alive_s: float = 30.0      # an idle kept-alive connection is closed after this
 
 
@@ -249,39 +249,50 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def server_config(app, host: str, port: int, limits: Limits = Limits()):
-    """How uvicorn serves `app` (main and the tests run this same configuration): the h11 parser
-    with its header-size limit (`max_header_bytes`; httptools, uvicorn's default when installed,
-    has none), the keep-alive timeout, and a deadline on each request's headers."""
+    """How uvicorn serves `app` (main and the tests run this same configuration): its default
+    HTTP parser (httptools when installed, else h11) under `header_deadline_protocol`, which bounds
+    each request's headers in time and size, and the keep-alive timeout."""
     import uvicorn
 
     return uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_keep_alive=limits.keep_alive_s,
                           h11_max_incomplete_event_size=limits.max_header_bytes,
-                          http=header_deadline_protocol(limits.header_timeout_s))
+                          http=header_deadline_protocol(limits.header_timeout_s, limits.max_header_bytes))
 
 
-def header_deadline_protocol(seconds: float) -> type:
-    """uvicorn's h11 protocol, closing a connection whose request line and headers do not all
+def _reply(status: str, error: str) -> bytes:
+    body = json.dumps({"error": error}).encode()
+    return (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode() + body
+
+
+def header_deadline_protocol(seconds: float, max_bytes: int) -> type:
+    """uvicorn's HTTP protocol, closing a connection whose request line and headers do not all
     arrive within `seconds` of its opening (or, on a kept-alive connection, of the next request's
-    first byte).  uvicorn has no such timeout: its keep-alive timer runs only after a response and
-    any byte cancels it, so a client sending half a header (or nothing) held its connection for
-    ever.  Partial headers are answered 408 before the close; a silent connection is just closed.
-    The body is BodyLimit's (`body_timeout_s`)."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    first byte), or run past `max_bytes` without ending.  uvicorn has neither bound for httptools
+    (its parser when installed) and no time bound at all: its keep-alive timer runs only after a
+    response and any byte cancels it, so a client sending half a header (or nothing) held its
+    connection for ever.  Partial headers are answered 408 before the close, a silent connection
+    is just closed, oversized headers get 431.  The body is BodyLimit's (`body_timeout_s`)."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    body = json.dumps({"error": f"request headers not received within {seconds:g} s"}).encode()
-    timeout_reply = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                     b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    timed_out = _reply("408 Request Timeout", f"request headers not received within {seconds:g} s")
+    too_large = _reply("431 Request Header Fields Too Large", f"request headers over {max_bytes} bytes")
 
-    class HeaderDeadline(H11Protocol):
+    class HeaderDeadline(AutoHTTPProtocol):
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
-            self._header_timer, self._header_bytes = None, False
+            self._header_timer = None
             self._arm()
 
         def data_received(self, data: bytes) -> None:
             if self._header_timer is None and (self.cycle is None or self.cycle.response_complete):
                 self._arm()                     # the first bytes of the next request
-            self._header_bytes = True
+            if self._header_timer is not None:  # still waiting for this request's headers to end
+                self._header_seen += len(data)
+                ended = b"\r\n\r\n" in self._header_tail + data
+                self._header_tail = (self._header_tail + data)[-3:]
+                if self._header_seen > max_bytes and not ended:
+                    return self._close(too_large)
             super().data_received(data)
             self._check()
 
@@ -294,7 +305,7 @@ def header_deadline_protocol(seconds: float) -> type:
             super().connection_lost(exc)
 
         def _arm(self) -> None:
-            self._armed_for, self._header_bytes = self.cycle, False
+            self._armed_for, self._header_seen, self._header_tail = self.cycle, 0, b""
             self._header_timer = self.loop.call_later(seconds, self._expire)
 
         def _cancel(self) -> None:
@@ -308,9 +319,14 @@ def header_deadline_protocol(seconds: float) -> type:
 
         def _expire(self) -> None:
             self._header_timer = None
-            if self.cycle is self._armed_for and not self.transport.is_closing():
-                if self._header_bytes:
-                    self.transport.write(timeout_reply)
+            if self.cycle is self._armed_for:
+                self._close(timed_out if self._header_seen else None)
+
+        def _close(self, reply: bytes | None) -> None:
+            self._cancel()
+            if not self.transport.is_closing():
+                if reply:
+                    self.transport.write(reply)
                 self.transport.close()
 
     return HeaderDeadline

@@ -366,15 +366,23 @@ def test_slowloris_connections_are_closed_within_the_header_timeout(searcher):
         kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         first = kept.recv(65536)
         kept.sendall(b"GET /health HTTP/1.1\r\nHo")
+        # headers without end past max_header_bytes: refused at once, not held until the deadline
+        huge = socket.create_connection(("127.0.0.1", port), timeout=10)
+        huge.sendall(b"GET /health HTTP/1.1\r\nX-Pad: " + b"a" * (limits.max_header_bytes + 100))
         answers = [_read_until_closed(s) for s in (silent, half, kept)]
+        too_large = _read_until_closed(huge)
         try:
             _read_until_closed(trickle)
         except ConnectionResetError:   # the bytes it sent after the close made the server's side reset
             pass
-        for s in (silent, half, trickle, kept):
+        for s in (silent, half, trickle, kept, huge):
             s.close()
         ok = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)   # still serving
-    assert first.startswith(b"HTTP/1.1 200 ") and ok.status_code == 200
+        # a body far larger than the header limit, sent with its headers, is the body's business
+        big = httpx.post(f"http://127.0.0.1:{port}/retrieve", timeout=30,
+                         json={"queries": ["city on the Seine"], "topk": 1, "pad": "x" * 200_000})
+    assert first.startswith(b"HTTP/1.1 200 ") and ok.status_code == 200 and big.status_code == 200
+    assert too_large.startswith(b"HTTP/1.1 431 ") and b"request headers over 16384 bytes" in too_large
     assert not trickled.endswith(b"\r\n\r\n"), "the trickled request was let in"   # closed mid-headers
     assert answers[0] == b""                                           # nothing sent: closed silently
     for answer in answers[1:]:
