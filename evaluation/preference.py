@@ -62,16 +62,25 @@ def resolve_preference(args: argparse.Namespace, catalog, kind: str, search: boo
     if args.mode != "all":
         raise CLIError(f"--preference needs --mode all (got --mode {args.mode}): training states preferences over "
                        f"the expert catalog, which --mode {args.mode} does not offer")
-    from data_synthesis.examples import REQUIRED, latencies
-    from data_synthesis.preferences import PreferenceError, resolve_preference as resolve
+    from data_synthesis.preferences import PreferenceError
 
-    tools = offered_tools(catalog, kind, search)
     try:
-        name, weights, text = resolve(args.preference, tools, REQUIRED[kind])
+        return state_preference(args.preference, catalog, kind, search)
     except PreferenceError as exc:
         raise CLIError(f"--preference {args.preference}: {exc}") from None
+
+
+def state_preference(spec: str, catalog, kind: str, search: bool = True) -> StatedPreference:
+    """`spec` (a preset name or a vector) stated over what an episode of `kind` offers; raises
+    data_synthesis.preferences.PreferenceError for one training cannot state (the server,
+    orchestrator/serve.py, states a request's `preference` with this too)."""
+    from data_synthesis.examples import REQUIRED, latencies
+    from data_synthesis.preferences import resolve_preference as resolve
+
+    tools = offered_tools(catalog, kind, search)
+    name, weights, text = resolve(spec, tools, REQUIRED[kind])
     prices = {m: catalog.price(m) for per in tools.values() for m in per.values()}
-    return StatedPreference(args.preference, name, weights, text, tools, prices, latencies(catalog, tools))
+    return StatedPreference(spec, name, weights, text, tools, prices, latencies(catalog, tools))
 
 
 def unseen_tools(catalog, args: argparse.Namespace, kind: str) -> dict[str, Any]:

@@ -119,18 +119,24 @@ def _partial(setup: QASetup, task: BenchmarkTask, record: dict[str, Any]) -> dic
             "model": setup.price_model, "meta": task.meta}
 
 
+def play(setup: QASetup, task: BenchmarkTask) -> Rollout:
+    """The orchestration loop on one task ("all" / "basic" mode), as evaluation runs it and the
+    server (orchestrator/serve.py) serves it."""
+    tools = basic_tools(setup.catalog, setup.price_model) if setup.mode == "basic" else None
+    metadata = {**task.meta, "files": task.files} if task.files else task.meta
+    # --preference: the orchestrator reads the problem as training states it (evaluation/preference.py)
+    question = setup.preference.instruction(task.question) if setup.preference else task.question
+    return run_episode(Task(task.id, question, task.answer, tools=tools, metadata=metadata),
+                       setup.policy, setup.runtime, setup.loop)
+
+
 def solve(setup: QASetup, task: BenchmarkTask) -> dict[str, Any]:
     """Run one task and judge it; raises (-> an error record) when the policy or judge fails."""
     started = time.perf_counter()
     if setup.mode == "none":
         record = _solve_direct(setup, task)
     else:
-        tools = basic_tools(setup.catalog, setup.price_model) if setup.mode == "basic" else None
-        metadata = {**task.meta, "files": task.files} if task.files else task.meta
-        # --preference: the orchestrator reads the problem as training states it (evaluation/preference.py)
-        question = setup.preference.instruction(task.question) if setup.preference else task.question
-        rollout = run_episode(Task(task.id, question, task.answer, tools=tools, metadata=metadata),
-                              setup.policy, setup.runtime, setup.loop)
+        rollout = play(setup, task)
         record = rollout_record(rollout)
         if rollout.stop_reason.startswith("error"):
             raise TaskFailed(f"{rollout.stop_reason} (after {len(rollout.turns)} turns)", _partial(setup, task, record))

@@ -93,12 +93,8 @@ def create_app(service: RetrievalService, limits: Limits = Limits(), default_min
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError):
-        errors = exc.errors()
-        first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
-        # loc is ("body", field, index...); for unparsable JSON it is ("body", byte offset).
-        field = "body" if first.get("type") == "json_invalid" else ".".join(str(p) for p in first["loc"][1:]) or "body"
-        return JSONResponse(status_code=422, content={
-            "error": f"{field}: {first['msg']}", "detail": _jsonable(errors)})
+        field, msg = invalid_field(exc.errors())
+        return JSONResponse(status_code=422, content={"error": f"{field}: {msg}", "detail": _jsonable(exc.errors())})
 
     @app.exception_handler(HTTPException)
     async def _unparsable(_request: Request, exc: HTTPException):
@@ -138,6 +134,15 @@ def create_app(service: RetrievalService, limits: Limits = Limits(), default_min
         return {"result": result, "usage": usage}
 
     return app
+
+
+def invalid_field(errors: list[dict]) -> tuple[str, str]:
+    """(field, message) of a request's first validation error: the dotted path in the body, or
+    "body" when the body is not JSON at all (orchestrator/serve.py answers with it too)."""
+    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+    # loc is ("body", field, index...); for unparsable JSON it is ("body", byte offset).
+    field = "body" if first.get("type") == "json_invalid" else ".".join(str(p) for p in first["loc"][1:]) or "body"
+    return field, str(first["msg"])
 
 
 def _unavailable(message: str) -> JSONResponse:

@@ -3,7 +3,7 @@ and one recorded policy turn."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator.catalog import Catalog, Price, parse_catalog
 from orchestrator.context import Budgets
@@ -41,6 +41,9 @@ class LoopConfig:
     tau2_max_errors: int = 10    # tau2: tool errors before a simulation stops
     tau2_seed: int = 300         # tau2 simulation seed
     budgets: Budgets = field(default_factory=Budgets)
+    # called with the rollout so far before each policy turn; a non-empty return ends the episode with
+    # that stop_reason (orchestrator/serve.py: a request's dollar or turn budget, a client gone)
+    before_turn: Callable[[Rollout], str | None] | None = None
 
 
 def task_catalog(base: Catalog, task: Task) -> Catalog:
@@ -73,7 +76,12 @@ def take_turn(policy, messages: list[dict], tools: list[dict], index: int, catal
     """Ask the policy for turn `index` and record it on `rollout`: token ids, loss mask (every
     generated token; the trainer narrows it to the decisions `constraint` left), the decoding
     constraint itself, usage, the price of the orchestrator's own tokens.  Returns (turn, output,
-    parsed calls, parse errors), or None when the policy failed (`rollout.stop_reason` says why)."""
+    parsed calls, parse errors), or None when the policy failed or `config.before_turn` stopped the
+    episode (`rollout.stop_reason` says why)."""
+    stop = config.before_turn(rollout) if config.before_turn is not None else None
+    if stop:
+        rollout.stop_reason = stop
+        return None
     try:
         out = policy.act(messages, tools, temperature=config.temperature, max_tokens=config.max_tokens, **constraint)
     except Exception as exc:  # the policy's server gave up: end cleanly, keep what we have
