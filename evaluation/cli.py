@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 # whatever the number of trials (evaluation/tau2_metrics.py `trial_seeds`), so a record means the
 # same under any k; raising it on --resume runs only the new trials.
 NOT_COMPARED = ("git_commit", "tasks_loaded", "skipped", "malformed", "task_ids", "concurrency", "setting",
-                "num_trials")
+                "num_trials", "endpoints")   # endpoints: where each model is served (replicas move)
 RUN_LOG = "run.log"
 
 

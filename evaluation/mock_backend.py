@@ -9,7 +9,12 @@ answers is scripted from the request:
   reference from `answers` (question -> answer) inside `<answer>` tags;
 - the judge prompt: "True" when the reference appears in the graded answer, else "False";
 - tau2 (a user-simulator prompt, or domain tools): see `_tau2_user` / `_tau2_agent`.
-Questions in `fail` get HTTP 500; every reply waits `delay_s` first.
+Questions in `fail` get HTTP 500; every reply waits `delay_s` first.  With `search=True` the
+orchestrator calls `search` first (until the context holds documents) and the search expert's
+query is the question itself (the chaos tests' script: a retrieval call in every task).
+
+As a subprocess (a replica a test kills): `python -m evaluation.mock_backend --port P --answers
+answers.json [--search] [--delay S]`.
 
     with MockBackend(answers={...}, delay_s=1.0) as server:
         server.base_url   # http://127.0.0.1:PORT/v1
@@ -38,15 +43,17 @@ def _free_port() -> int:
 
 class MockBackend:
     def __init__(self, answers: dict[str, str] | None = None, delay_s: float = 0.0,
-                 fail: set[str] | None = None, wrong: set[str] | None = None):
+                 fail: set[str] | None = None, wrong: set[str] | None = None, search: bool = False,
+                 port: int | None = None):
         self.answers = answers or {}
         self.delay_s = delay_s
         self.fail = fail or set()
         self.wrong = wrong or set()       # questions the answer expert gets wrong
+        self.search = search
         self.requests = 0
         self.inflight = 0
         self.max_inflight = 0
-        self.port = _free_port()
+        self.port = port or _free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._lock = threading.Lock()
         self._server = None
@@ -66,6 +73,8 @@ class MockBackend:
         if "<scenario>" in str(body["messages"][0].get("content")):
             said = sum(m.get("role") == "assistant" for m in body["messages"])   # its own earlier messages
             message["content"] = self._tau2_user(text, said)
+        elif "answer" in names and self.search and "search" in names and "Documents:" not in text:
+            message["tool_calls"] = [self._call("search", {"model": "search-1"})]
         elif "answer" in names:
             name, alias = ("answer", "answer-1") if "Output:" in text else ("enhance_reasoning", "reasoner-2")
             message["tool_calls"] = [self._call(name, {"model": alias})]
@@ -79,7 +88,7 @@ class MockBackend:
             answer = self.answers.get(question, "I do not know") if question not in self.wrong else "no idea"
             message["content"] = f"The answer is <answer>{answer}</answer>"
         elif "<query></query>" in text:
-            message["content"] = "<query>the missing fact</query>"
+            message["content"] = f"<query>{question if self.search and question else 'the missing fact'}</query>"
         else:
             message["content"] = "```python\nprint(6 * 7)\n```"
         out = message.get("content") or json.dumps(message.get("tool_calls"))
@@ -167,10 +176,34 @@ class MockBackend:
         self.stop()
 
 
-def registry_yaml(base_url: str, names: list[str], max_retries: int = 0, price_model: str = "Qwen3-8B") -> str:
-    """A configs/models.yaml text sending every name in `names` to `base_url`."""
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(prog="python -m evaluation.mock_backend", description="the scripted mock as a server")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--answers", type=Path, required=True, help="JSON {question: answer}")
+    p.add_argument("--search", action="store_true", help="the orchestrator searches first (see the module docstring)")
+    p.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
+    args = p.parse_args(argv)
+    server = MockBackend(answers=json.loads(args.answers.read_text()), delay_s=args.delay, search=args.search,
+                         port=args.port).start()
+    print(f"serving at {server.base_url}", flush=True)
+    server._thread.join()
+    return 0
+
+
+def registry_yaml(base_url: str, names: list[str], max_retries: int = 0, price_model: str = "Qwen3-8B",
+                  **fields: float) -> str:
+    """A configs/models.yaml text sending every name in `names` to `base_url`; `fields` set more
+    entry fields (timeout_s, backoff_initial_s, ...)."""
+    settings = {"max_retries": max_retries, "timeout_s": 30, "price_model": price_model, **fields}
     lines = ["models:"]
     for name in names:
         lines += [f"  {name}:", "    backend: vllm", f"    model: {name}", f"    base_url: {base_url}",
-                  f"    max_retries: {max_retries}", "    timeout_s: 30", f"    price_model: {price_model}"]
+                  *(f"    {k}: {v}" for k, v in settings.items())]
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

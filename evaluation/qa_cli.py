@@ -25,6 +25,7 @@ from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, run_tasks
 from orchestrator.catalog import CatalogError, load_catalog
 from orchestrator.context import PromptError
 from orchestrator.gateway.errors import GatewayConfigError
+from orchestrator.resources import raise_nofile_limit
 from orchestrator.settings import ProfileError, QASettings
 
 DEFAULT_DATA = {"hle": "cais/hle", "frames": None, "gaia": None}
@@ -161,10 +162,12 @@ def resolve(args: argparse.Namespace, benchmark: str, catalog) -> tuple[bool, QA
     return embedded, settings, line
 
 
-def check_models(args: argparse.Namespace, catalog) -> None:
+def check_models(args: argparse.Namespace, catalog) -> dict[str, dict]:
     """Every model the run will call has its API key, or a server that answers, or fail now naming
-    it (orchestrator/gateway/preflight.py, the check training runs too)."""
+    it (orchestrator/gateway/preflight.py, the check training runs too).  Returns where each is
+    served, from the model registry alone (run_config.json's `endpoints`)."""
     from orchestrator.gateway.preflight import catalog_pairs, check_models as check, expert_roles
+    from orchestrator.gateway.registry import load_registry
 
     needed = {args.model: "--model"}
     if args.judge_model not in RULE_JUDGES:
@@ -174,6 +177,8 @@ def check_models(args: argparse.Namespace, catalog) -> None:
                                         lambda m: catalog.served_model(m, args.serve)).items():
             needed.setdefault(model, role)
     check(needed)
+    registry = load_registry()
+    return {model: registry.endpoint(model) for model in sorted(needed)}
 
 
 def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever, settings: QASettings) -> QASetup:
@@ -206,7 +211,7 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     if args.endpoint:
         use_endpoint(args, out_dir, price_model)
     check_serve(catalog, args.serve, args.tools)
-    check_models(args, catalog)
+    endpoints = check_models(args, catalog)
     data = args.data
     if embedded:
         data, args.index = embedded_world(out_dir, args.limit or EMBEDDED["tasks"], benchmark)
@@ -245,7 +250,8 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
         "judge_style": args.judge_style,
         "judge_prompt_sha256": content_hash(setup.judge.template), "concurrency": args.concurrency,
         "settings": settings.model_dump(mode="json"), "tasks_loaded": len(loaded.tasks),
-        "skipped": loaded.skipped, "malformed": [str(m) for m in loaded.malformed], **tool_config}
+        "skipped": loaded.skipped, "malformed": [str(m) for m in loaded.malformed], "endpoints": endpoints,
+        **tool_config}
     if benchmark == "hle":
         config["text_only"] = text_only
     if benchmark == "gaia":
@@ -273,6 +279,7 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
 
 def main(benchmark: str, argv: list[str] | None = None) -> int:
     args = build_parser(benchmark).parse_args(argv)
+    raise_nofile_limit()   # soft open-files limit up to the hard one; one line when it cannot
     try:
         return run(benchmark, args)
     except (CLIError, LoaderError, CatalogError, JudgeError, RunError, PromptError, GatewayConfigError,

@@ -23,6 +23,7 @@ from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, read_records,
 from orchestrator.catalog import CatalogError, load_catalog
 from orchestrator.episodes.tau2_common import rewrites
 from orchestrator.gateway.errors import GatewayConfigError
+from orchestrator.resources import raise_nofile_limit
 from orchestrator.settings import ProfileError, Tau2Settings
 
 
@@ -255,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    raise_nofile_limit()   # soft open-files limit up to the hard one; one line when it cannot
     try:
         if args.task_set and not args.rescore:
             raise CLIError("--task-set needs --rescore")

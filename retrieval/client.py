@@ -10,9 +10,12 @@
     cost = catalog.search_cost(hits.web_searches, hits.pages)   # web fallback fees, if any
 
 Endpoints file (the LLM gateway's format): {"retrieval": [{"base_url": "http://host:port"}]}.
-HTTP mode: per-request timeout, bounded retries with backoff on connection errors, 5xx and
-timeouts (tenacity), moving to the next replica and re-reading the file after a failure.
-A 4xx (bad request) is not retried: it raises RetrievalError with the server's message.
+HTTP mode: per-request timeout, bounded retries with backoff on connection errors, 5xx, 429,
+timeouts and 200 replies that are not JSON (tenacity), moving to the next replica and re-reading
+the file after a failure.  The retries are sized to ride out a restart of the service: up to
+`attempts` (20) tries within `retry_s` (120 s), waits doubling from 0.2 s to 5 s.  A 4xx (bad
+request) is not retried: it raises RetrievalError with the server's message.  Proxy variables
+of the environment (HTTP_PROXY, ALL_PROXY) are ignored: the URL given is where the call goes.
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ import os
 from pathlib import Path
 
 import httpx
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (RetryError, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay,
+                      wait_exponential)
 
 SERVICE_KEY = "retrieval"
 
@@ -51,7 +55,7 @@ class RetrievalClient:
     """Thread-safe. `retrieve(queries, topk) -> Retrieved`; see the module docstring."""
 
     def __init__(self, base_urls: list[str] | None = None, *, endpoints_file: str | Path | None = None,
-                 timeout_s: float = 30.0, attempts: int = 3):
+                 timeout_s: float = 30.0, attempts: int = 20, retry_s: float = 120.0):
         self._service = None
         self._static = list(base_urls or [])
         self._pool = None
@@ -60,8 +64,8 @@ class RetrievalClient:
             path = Path(endpoints_file or os.environ.get("TOOLORCHESTRA_ENDPOINTS", "endpoints.json"))
             self._pool = pool_for(path, [SERVICE_KEY])
         self._cursor = 0
-        self.timeout_s, self.attempts = timeout_s, attempts
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
+        self.timeout_s, self.attempts, self.retry_s = timeout_s, attempts, retry_s
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)), trust_env=False)
 
     @classmethod
     def in_process(cls, index_dir: str | Path, method: str | None = None, eid_file: str | Path | None = None,
@@ -88,13 +92,13 @@ class RetrievalClient:
         body = {"queries": list(queries), "topk": topk, "return_scores": True}
         body.update({k: v for k, v in (("eid", eid), ("min_score", min_score), ("min_length", min_length)) if v is not None})
         try:
-            for attempt in Retrying(stop=stop_after_attempt(self.attempts), reraise=False,
-                                    wait=wait_exponential(multiplier=0.2, max=2.0),
+            for attempt in Retrying(stop=stop_after_attempt(self.attempts) | stop_after_delay(self.retry_s),
+                                    reraise=False, wait=wait_exponential(multiplier=0.2, max=5.0),
                                     retry=retry_if_exception_type(_Transient)):
                 with attempt:
                     data = self._post(body)
         except RetryError as err:
-            raise RetrievalError(f"retrieval failed after {self.attempts} attempts: "
+            raise RetrievalError(f"retrieval failed after {err.last_attempt.attempt_number} attempts: "
                                  f"{err.last_attempt.exception()}") from None
         usage = data.get("usage") or {}
         return Retrieved(data["result"], usage.get("web_searches", 0), usage.get("pages", 0))
@@ -137,7 +141,12 @@ class RetrievalClient:
             except ValueError:
                 message = resp.text
             raise RetrievalRejected(f"{url} rejected the request (HTTP {resp.status_code}): {message[:500]}")
-        return resp.json()
+        try:
+            return resp.json()
+        except ValueError:   # a proxy's HTML page, a body cut short: another attempt may succeed
+            self._failed(url)
+            raise _Transient(f"{url}: HTTP {resp.status_code} reply is not JSON (Content-Type "
+                             f"{resp.headers.get('content-type', 'none')}): {resp.text[:80]!r}") from None
 
     def _failed(self, url: str) -> None:
         if self._pool is not None:

@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(dump_yaml(cfg), end="")
         return 0
+    from orchestrator.resources import raise_nofile_limit
+
+    raise_nofile_limit()   # soft open-files limit up to the hard one; one line when it cannot
     try:
         run(cfg)
     except (ConfigError, ckpt.CheckpointError, FileNotFoundError, ValueError, FailClosed) as exc:

@@ -32,6 +32,11 @@ Backend = Literal["openai", "azure", "vllm", "transformers", "anthropic"]
 # (a daily quota: hours) fails the call at once instead of sleeping through the run.
 DEFAULT_DEADLINE_S = 1800.0
 
+# Where a provider entry without `base_url` sends its calls (the backends read these).  Nothing in
+# the environment changes them: OPENAI_BASE_URL, OPENAI_API_BASE, ANTHROPIC_BASE_URL and proxy
+# variables are ignored, so the registry alone decides where a call goes.
+PROVIDER_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+
 # Where each backend reads its key when the entry names no `api_key_env`.
 _DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY",
                     "anthropic": "ANTHROPIC_API_KEY"}
@@ -116,6 +121,22 @@ class Registry(BaseModel):
                 f"To add it, add an entry under 'models:' in that file, e.g. "
                 f"`{name}: {{backend: vllm, model: <served id>}}` (backends: openai, azure, vllm, "
                 f"transformers, anthropic; see docs/gateway.md)") from None
+
+
+    def endpoint(self, name: str) -> dict[str, Any]:
+        """Where calls to `name` go, as the gateway resolves them now (run configs record it):
+        {backend, base_url} / {backend, endpoints_file, replicas} / {backend, path}."""
+        entry = self.entry(name)
+        if entry.backend == "transformers":
+            return {"backend": entry.backend, "path": entry.path}
+        if entry.base_url or entry.backend in PROVIDER_URLS:
+            return {"backend": entry.backend, "base_url": entry.base_url or PROVIDER_URLS[entry.backend]}
+        from orchestrator.gateway.endpoints import read_endpoints
+
+        path = entry.endpoints_path()
+        pools = read_endpoints(path)
+        replicas = pools.get(name) or pools.get(entry.model or name) or []
+        return {"backend": entry.backend, "endpoints_file": str(path), "replicas": [r.base_url for r in replicas]}
 
 
 def _location(loc: tuple) -> str:

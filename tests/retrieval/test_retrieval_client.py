@@ -121,3 +121,25 @@ def test_server_cli_explains_a_missing_index(tmp_path, capsys):
     from retrieval.server import main
     assert main(["--index", str(tmp_path / "nope")]) == 2
     assert "no meta.json" in capsys.readouterr().err
+
+
+def test_replies_that_are_not_json_are_retried_and_proxy_variables_are_ignored(server_url, monkeypatch):
+    """A 200 whose body is cut short or is an HTML page is a failed attempt, retried (before: a bare
+    JSONDecodeError); HTTP(S)_PROXY / ALL_PROXY pointing at a dead port change nothing (before: httpx
+    honoured them and every search went to the proxy)."""
+    from orchestrator.faults import FaultPlan, FaultProxy
+
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "all_proxy"):
+        monkeypatch.setenv(var, dead_url())
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with FaultProxy(server_url, FaultPlan(rate=1.0, kinds=("truncated",))) as broken:
+        with pytest.raises(RetrievalError, match=r"failed after 2 attempts: .*reply is not JSON \(Content-Type "
+                                                 r"application/json\)"):
+            RetrievalClient([broken.url], attempts=2).retrieve(["Great Wall of China"], topk=1)
+    faults = iter(["html", "truncated"])
+    with FaultProxy(server_url, FaultPlan(rate=0.0)) as proxy:
+        proxy.plan = type("Two", (), {"fault": lambda self, i: next(faults, None), "methods": ("POST",)})()
+        hits = RetrievalClient([proxy.url], attempts=3).retrieve(["Great Wall of China"], topk=1)
+    assert hits[0][0]["document"]["id"] == "2"
+    assert [(e.fault, e.status) for e in proxy.log] == [("html", 200), ("truncated", 200), (None, 200)]

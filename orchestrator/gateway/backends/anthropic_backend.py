@@ -15,11 +15,11 @@ import anthropic
 
 from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, parse_reply, read_key,
                                                  sdk_attempt_error)
-from orchestrator.gateway.registry import ModelEntry
+from orchestrator.gateway.registry import PROVIDER_URLS, ModelEntry
 from orchestrator.gateway.retry import AttemptError, http_client
 from orchestrator.records import ToolCall, Usage
 
-ANTHROPIC_DEFAULT_URL = "https://api.anthropic.com"
+ANTHROPIC_DEFAULT_URL = PROVIDER_URLS["anthropic"]
 _clients: dict[tuple, anthropic.Anthropic] = {}
 _clients_lock = threading.Lock()
 

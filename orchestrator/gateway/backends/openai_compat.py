@@ -18,12 +18,12 @@ from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, p
                                                  sdk_attempt_error)
 from orchestrator.gateway.endpoints import pool_for
 from orchestrator.gateway.errors import GatewayConfigError
-from orchestrator.gateway.registry import ModelEntry
+from orchestrator.gateway.registry import PROVIDER_URLS, ModelEntry
 from orchestrator.gateway.retry import AttemptError, attempt_deadline, http_client
 from orchestrator.records import ToolCall, Usage
 
 log = logging.getLogger("toolorchestra.gateway")
-OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
+OPENAI_DEFAULT_URL = PROVIDER_URLS["openai"]
 
 # One client per (backend, url, key): keeps HTTP connections alive across calls.
 _clients: dict[tuple, openai.OpenAI] = {}
