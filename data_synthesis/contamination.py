@@ -88,6 +88,34 @@ def check_not_eval(rows: list[Mapping], source: str, sets: Mapping[str, set[str]
                      "--allow-eval-overlap if you really mean it")
 
 
+def tau2_bench_sets() -> dict[str, set[str]]:
+    """{"tau2-airline"|"tau2-retail"|"tau2-telecom": hashes of each task's `reason_for_call`}, read from
+    the installed `tau2` package's task files (tau2-Bench is an evaluation set here); {} without it.
+    Only `reason_for_call` is hashed: tau2's `task_instructions` are often generic persona lines
+    ("You are detail-oriented ...") that a training task may share without copying the task."""
+    try:
+        from tau2.utils import DATA_DIR
+    except Exception:  # tau2 not installed, or its deps missing
+        return {}
+    import json
+
+    out = {}
+    for domain in ("airline", "retail", "telecom"):
+        path = Path(DATA_DIR) / "tau2" / "domains" / domain / "tasks.json"
+        if path.is_file():
+            texts = (((t.get("user_scenario") or {}).get("instructions") or {}) for t in json.loads(path.read_text()))
+            out[f"tau2-{domain}"] = {question_hash(i["reason_for_call"]) for i in texts
+                                     if isinstance(i, dict) and i.get("reason_for_call")}
+    return out
+
+
+def task_overlap(texts: Iterable[str], sets: Mapping[str, set[str]]) -> str | None:
+    """The first evaluation set holding any of `texts` (a task's reason for calling, its
+    instructions), or None."""
+    hashes = {question_hash(t) for t in texts if t}
+    return next((name for name, known in sorted(sets.items()) if hashes & known), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m data_synthesis.contamination", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)

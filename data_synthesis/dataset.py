@@ -3,6 +3,11 @@
     python -m data_synthesis.dataset --tau2 out/school out/bank --qa data/my_qa.jsonl \
         --out data/train --seed 0 [--per-item 2] [--limit-qa 200] [--price-jitter 2]
 
+`--toolscale PATH_OR_HUB_ID --toolscale-domains DIR` adds NVIDIA's released ToolScale tasks
+(data_synthesis/toolscale.py): each record checked, its gold actions replayed on its domain's
+database, evaluation-set overlaps dropped; OUT/domains/<domain>/ gets the tau2 domain folders,
+OUT/summary.json the kept / rejected counts per domain and reason.
+
 QA files whose questions overlap an evaluation benchmark it knows (FRAMES; HLE once added,
 data_synthesis/contamination.py) are refused, naming the benchmark and the records;
 `--eval-set NAME=FILE` adds a benchmark for this run, `--allow-eval-overlap` lets them through.
@@ -96,11 +101,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tau2", nargs="*", default=[], metavar="DIR", help="domain folders with tasks.json")
     p.add_argument("--qa", nargs="*", default=[], metavar="FILE",
                    help="QA JSONL {id, question, answer} (not an evaluation benchmark: checked, see --eval-set)")
+    p.add_argument("--toolscale", default=None, metavar="PATH_OR_HUB_ID",
+                   help="ToolScale tau2 tasks: a .parquet/.jsonl/.json file, a folder of them (a hub snapshot), "
+                        "or a Hugging Face dataset id (nvidia/ToolScale)")
+    p.add_argument("--toolscale-domains", default=None, metavar="DIR",
+                   help="(--toolscale) folder of domain folders <domain>/{db.json, policy.md[, tools.py]}, "
+                        "e.g. ../shared/benchmarks/toolscale/domains")
+    p.add_argument("--toolscale-split", default="train", help="(--toolscale hub id) the split to read")
+    p.add_argument("--skip-unknown-domains", action="store_true",
+                   help="(--toolscale) count and skip records whose domain has no folder, instead of stopping")
     p.add_argument("--eval-set", action="append", default=[], metavar="NAME=FILE",
                    help="another evaluation benchmark the QA files must not overlap (hle=FILE, frames=FILE, or "
                         "NAME=JSONL of {id, question}); the shipped hashes (data_synthesis/eval_sets) always count")
     p.add_argument("--allow-eval-overlap", action="store_true",
-                   help="keep QA questions that are in an evaluation benchmark (their scores then mean little)")
+                   help="keep QA questions and ToolScale tasks that are in an evaluation benchmark "
+                        "(their scores then mean little)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--per-item", type=int, default=1, help="randomised examples per task/question")
@@ -108,8 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--price-jitter", type=float, default=2.0, help="price factor range [1/j, j] (1 = none)")
     p.add_argument("--catalog", default=None, help="tools.json (default: the repository's)")
     args = p.parse_args(argv)
-    if not args.tau2 and not args.qa:
-        p.error("give at least one --tau2 DIR or --qa FILE")
+    if not args.tau2 and not args.qa and not args.toolscale:
+        p.error("give at least one --tau2 DIR, --qa FILE or --toolscale PATH_OR_HUB_ID")
+    if args.toolscale and not args.toolscale_domains:
+        p.error("--toolscale needs --toolscale-domains DIR (the domain folders: db.json, policy.md[, tools.py]), "
+                "e.g. ../shared/benchmarks/toolscale/domains")
     try:
         eval_sets = {} if args.allow_eval_overlap else {**shipped_sets(), **parse_eval_sets(args.eval_set)}
         catalog = load_catalog(args.catalog)
@@ -120,17 +138,67 @@ def main(argv: list[str] | None = None) -> int:
             # relative to the output folder, so the dataset and its domains move together
             rel = os.path.relpath(Path(d).resolve(), Path(args.out).resolve())
             examples += tau2_examples(dom.tasks, dom.name, catalog, args.seed, cfg, rel, args.per_item, d)
+        if args.toolscale:
+            examples += toolscale_examples(args, catalog, cfg, eval_sets)
         for f in args.qa:
             rows = load_qa(f)[: args.limit_qa]
             check_not_eval(rows, f"--qa {f}", eval_sets)
             examples += qa_examples(rows, Path(f).stem, catalog, args.seed, cfg, args.per_item, f)
         counts = write_dataset(examples, Path(args.out), "ToolOrchestra training examples",
                                "python -m data_synthesis.dataset " + " ".join(argv if argv is not None else sys.argv[1:]))
-    except (ValueError, SchemaError, CatalogError) as exc:
+    except (ValueError, SchemaError, CatalogError) as exc:   # ToolScaleError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {counts['total']} examples to {args.out} ({counts['by_kind']})")
     return 0
+
+
+def toolscale_examples(args: argparse.Namespace, catalog, cfg, eval_sets: dict[str, set[str]]) -> list:
+    """The ToolScale records of `args.toolscale` that pass, as training examples; writes
+    OUT/domains/<domain>/ and OUT/summary.json and prints the kept / rejected table."""
+    from rich.console import Console
+    from tqdm import tqdm
+
+    from data_synthesis.contamination import tau2_bench_sets
+    from data_synthesis.examples import tau2_examples
+    from data_synthesis.offline import dump_json
+    from data_synthesis.toolscale import check_records, convert, load_records
+
+    out = Path(args.out)
+    records = load_records(args.toolscale, args.toolscale_split)
+    if not records:
+        raise ValueError(f"--toolscale {args.toolscale}: no records read")
+    check_records(records, args.toolscale, Path(args.toolscale_domains), args.skip_unknown_domains)  # before the bar
+    sets = {} if args.allow_eval_overlap else {**eval_sets, **tau2_bench_sets()}
+    with tqdm(total=len(records), desc="toolscale records", unit="record", file=sys.stderr) as bar:
+        conv = convert(records, args.toolscale, Path(args.toolscale_domains), out, sets,
+                       args.skip_unknown_domains, progress=bar.update)
+    summary = {"source": args.toolscale, "domains_dir": args.toolscale_domains,
+               "eval_sets": sorted(sets), **conv.summary()}
+    atomic_write(out / "summary.json", dump_json({"toolscale": summary}))
+    Console(stderr=True).print(toolscale_table(summary))
+    if not summary["kept"]:
+        raise ValueError(f"--toolscale {args.toolscale}: all {summary['records']} records were rejected; "
+                         f"reasons per domain in {out / 'summary.json'}")
+    examples = []
+    for name, tasks in conv.tasks.items():
+        examples += tau2_examples(tasks, name, catalog, args.seed, cfg, f"domains/{name}", args.per_item,
+                                  f"toolscale:{args.toolscale}")
+    return examples
+
+
+def toolscale_table(summary: dict):
+    from rich.table import Table
+
+    table = Table(title=f"ToolScale {summary['source']}: {summary['kept']} of {summary['records']} records kept")
+    for col, justify in (("domain", "left"), ("records", "right"), ("kept", "right"), ("rejected", "right"),
+                         ("toolkit", "left")):
+        table.add_column(col, justify=justify)
+    for name, d in summary["domains"].items():
+        table.add_row(name, str(d["generated"]), str(d["kept"]), str(d["generated"] - d["kept"]), d["toolkit"] or "")
+        for reason, n in d["dropped"].items():
+            table.add_row(f"  {reason}", "", "", str(n), "")
+    return table
 
 
 if __name__ == "__main__":

@@ -108,6 +108,11 @@ def task_shape_reason(task: dict, tool_names: set[str]) -> str | None:
     return None
 
 
+def reason_head(reason: str) -> str:
+    """A reason with its quoted values and ids replaced by "…", so that the table groups alike reasons."""
+    return re.sub(r"'[^']*'|\"[^\"]*\"|\b[A-Z0-9_-]*\d[A-Z0-9_-]*\b", "…", reason)[:120]
+
+
 class Tally:
     """Counts of generated / kept / dropped-by-reason, for the summary table."""
 
@@ -116,10 +121,11 @@ class Tally:
         self.kept = 0
         self.dropped: Counter[str] = Counter()
 
-    def drop(self, reason: str) -> None:
-        # Group reasons by their stable head so the table stays short.
-        head = re.sub(r"'[^']*'|\"[^\"]*\"|\b[A-Z0-9_-]*\d[A-Z0-9_-]*\b", "…", reason)
-        self.dropped[head[:120]] += 1
+    def drop(self, reason: str) -> str:
+        """Count `reason` under its head (reason_head); return the head."""
+        head = reason_head(reason)
+        self.dropped[head] += 1
+        return head
 
     def as_dict(self) -> dict:
         return {"generated": self.generated, "kept": self.kept,
