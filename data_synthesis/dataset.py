@@ -138,12 +138,12 @@ def main(argv: list[str] | None = None) -> int:
             # relative to the output folder, so the dataset and its domains move together
             rel = os.path.relpath(Path(d).resolve(), Path(args.out).resolve())
             examples += tau2_examples(dom.tasks, dom.name, catalog, args.seed, cfg, rel, args.per_item, d)
-        if args.toolscale:
-            examples += toolscale_examples(args, catalog, cfg, eval_sets)
         for f in args.qa:
             rows = load_qa(f)[: args.limit_qa]
             check_not_eval(rows, f"--qa {f}", eval_sets)
             examples += qa_examples(rows, Path(f).stem, catalog, args.seed, cfg, args.per_item, f)
+        if args.toolscale:   # last: it writes OUT/domains and OUT/summary.json, after the QA files passed
+            examples += toolscale_examples(args, catalog, cfg, eval_sets)
         counts = write_dataset(examples, Path(args.out), "ToolOrchestra training examples",
                                "python -m data_synthesis.dataset " + " ".join(argv if argv is not None else sys.argv[1:]))
     except (ValueError, SchemaError, CatalogError) as exc:   # ToolScaleError is a ValueError

@@ -230,7 +230,7 @@ def prepare_domain(src: Path, out: Path) -> DomainEnv:
         toolkit = f"{src / 'tools.py'}"
     else:
         write_environment(resolve_source(src), out)
-        toolkit = "generic toolkit derived from db.json (no tools.py in the domain folder)"
+        toolkit = "generic toolkit derived from db.json (no tools.py)"
     return DomainEnv(src.name, out, load_domain(out), toolkit)
 
 
@@ -315,6 +315,8 @@ def _verdict(conv: Conversion, rec: dict, rid: str, name: str, seen: set, known:
         return "unknown domain (no folder in --toolscale-domains)", None
     if (name, rid) in seen:
         return "duplicate record id", None
+    if rec.get("initial_state"):   # tau2 would apply it before the agent; our replay starts from db.json
+        return "initial_state is set (replay starts from db.json as is; the release has none)", None
     instr = rec["user_scenario"]["instructions"]
     hit = task_overlap([instr["reason_for_call"], instr["task_instructions"]], eval_sets)
     if hit:   # the set's name unquoted: the summary groups reasons with their quoted parts blanked

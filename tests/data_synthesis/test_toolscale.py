@@ -127,7 +127,10 @@ def run(argv: list[str], capsys) -> tuple[int, str]:
 
 
 def test_own_domain_keeps_good_records_rejects_the_rest_and_trains(shop, tmp_path, capsys):
-    src = write_jsonl(tmp_path / "toolscale.jsonl", shop_records())
+    staged = record("6", "shop", "You want order o1 again.", [("get_order_details", {"order_id": "o1"})])
+    staged["initial_state"] = {"initialization_actions": [{"env_type": "assistant", "func_name": "cancel_order",
+                                                           "arguments": {"order_id": "o1", "reason": "x"}}]}
+    src = write_jsonl(tmp_path / "toolscale.jsonl", shop_records() + [staged])
     bench = write_jsonl(tmp_path / "bench.jsonl", [{"id": "b1", "answer": "Po", "question": shop_records()[3]["user_scenario"]
                                                     ["instructions"]["reason_for_call"].upper()}])
     out = tmp_path / "out"
@@ -136,12 +139,13 @@ def test_own_domain_keeps_good_records_rejects_the_rest_and_trains(shop, tmp_pat
     assert code == 0, err
     summary = json.loads((out / "summary.json").read_text())["toolscale"]
     shop_sum = summary["domains"]["shop"]
-    assert (summary["records"], summary["kept"], summary["rejected"]) == (5, 2, 3)
+    assert (summary["records"], summary["kept"], summary["rejected"]) == (6, 2, 4)
     assert shop_sum["toolkit"].endswith("shop/tools.py")
     assert shop_sum["dropped"] == {
         "gold action … cancel_order failed: ValueError: Order is delivered, only pending orders can be cancelled": 1,
         "in evaluation set mybench": 1,
-        "gold actions call unknown tools […]": 1}
+        "gold actions call unknown tools […]": 1,
+        "initial_state is set (replay starts from db.json as is; the release has none)": 1}
     assert shop_sum["rejected_ids"]["in evaluation set mybench"] == ["4"]
     assert "mybench" in summary["eval_sets"] and "frames" in summary["eval_sets"]
     # the tau2 domain folder: the source's files and the kept tasks, valid for tau2 itself
@@ -162,7 +166,7 @@ def test_own_domain_keeps_good_records_rejects_the_rest_and_trains(shop, tmp_pat
     assert [t.kind for t in loaded] == ["tau2", "tau2"]
     assert loaded[1].metadata["domain_dir"] == str(dom.resolve())
     assert loaded[1].metadata["tau2_task"]["evaluation_criteria"]["actions"][1]["name"] == "cancel_order"
-    assert "cancel_order" in err and "2 of 5" in err   # the printed table
+    assert "cancel_order" in err and "2 of 6" in err   # the printed table
 
 
 def test_without_the_eval_set_the_overlapping_record_is_kept_and_allow_overlap_keeps_a_frames_copy(
