@@ -14,6 +14,9 @@ was at hand when this was written); add it, or any other benchmark, with
     python -m data_synthesis.contamination add hle cais/hle        # a local file or a HF id
     python -m data_synthesis.dataset ... --eval-set hle=path/to/hle.jsonl   # per run, not stored
 
+ToolScale tasks (`dataset --toolscale`) are checked per record against the same sets plus
+tau2-Bench's own tasks (`tau2_bench_sets`, from the installed tau2 package); a hit drops the record.
+
 Normalisation: case-folded, every run of non-alphanumeric characters one space, stripped,
 so a question that differs only in case, punctuation or spacing still matches.
 """

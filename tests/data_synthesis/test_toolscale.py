@@ -276,6 +276,8 @@ def test_parquet_padding_and_timestamps_are_undone_and_the_hub_path_reads_the_sa
     from_folder = load_records(str(tmp_path / "snapshot"))
     assert [a["arguments"] for r in from_folder for a in r["evaluation_criteria"]["actions"]] == \
         [a["arguments"] for r in rows for a in r["evaluation_criteria"]["actions"]]
+    (tmp_path / "tasks.json").write_text(json.dumps(rows))            # tau2's tasks.json: a list, as written
+    assert load_records(str(tmp_path / "tasks.json")) == rows
     assert arrow_row({"evaluation_criteria": {"actions": [{"arguments": {
         "start_date": dt.datetime(2025, 8, 1), "at": dt.datetime(2025, 8, 1, 9, 30), "x": None}}]}}) == \
         {"evaluation_criteria": {"actions": [{"arguments": {"start_date": "2025-08-01", "at": "2025-08-01T09:30:00"}}]}}
