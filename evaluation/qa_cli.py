@@ -263,6 +263,8 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
         stats = run_tasks(loaded.tasks, lambda task: solve(setup, task), results,
                           concurrency=args.concurrency, progress=not args.no_progress, desc=benchmark,
                           stop_when=ErrorStreak(args.stop_after_errors).observe)
+    if retriever is not None:   # its connections (an in-process caller may run many evaluations)
+        retriever.close()
     print(f"{stats.ok + stats.errors} tasks run in {stats.wall_s:.1f} s ({stats.skipped_done} already done): "
           f"{stats.correct} correct, {stats.ok - stats.correct} wrong, {stats.errors} errors -> {results.path}")
     if stats.stopped:
