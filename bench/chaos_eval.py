@@ -102,7 +102,7 @@ def run_eval(folder: Path, out: Path, llm_urls: list[str], retriever: str, concu
 
 
 def one_run(folder: Path, name: str, *, concurrency: int, replicas: int, plan: FaultPlan,
-            restarts_at: list[int] = (), kill_replica: tuple[float, float] | None = None,
+            restarts_at: list[int] = (), restart_times: list[float] = (), kill_replica: tuple[float, float] | None = None,
             sampler: ResourceSampler | None = None, delay_s: float = 0.0, repeat: int = 1,
             limit: int | None = None) -> dict:
     """One evaluation with its servers and proxies; returns records, logs and timings.  `repeat`:
@@ -130,10 +130,11 @@ def one_run(folder: Path, name: str, *, concurrency: int, replicas: int, plan: F
         r_proxy = stack.enter_context(FaultProxy(
             f"http://127.0.0.1:{port}", FaultPlan(**{**plan.__dict__, "seed": plan.seed + 100}),
             at_request={i: retrieval.restart for i in restarts_at}, log_path=logs / "retrieval-faults.jsonl"))
-        schedule = None
+        actions = [(t, retrieval.restart) for t in restart_times]
         if kill_replica:
             at, down = kill_replica
-            schedule = Schedule([(at, mocks[0].kill), (at + down, mocks[0].start)]).start()
+            actions += [(at, mocks[0].kill), (at + down, mocks[0].start)]
+        schedule = Schedule(actions).start() if actions else None
         if sampler:
             sampler.mark(f"{name} start")
         walls = []
@@ -265,15 +266,15 @@ def main(argv: list[str] | None = None) -> int:
         sampler = ResourceSampler(interval_s=1.0).start()
         clean = one_run(folder, "clean", concurrency=args.concurrency, replicas=args.replicas,
                         plan=FaultPlan(rate=0.0), sampler=sampler, delay_s=args.delay)
-        # restarts spread over the run's searches (one per task)
-        restarts = [int(args.tasks * (k + 1) / (args.restarts + 1)) for k in range(args.restarts)]
+        # restarts spread over the clean run's wall time
+        restarts = [round(clean["wall_s"] * (k + 1) / (args.restarts + 1), 1) for k in range(args.restarts)]
         kill = (args.kill_at_s, args.kill_replica_s) if args.kill_replica_s > 0 and args.replicas > 1 else None
         chaos = one_run(folder, "chaos", concurrency=args.concurrency, replicas=args.replicas, plan=plan,
-                        restarts_at=restarts, kill_replica=kill, sampler=sampler, delay_s=args.delay)
+                        restart_times=restarts, kill_replica=kill, sampler=sampler, delay_s=args.delay)
         sampler.stop()
         result = compare(clean, chaos)
         print(f"{args.tasks} tasks, concurrency {args.concurrency}, {args.replicas} replica(s), rate {args.rate:g} "
-              f"(seed {args.seed}), reply delay {args.delay:g} s, retrieval restarted at search requests {restarts}, "
+              f"(seed {args.seed}), reply delay {args.delay:g} s, retrieval restarted at {restarts} s, "
               f"replica 0 killed: {kill or 'no'}")
         print(json.dumps({k: v for k, v in result.items()}, indent=1, default=str))
         print("retrieval server:", [e for _, e in chaos["retrieval_events"]])

@@ -100,7 +100,7 @@ class MockBackend:
                                   "finish_reason": "tool_calls" if body.get("tools") else "stop"}]}
 
     def _call(self, name: str, arguments: dict) -> dict:
-        return {"id": f"call_{self.requests}", "type": "function",
+        return {"id": f"call_{self.requests:08d}", "type": "function",   # fixed length: usage does not grow with retries
                 "function": {"name": name, "arguments": json.dumps(arguments)}}
 
     # tau2 script: the user asks and stops when offered "anything else" (or after its

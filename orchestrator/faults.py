@@ -366,8 +366,14 @@ class ServerProcess:
     ready_timeout_s: float = 180.0
     proc: subprocess.Popen | None = None
     events: list[tuple[float, str]] = field(default_factory=list)   # (time.time(), what)
+    # one kill / start / restart at a time: two scheduled restarts that meet run one after the other
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     def start(self) -> "ServerProcess":
+        with self._lock:
+            return self._start()
+
+    def _start(self) -> "ServerProcess":
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd,
@@ -389,6 +395,10 @@ class ServerProcess:
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal the server (SIGKILL: a node lost; SIGTERM: a clean stop) and wait for it."""
+        with self._lock:
+            self._kill(sig)
+
+    def _kill(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -399,9 +409,10 @@ class ServerProcess:
             self.events.append((time.time(), f"killed ({signal.Signals(sig).name})"))
 
     def restart(self, down_s: float = 0.0, sig: int = signal.SIGKILL) -> None:
-        self.kill(sig)
-        time.sleep(down_s)
-        self.start()
+        with self._lock:
+            self._kill(sig)
+            time.sleep(down_s)
+            self._start()
 
     @property
     def alive(self) -> bool:

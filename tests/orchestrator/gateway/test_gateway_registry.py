@@ -141,8 +141,10 @@ def test_pool_prefers_first_key_and_cools_down_failed_replicas(tmp_path):
     assert [pool.next() for _ in range(3)] == ["http://a/v1", "http://b/v1", "http://a/v1"]
     pool.mark_failed("http://a/v1")
     assert [pool.next() for _ in range(2)] == ["http://b/v1", "http://b/v1"]
-    pool.mark_failed("http://b/v1")          # every replica failed: try them anyway, in turn
-    assert {pool.next(), pool.next()} == {"http://a/v1", "http://b/v1"}
+    pool.mark_failed("http://b/v1")          # every replica failed: the one that failed longest ago
+    assert [pool.next(), pool.next()] == ["http://a/v1", "http://a/v1"]
+    pool.mark_failed("http://a/v1")          # a dead replica fails each time: the other one is tried
+    assert [pool.next(), pool.next()] == ["http://b/v1", "http://b/v1"]
     assert EndpointPool(f, ["missing", "served"]).next() == "http://z/v1"
 
 
