@@ -24,6 +24,7 @@ from orchestrator.serve import Background, ServeLimits, build, build_parser, cre
 REPO = Path(__file__).resolve().parents[2]
 QUESTION, ANSWER = "Which city hosts the Louvre?", "Paris"
 ENDLESS = "Keep thinking about the meaning of life."   # the scripted orchestrator never answers it
+FAILING = "What does the broken server say?"          # the backend answers HTTP 500
 
 
 class ScriptedBackend(MockBackend):
@@ -48,7 +49,7 @@ class ScriptedBackend(MockBackend):
 
 @pytest.fixture(scope="module")
 def backend():
-    with ScriptedBackend(answers={QUESTION: ANSWER, ENDLESS: "42"}) as server:
+    with ScriptedBackend(answers={QUESTION: ANSWER, ENDLESS: "42", FAILING: "-"}, fail={FAILING}) as server:
         yield server
 
 
@@ -281,6 +282,18 @@ def test_a_request_past_its_deadline_gets_504_and_its_episode_stops(served, back
         wait_for(lambda: health(srv)["running"] == 0)
         assert health(srv)["finished"] == {"deadline": 2}
     backend.delay_s = 0.0
+
+
+def test_a_failed_episode_is_a_502_with_what_it_spent(server):
+    with pytest.raises(openai.APIStatusError) as caught:
+        ask(server, question=FAILING)
+    assert caught.value.status_code == 502
+    assert caught.value.body["message"].startswith("orchestrator: error: policy: ")
+    assert caught.value.response.json()["orchestra"]["turns"] == 0
+    with pytest.raises(openai.APIError, match="orchestrator: error: policy: "):
+        list(ask(server, question=FAILING, stream=True))
+    assert health(server)["finished"] == {"error": 2}
+    assert ask(server).choices[0].message.content == ANSWER
 
 
 def test_bad_flags_are_one_line_errors(capsys, served):
