@@ -130,21 +130,42 @@ def save_checkpoint(root: str | Path, step: int, model, tokenizer, state: dict[s
     return final
 
 
-_TEMP_RE = re.compile(r"^\.step-\d+\.tmp-(\d+)$")
+_TEMP_RE = re.compile(r"^\.step-(\d+)\.(tmp|old)-(\d+)$")
+
+
+def _dead_saves(root: str | Path):
+    """(path, step, kind) of the `.step-<step>.<tmp|old>-<pid>` folders under `root` whose
+    writer is no live process on this host (a live one may be another trainer saving there)."""
+    for path in sorted(Path(root).glob(".step-*")) if Path(root).is_dir() else []:
+        match = _TEMP_RE.match(path.name)
+        if match and path.is_dir() and not _pid_alive(int(match.group(3))):
+            yield path, int(match.group(1)), match.group(2)
+
+
+def recover_interrupted_saves(root: str | Path) -> list[Path]:
+    """Put back the checkpoints a re-save was killed in the middle of moving; return them.
+
+    A re-save of step N (SIGTERM right after its periodic save) renames `step-N` to
+    `.step-N.old-<pid>`, then its new folder to `step-N`: killed between the two renames, no
+    folder has the name, and `run.resume: auto` would go back to an older checkpoint (or
+    start over, with `keep_checkpoints: 1`).  Called at start-up, before `remove_stale_temps`."""
+    root, restored = Path(root), []
+    for path, step, kind in list(_dead_saves(root)):
+        final = root / f"step-{step:08d}"
+        if kind == "old" and (path / MANIFEST).exists() and not final.exists():
+            path.rename(final)
+            restored.append(final)
+    return restored
 
 
 def remove_stale_temps(root: str | Path) -> list[Path]:
-    """Delete `.step-*.tmp-<pid>` folders a killed save left under `root`; return them.
+    """Delete the `.step-*.tmp-<pid>` (and re-saves' `.step-*.old-<pid>`) folders a killed
+    save left under `root`; return them.
 
     Called once at start-up, before this run saves anything. A folder whose pid is a live
     process on this host is kept (another trainer may be writing it into the same folder)."""
     removed = []
-    for path in sorted(Path(root).glob(".step-*.tmp-*")) if Path(root).is_dir() else []:
-        match = _TEMP_RE.match(path.name)
-        if match is None or not path.is_dir():
-            continue
-        if _pid_alive(int(match.group(1))):
-            continue
+    for path, _, _ in list(_dead_saves(root)):
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed

@@ -232,6 +232,9 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
         check_device(cfg.run.device)
     run_dir = Path(cfg.run.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    for restored in ckpt.recover_interrupted_saves(run_dir / "checkpoints"):
+        print(f"restored {restored}: a re-save of it was killed between moving it aside and replacing it",
+              file=sys.stderr)
     for stale in ckpt.remove_stale_temps(run_dir / "checkpoints"):
         print(f"removed {stale}: the temporary folder of a save that was killed", file=sys.stderr)
     if cfg.run.threads:
