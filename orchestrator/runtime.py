@@ -7,7 +7,8 @@
 
 The expert is reached through the one LLM gateway; the alias's model (e.g. GPT-5)
 is served by `catalog.served_model(model, profile)` (e.g. the local SmolLM2) but
-priced as the alias's model, so a local run reports what the paper's tools would cost.
+priced as the alias's model, so a local run reports what the paper's tools would cost;
+a served model with its own price row (the open profile's gpt-oss for GPT-5) is priced as itself.
 """
 from __future__ import annotations
 
@@ -169,14 +170,18 @@ class ToolRuntime:
     def ask(self, call: ExpertCall, messages: list[dict], catalog: Catalog, kind: str = "qa",
             **kwargs) -> LLMResponse:
         """One expert call for `call.model`, with that expert's settings in `kind` episodes; its
-        usage and dollars added to `call`."""
+        usage and dollars added to `call`.  Charged at the served model's own price when it has
+        one (the open profile's gpt-oss-120b for gpt-5), else at the alias model's (SmolLM2
+        standing in for gpt-5 is charged as gpt-5)."""
         settings = self.expert(call.model, kind, call.tool)
         if settings.extra_body:
             kwargs["extra_body"] = settings.extra_body
-        response = self.llm(self.served(call.model), messages, temperature=settings.temperature,
-                            max_tokens=settings.max_tokens, price_model=call.model, catalog=catalog, **kwargs)
+        served = self.served(call.model)
+        priced = served if served != call.model and served in catalog.prices else call.model
+        response = self.llm(served, messages, temperature=settings.temperature,
+                            max_tokens=settings.max_tokens, price_model=priced, catalog=catalog, **kwargs)
         call.usage = call.usage + response.usage
-        call.cost += catalog.llm_cost(call.model, response.usage)
+        call.cost += catalog.llm_cost(priced, response.usage)
         return response
 
     def _ask_expert(self, call: ExpertCall, prompt: str, catalog: Catalog, system: str = "") -> str:

@@ -67,6 +67,17 @@ def vllm_command(model_path: str, *, host: str, port: int, served_name: str,
     return cmd + list(extra_args)
 
 
+def max_model_len_arg(args: Sequence[str]) -> int | None:
+    """The value of the last `--max-model-len N` / `--max-model-len=N` in vLLM arguments (None: absent)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == "--max-model-len" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--max-model-len="):
+            value = arg.split("=", 1)[1]
+    return int(value) if value is not None else None
+
+
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -108,15 +119,17 @@ def _stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
 @contextmanager
 def launch_vllm_server(model_path: str | Path, *, port: int | None = None, served_name: str,
                        extra_args: Sequence[str] = (), endpoints_file: str | Path | None = None,
-                       register_as: str | None = None, ready_timeout: float = 300.0,
+                       register_as: str | Sequence[str] | None = None, ready_timeout: float = 300.0,
                        host: str = "127.0.0.1", enforce_eager: bool = True,
                        log_path: str | Path | None = None) -> Iterator[str]:
     """Run a vLLM server for the duration of the `with` block; yield its base URL (".../v1").
 
     model_path: folder, hub id or embedded:smollm2-135m.  served_name: the model id clients
-    send.  endpoints_file: when given, the server is added there under `register_as`
-    (default served_name) once healthy and removed on exit.  ready_timeout: seconds to wait
-    for /health.  The log goes to `log_path` (default a temp file, named in errors).
+    send.  endpoints_file: when given, the server is added there under `register_as` (a key
+    or a list of keys; default served_name) once healthy and removed on exit, with the window
+    it serves when `extra_args` set `--max-model-len` (the gateway fits requests to it).
+    ready_timeout: seconds to wait for /health.  The log goes to `log_path` (default a temp
+    file, named in errors).
     """
     path = resolve_model_path(model_path)
     port = port or free_port(host)
@@ -130,7 +143,9 @@ def launch_vllm_server(model_path: str | Path, *, port: int | None = None, serve
     cmd = vllm_command(path, host=host, port=port, served_name=served_name,
                        enforce_eager=enforce_eager, extra_args=extra_args)
     base_url = f"http://{host}:{port}/v1"
-    key = register_as or served_name
+    keys = [register_as] if isinstance(register_as, str) else list(register_as or [served_name])
+    window = max_model_len_arg(extra_args)
+    notes = {"max_model_len": window} if window else {}
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
@@ -139,12 +154,14 @@ def launch_vllm_server(model_path: str | Path, *, port: int | None = None, serve
         waited = _wait_ready(proc, f"http://{host}:{port}/health", log_path, ready_timeout)
         log.info("vLLM server %s ready at %s after %.1f s (log %s)", served_name, base_url, waited, log_path)
         if endpoints_file is not None:
-            register_endpoint(endpoints_file, key, base_url, pid=proc.pid)
+            for key in keys:
+                register_endpoint(endpoints_file, key, base_url, pid=proc.pid, **notes)
             registered = True
         yield base_url
     finally:
         if registered:
-            unregister_endpoint(endpoints_file, key, base_url)
+            for key in keys:
+                unregister_endpoint(endpoints_file, key, base_url)
         _stop(proc)
 
 

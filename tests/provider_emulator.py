@@ -310,5 +310,6 @@ def emulator_registry(root: str, key_env: str = "EMULATOR_KEY", drop_rules: set[
             data["api_key_env"] = key_env
         if name in drop_rules:
             data.pop("rules", None)
+            data.pop("serve", None)          # its max_model_len is the rules' context window
         out[name] = data
     return {"models": out}

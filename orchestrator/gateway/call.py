@@ -15,7 +15,7 @@ from orchestrator.gateway.backends import BackendRequest, make_backend
 from orchestrator.gateway.errors import GatewayConfigError, LLMCallError, ProviderRejected
 from orchestrator.gateway.registry import load_registry
 from orchestrator.gateway.retry import AttemptError, RetryPolicy
-from orchestrator.gateway.rules import RuleRefusal, apply_rules
+from orchestrator.gateway.rules import ProviderRules, RuleRefusal, apply_rules
 from orchestrator.records import LLMResponse
 from orchestrator.toolcall import parse_tool_calls
 
@@ -33,6 +33,17 @@ def default_catalog() -> Catalog:
             hit = (mtime, load_catalog())
             _catalog_cache["default"] = hit
         return hit[1]
+
+
+def served_rules(entry, backend) -> ProviderRules:
+    """The entry's rules, its context window lowered to the replicas' --max-model-len when their
+    launcher wrote a smaller one in the endpoints file (e.g. a stand-in server)."""
+    pool = getattr(backend, "pool", None)
+    served = pool.max_model_len if pool is not None else None
+    window = entry.rules.context_window
+    if served is None or (window is not None and window <= served):
+        return entry.rules
+    return ProviderRules.model_validate({**entry.rules.model_dump(), "context_window": served})
 
 
 def _check_arguments(messages, max_tokens, timeout, choices) -> None:
@@ -113,7 +124,7 @@ def get_llm_response(model: str, messages: list[dict[str, Any]], tools: list[dic
     request = BackendRequest(messages=messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
                              choices=choices, timeout=timeout or entry.timeout_s, extra=extra)
     try:
-        request = apply_rules(entry.rules, request, count=getattr(backend, "count_tokens", None))
+        request = apply_rules(served_rules(entry, backend), request, count=getattr(backend, "count_tokens", None))
     except RuleRefusal as exc:
         raise ProviderRejected(f"{model}: request rejected (refused before sending, by configs/models.yaml "
                                f"rules): {exc}", model=model, endpoint=None, provider_message=str(exc),

@@ -28,6 +28,8 @@ from orchestrator.gateway.errors import GatewayConfigError
 class Replica(BaseModel):
     model_config = ConfigDict(extra="allow")   # launchers may add host/port/pid notes
     base_url: str = Field(pattern=r"^https?://")
+    max_model_len: int | None = Field(None, ge=1, description="the server's --max-model-len, when its launcher "
+                                                                 "wrote it (orchestrator/serve_experts.py)")
 
 
 def read_endpoints(path: Path) -> dict[str, list[Replica]]:
@@ -61,6 +63,7 @@ class EndpointPool:
         self._cursor = 0
         self._failed_at: dict[str, float] = {}
         self._urls: list[str] = []
+        self._window: int | None = None
         self._reload()
 
     def _reload(self) -> None:
@@ -68,8 +71,19 @@ class EndpointPool:
         for key in self.keys:
             if pools.get(key):
                 self._urls = [r.base_url for r in pools[key]]
+                lens = [r.max_model_len for r in pools[key] if r.max_model_len]
+                self._window = min(lens) if lens else None
                 return
-        self._urls = []
+        self._urls, self._window = [], None
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The smallest --max-model-len its replicas' launcher wrote (None: not written): a request is
+        fitted to it as well as to the registry's context window, so no replica rejects it."""
+        with self._lock:
+            if not self._urls:
+                self._reload()
+            return self._window
 
     def next(self) -> str:
         """The base URL for the next request; raises GatewayConfigError when the pool is empty."""

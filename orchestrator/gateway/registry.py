@@ -42,6 +42,30 @@ _DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY",
                     "anthropic": "ANTHROPIC_API_KEY"}
 
 
+class VLLMServe(BaseModel):
+    """How a `backend: vllm` model is served (orchestrator/serve_experts.py builds the vLLM command
+    from this; one declaration per model).  `max_model_len` is also the gateway's context window."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weights: str | None = Field(None, min_length=1, description="hub id or folder to load (default: the entry's `model`)")
+    max_model_len: int = Field(ge=256, description="vLLM --max-model-len; the gateway's rules.context_window")
+    tool_call_parser: str = Field(min_length=1, description="vLLM --tool-call-parser (hermes, llama3_json, openai, ...)")
+    chat_template: str | None = Field(None, min_length=1, description="vLLM --chat-template (default: the model's own)")
+    tensor_parallel_size: int = Field(1, ge=1, le=8, description="GPUs of one server")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=0.95, description="share of each of its GPUs' memory; "
+                                          "servers whose shares add up to <= 0.95 share a GPU")
+    quantization: str | None = Field(None, min_length=1, description="vLLM --quantization (e.g. fp8)")
+    extra_args: list[str] = Field(default_factory=list, description="more vLLM arguments, appended as given")
+
+    @model_validator(mode="after")
+    def _check(self) -> "VLLMServe":
+        if self.tensor_parallel_size > 1 and self.gpu_memory_utilization <= 0.5:
+            raise ValueError("gpu_memory_utilization: a tensor-parallel server (tensor_parallel_size > 1) takes "
+                             "whole GPUs; give it more than 0.5")
+        return self
+
+
 class ModelEntry(BaseModel):
     """One model: its backend and how to reach it.  Units: seconds."""
 
@@ -64,6 +88,7 @@ class ModelEntry(BaseModel):
     extra_body: dict[str, Any] = Field(default_factory=dict, description="OpenAI-compatible: merged into every request body")
     rules: ProviderRules = Field(default_factory=ProviderRules, description="what the provider accepts "
                                                                            "(orchestrator/gateway/rules.py)")
+    serve: VLLMServe | None = Field(None, description="vllm: how to start its server (orchestrator/serve_experts.py)")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     device: str = "cpu"
 
@@ -84,6 +109,16 @@ class ModelEntry(BaseModel):
             raise ValueError("base_url: backend 'azure' needs base_url (https://<resource>.openai.azure.com) and api_version")
         if self.backend == "vllm" and self.base_url and self.endpoints_file:
             raise ValueError("base_url: give either base_url (one server) or endpoints_file (a pool), not both")
+        if self.serve is not None:
+            if self.backend != "vllm":
+                raise ValueError(f"serve: only backend 'vllm' is started by orchestrator.serve_experts, not {self.backend!r}")
+            window = self.rules.context_window
+            if window is not None and window != self.serve.max_model_len:
+                raise ValueError(f"serve: max_model_len {self.serve.max_model_len} differs from rules.context_window "
+                                 f"{window}; declare the window once, as serve.max_model_len")
+            if window is None:    # the served window is the gateway's window: one declaration
+                self.rules = ProviderRules.model_validate({**self.rules.model_dump(),
+                                                           "context_window": self.serve.max_model_len})
         return self
 
     def key_env(self) -> str | None:
