@@ -89,6 +89,8 @@ def rollout_metrics(groups: Sequence[Sequence[Rollout]]) -> dict[str, float]:
         "rollout/turns": len(turns) / n,
         "rollout/valid_turns": sum(t.valid for t in turns) / max(1, len(turns)),
         "rollout/response_tokens": sum(len(t.response_ids or []) for t in turns) / n,
+        # tool calls of the step that failed (expert server, sandbox, retriever), retries spent
+        "tools/errors": float(sum(t.expert is not None and t.expert.error is not None for t in turns)),
     }
     for r in flat:
         for alias, c in r.tool_calls.items():

@@ -9,18 +9,24 @@ the test signals the trainer while the write is half done, deterministically.
 """
 from __future__ import annotations
 
+import contextlib
+import itertools
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from _train_world import fake_runtime, overrides
+from _train_world import TOOLS, build_policy, fake_runtime, overrides
 from safetensors.torch import load_file
 
+from orchestrator.records import LLMResponse, Usage
 from training import checkpoint as ckpt
 from training.config import load_config
 from training.metrics_log import read_metrics
@@ -269,3 +275,135 @@ def test_kill_9_between_a_resaves_two_renames_loses_no_checkpoint(tmp_path):
     assert [p.name for p in restored] == ["step-00000002"]
     assert ckpt.verify_checkpoint(root / "step-00000002", {"model.path": "m"}).load_state()["data_position"] == 4
     assert ckpt.remove_stale_temps(root) and sorted(p.name for p in root.iterdir()) == ["step-00000002"]
+
+
+# ---------------------------------------------------------------------------- the retrieval service restarted
+SEARCH_TOOLS = {"search": {"search-3": "Qwen3-32B"}, **TOOLS}
+SEARCH_PROMPT = "Write one short search query"      # orchestrator/prompts/expert_search.txt
+
+
+@pytest.fixture(scope="module")
+def search_world(tmp_path_factory):
+    """A policy whose tokenizer knows the search tool, tasks offering it, and a retrieval index of
+    a few documents (the shipped MiniLM encoder)."""
+    from orchestrator.catalog import load_catalog
+    from orchestrator.loop import Task, task_catalog
+    from orchestrator.toolcall import allowed_call_strings
+    from retrieval.build_index import build
+
+    root = tmp_path_factory.mktemp("search-world")
+    catalog = task_catalog(load_catalog(), Task("x", "q", tools=SEARCH_TOOLS))
+    texts = [json.dumps(catalog.openai_tools(tools=catalog.tools))] * 5
+    texts += allowed_call_strings({t: list(a) for t, a in SEARCH_TOOLS.items()}) * 50
+    policy = build_policy(root / "policy", extra_texts=texts)
+    tasks = root / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"t{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i),
+                                         "tools": SEARCH_TOOLS}) + "\n" for i in range(1, 5)))
+    corpus = root / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "contents": f"{i} + {i} is {2 * i}."}) + "\n"
+                              for i in range(1, 9)))
+    build(corpus=corpus, out=root / "index", progress=False)
+    return policy, tasks, root / "index"
+
+
+class Outages:
+    """The experts of `fake_runtime`, plus: the `at`-th search query the search expert writes (1-based)
+    kills the retrieval server (SIGKILL) and starts it again `down_s` later, on the same port, so the
+    search that query feeds meets a dead server.  Records each retrieval's (start, end, ok)."""
+
+    def __init__(self, server, at: tuple[int, ...], down_s: float):
+        self.llm, self.server, self.at, self.down_s = fake_runtime().llm, server, at, down_s
+        self.searches_written, self.restarts, self.retrievals = 0, [], []
+        self.lock = threading.Lock()
+
+    def __call__(self, model, messages, **kw):
+        prompt = messages[0]["content"]
+        if SEARCH_PROMPT not in prompt:
+            return self.llm(model, messages, **kw)
+        with self.lock:
+            self.searches_written += 1
+            if self.searches_written in self.at:
+                self.server.kill()
+                restart = threading.Thread(target=lambda: (time.sleep(self.down_s), self.server.start()))
+                restart.start()
+                self.restarts.append(restart)
+        n = re.search(r"What is (\d+) \+", prompt).group(1)
+        return LLMResponse(model=model, text=f"<query>{n} + {n}</query>", usage=Usage(len(prompt) // 4, 5))
+
+    def watch(self, client):
+        retrieve = client.retrieve
+
+        def watched(*a, **kw):
+            started = time.time()
+            try:
+                out = retrieve(*a, **kw)
+            except Exception:
+                self.retrievals.append((started, time.time(), False))
+                raise
+            self.retrievals.append((started, time.time(), True))
+            return out
+        client.retrieve = watched
+        return client
+
+
+@contextlib.contextmanager
+def retrieval_server(index: Path, log: Path):
+    from orchestrator.faults import ServerProcess
+    from orchestrator.serving import free_port
+
+    port = free_port()   # fixed for the run: a restart comes back on the same one
+    with ServerProcess([sys.executable, "-m", "retrieval.server", "--index", str(index), "--port", str(port),
+                        "--threads", "1", "--workers", "1"], health_url=f"http://127.0.0.1:{port}/health",
+                       log=log, cwd=ROOT) as server:
+        yield server, f"http://127.0.0.1:{port}"
+
+
+def _train_with_outages(tmp_path, search_world, client_kwargs: dict, at: tuple[int, ...], down_s: float):
+    from orchestrator.catalog import load_catalog
+    from orchestrator.runtime import ToolRuntime
+    from retrieval.client import RetrievalClient
+    from training.session import run
+
+    policy, tasks, index = search_world
+    with retrieval_server(index, tmp_path / "retrieval.log") as (server, url):
+        outages = Outages(server, at, down_s)
+        client = outages.watch(RetrievalClient([url], **client_kwargs))
+        runtime = ToolRuntime(catalog=load_catalog(), llm=outages, run_code=fake_runtime().run_code, retriever=client)
+        try:
+            run(load_config(None, overrides(tmp_path, policy, tasks, **SETTINGS)), runtime=runtime)
+        finally:
+            for thread in outages.restarts:
+                thread.join(120)
+            client.close()
+    return outages, list(server.events), read_metrics(tmp_path / "run" / "metrics.jsonl")
+
+
+def test_retrieval_server_restarted_mid_step_the_client_rides_it_out(tmp_path, search_world):
+    """Killed at the 3rd search query and back 2 s later (plus its start-up): the searches that meet
+    the dead server are retried by the client (20 attempts within 120 s) until it answers; the run
+    trains every step and no tool call fails."""
+    outages, server_events, metrics = _train_with_outages(tmp_path, search_world, {}, at=(3,), down_s=2.0)
+    events = [e for _, e in server_events]
+    assert events == ["ready", "killed (SIGKILL)", "ready", "killed (SIGTERM)"]   # (the last: the test's stop)
+    assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
+    (killed, back), = [(t, u) for (t, e), (u, f) in itertools.pairwise(server_events)
+                          if e == "killed (SIGKILL)"]
+    met_the_outage = [r for r in outages.retrievals if killed <= r[0] < back]
+    assert met_the_outage and all(ok for _, _, ok in outages.retrievals), outages.retrievals
+    assert all(m["tools/errors"] == 0 for m in metrics), [m["tools/errors"] for m in metrics]
+    assert sum(m["calls/search-3"] * m["rollout/count"] for m in metrics) == pytest.approx(len(outages.retrievals))
+
+
+def test_retrieval_down_past_the_clients_budget_counts_tool_errors_and_training_goes_on(tmp_path, search_world):
+    """A client allowed 2 attempts within 0.5 s against a server down for seconds: those searches
+    fail, the step's `tools/errors` counts each, the episodes go on without them, and every step
+    trains (a failed search is the weather, not a configuration error: no fail-closed stop)."""
+    outages, server_events, metrics = _train_with_outages(tmp_path, search_world, {"attempts": 2, "retry_s": 0.5},
+                                                          at=(3,), down_s=3.0)
+    events = [e for _, e in server_events]
+    assert events == ["ready", "killed (SIGKILL)", "ready", "killed (SIGTERM)"]   # (the last: the test's stop)
+    assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
+    failed = [r for r in outages.retrievals if not r[2]]
+    assert failed, outages.retrievals
+    assert sum(m["tools/errors"] for m in metrics) == len(failed)
+    assert all(m["train/samples"] > 0 for m in metrics)
