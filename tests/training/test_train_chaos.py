@@ -378,6 +378,7 @@ def _train_with_outages(tmp_path, search_world, client_kwargs: dict, at: tuple[i
     return outages, list(server.events), read_metrics(tmp_path / "run" / "metrics.jsonl")
 
 
+@pytest.mark.slow
 def test_retrieval_server_restarted_mid_step_the_client_rides_it_out(tmp_path, search_world):
     """Killed at the 3rd search query and back 2 s later (plus its start-up): the searches that meet
     the dead server are retried by the client (20 attempts within 120 s) until it answers; the run
@@ -394,6 +395,7 @@ def test_retrieval_server_restarted_mid_step_the_client_rides_it_out(tmp_path, s
     assert sum(m["calls/search-3"] * m["rollout/count"] for m in metrics) == pytest.approx(len(outages.retrievals))
 
 
+@pytest.mark.slow
 def test_retrieval_down_past_the_clients_budget_counts_tool_errors_and_training_goes_on(tmp_path, search_world):
     """A client allowed 2 attempts within 0.5 s against a server down for seconds: those searches
     fail, the step's `tools/errors` counts each, the episodes go on without them, and every step
