@@ -296,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = _stand_in_plan(models, args.base_port) if args.stand_in else \
             make_plan(models, parse_gpus(args.gpus), args.base_port)
         log_dir = args.log_dir or args.endpoints_file.parent / "logs"
+        if not args.dry_run:
+            log_dir.mkdir(parents=True, exist_ok=True)
         if args.stand_in:
             window = stand_in_window(args.stand_in)
             if args.dry_run:
@@ -318,7 +320,6 @@ def main(argv: list[str] | None = None) -> int:
             if template and not template.is_file():
                 raise PlanError(f"configs/models.yaml {s.key}: serve.chat_template {template}: no such file; get it "
                                 f"from vLLM's repository (examples/) and pass --chat-template-dir")
-        log_dir.mkdir(parents=True, exist_ok=True)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         return run_plan(plan, commands, args.endpoints_file, args.host, args.ready_timeout, stop)
