@@ -99,3 +99,34 @@ def test_tau2_under_the_open_profile(open_servers, tmp_path, capsys):
     (rec,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert not str(rec.get("error") or "").startswith("ProviderRejected"), rec.get("error")
     assert _rejections(open_servers["log"]) == []
+
+
+def test_train_under_the_open_profile(open_servers, tmp_path, train_world, capsys):
+    """train.py with `tools.profile` = open (experts cut to 16 tokens so the CPU stand-in answers in
+    seconds): the preflight finds every open model served, the step's expert calls reach the stand-in
+    (gpt-5's answer alias as gpt-oss-120b) and none is rejected."""
+    from _train_world import overrides
+
+    from training.metrics_log import read_metrics
+    from training.train import main
+
+    policy, tasks = train_world
+    profile = tmp_path / "open-short.yaml"
+    profile.write_text("extends: open\nqa:\n  train:\n    experts:\n      default: {max_tokens: 16}\n")
+    config = tmp_path / "c.yaml"
+    config.write_text("{}\n")
+    before = len(_served(open_servers["log"]))
+    code = main(["--config", str(config), *overrides(tmp_path, policy, tasks, **{
+        "trainer.total_steps": 1, "tools.profile": str(profile), "rollout.tasks_per_step": 1,
+        "rollout.rollouts_per_task": 2, "rollout.max_turns": 2, "algorithm.min_group_std": 0.0})])
+    assert code == 0, capsys.readouterr().err
+    (step,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert step["train/samples"] > 0, step          # trained (groups of equal reward kept: min_group_std 0)
+    assert step.get("tools/errors", 0) == 0, step
+    assert _rejections(open_servers["log"]) == []
+    assert len(_served(open_servers["log"])) > before, "no expert call of the training step reached the stand-in"
+
+
+def _served(log) -> list[str]:
+    return [line for line in log.read_text(errors="replace").splitlines()
+            if "POST /v1/chat/completions" in line and '" 200' in line]
