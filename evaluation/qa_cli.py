@@ -77,7 +77,8 @@ def build_parser(benchmark: str) -> argparse.ArgumentParser:
     t.add_argument("--judge-style", choices=JUDGE_STYLES, help="lenient (orchestrator/prompts/judge.txt) or upstream "
                                                                "(<correct>True/False</correct>; default: the profile's)")
     t.add_argument("--judge", metavar="NAME", help="a named judge of the profile's `judges` (e.g. hle: HLE's official "
-                                                  "o3-mini judge with structured output and calibration error); "
+                                                  "judge, structured output and calibration error; its model is the "
+                                                  "profile's); "
                                                   "--judge-model/--judge-style/--judge-prompt override its values")
     r = parser.add_argument_group("stopping")
     r.add_argument("--stop-after-errors", type=int, default=3,

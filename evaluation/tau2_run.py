@@ -115,11 +115,8 @@ def load_jobs(domains: list[str], task_ids: list[str] | None = None, limit: int 
 
 
 def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _folder_hashes(folder: Path) -> dict[str, str]:

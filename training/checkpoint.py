@@ -82,11 +82,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------------- save
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _fsync_tree(folder: Path) -> None:
