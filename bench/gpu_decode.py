@@ -52,11 +52,11 @@ def copy_bandwidth(device, gib: float = 4.0) -> float:
     return 2 * a.numel() / statistics.median(times[2:])
 
 
-def build(tiny: bool, device):
+def build(tiny: bool, device, size: str = "0.6b"):
     from gpu_train_step import qwen3_config
     from transformers import Qwen3ForCausalLM
 
-    cfg = qwen3_config(tiny)
+    cfg = qwen3_config(tiny, size)
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen3ForCausalLM(cfg).to(torch.bfloat16 if device.type == "cuda" else torch.float32).eval()
@@ -203,6 +203,104 @@ def micro(device, hidden: int = 1024, inter: int = 3072, vocab: int = 151936, ro
     return out
 
 
+def read_weight_bytes(model) -> int:
+    """Bytes of the weights one decode step reads: all of them but an untied input embedding
+    (of which only the batch's rows are read)."""
+    emb = model.get_input_embeddings().weight
+    tied = emb is model.get_output_embeddings().weight
+    return sum(p.numel() * p.element_size() for p in model.parameters() if tied or p is not emb)
+
+
+def kv_slot_bytes(config, itemsize: int = 2) -> int:
+    """Bytes of K and V one cache slot (one token of one row) holds over all layers."""
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * itemsize
+
+
+def long_context(engine, batch: int, width: int, tokens: int, bandwidth: float) -> dict:
+    """One call of `batch` prompts of `width` tokens + `tokens` new ones (compiles and captures
+    where the shape is new; its seconds include the prefill), then the decode step alone: the
+    widest span's captured graph of steps_per_graph steps replayed from slot `width` on (events,
+    median of 10), against two bounds: the weights read once per step (the old figure) and the
+    weights + every row's KV cache up to that span read once per step (the full one)."""
+    from orchestrator.engine import SamplingParams
+
+    static, model = engine._static, engine.model
+    g = torch.Generator().manual_seed(batch * 100_003 + width)
+    prompts = [torch.randint(0, engine.vocab_size - 1, (width,), generator=g).tolist() for _ in range(batch)]
+    params = SamplingParams(temperature=1.0, max_tokens=tokens, seed=100)
+    cuda = engine.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    started = time.perf_counter()
+    engine.generate(prompts, params)
+    sync()
+    first = time.perf_counter() - started
+    key = static.shape(prompts, params)
+    if key not in static._shapes:
+        raise RuntimeError(f"batch {batch} x {width}: the static decoder did not serve the call (KV cache too large "
+                           f"for memory_fraction {static.memory_fraction}); the step-by-step loop did")
+    state = static._shapes[key]
+    span = static.shape(prompts, params)[1]
+
+    def reset():
+        for layer in state.cache.layers:
+            layer.cumulative_length.fill_(width)
+        state.slot.fill_(width)
+        state.step.fill_(1)
+    with torch.inference_mode():
+        if cuda:
+            (_, _, span, steps), graph = max(((k, v) for k, v in state.graphs.items() if k[3] == static.steps_per_graph),
+                                             key=lambda kv: kv[0][2])
+            reset_ms = _event_ms(reset, repeats=20)
+            times = [(_event_ms(lambda: (reset(), graph.replay()), repeats=1) - reset_ms) / steps for _ in range(10)]
+        else:                      # a check of the script: eager steps, host clock
+            times = []
+            for _ in range(3):
+                reset()
+                started = time.perf_counter()
+                with static._decode_attention():
+                    static._step(state, 1.0, 1.0, span)
+                times.append(1e3 * (time.perf_counter() - started))
+    step_ms = statistics.median(times)
+    weights = read_weight_bytes(model)
+    kv = key[0] * span * kv_slot_bytes(model.config.get_text_config(decoder=True))
+    return {"batch": batch, "rows": key[0], "width": width, "tokens": tokens, "span": span, "first_call_s": first,
+            "step_ms": step_ms, "tokens_per_s": batch / step_ms * 1e3, "weight_bytes_read": weights, "kv_bytes_read": kv,
+            "of_weights_bound": weights / bandwidth / (step_ms / 1e3),
+            "of_full_bound": (weights + kv) / bandwidth / (step_ms / 1e3),
+            "achieved_TBps": (weights + kv) / (step_ms / 1e3) / 1e12,
+            "reserved_gib": torch.cuda.memory_reserved() / 2**30 if cuda else None}
+
+
+def grid(model, tokenizer, device, args, bandwidth: float) -> list[dict]:
+    """`long_context` for each --grid BATCH:WIDTH, one engine (its compiled forward shared), the
+    previous shape's cache and graphs dropped before the next."""
+    pairs = [tuple(int(x) for x in item.split(":")) for item in args.grid]
+    engine = variant_engine(args.variants[0], model, tokenizer, device, max(b for b, _ in pairs))
+    out = []
+    for batch, width in pairs:
+        try:
+            row = long_context(engine, batch, width, args.tokens, bandwidth)
+        except Exception as exc:   # noqa: BLE001 (report and go on)
+            row = {"batch": batch, "width": width, "error": f"{type(exc).__name__}: {exc}"[:600]}
+        engine._static._shapes.clear()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        out.append(row)
+        print(json.dumps(row), flush=True)
+    return out
+
+
+def _number(text: str):
+    """A StaticDecoder option's value: int, float, or the text itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def variant_engine(variant: str, model, tokenizer, device, max_batch: int):
     """The HFEngine a --variants entry names: "loop" | "static" | "static-amp", then optionally
     ":key=value,..." StaticDecoder options."""
@@ -215,8 +313,7 @@ def variant_engine(variant: str, model, tokenizer, device, max_batch: int):
                       max_batch=max_batch, seed=0, decode="eager" if kind == "loop" else "static",
                       compute_dtype=torch.bfloat16 if amp else None)
     if opts:
-        engine._static = StaticDecoder(engine, **{k: (int(v) if v.isdigit() else v)
-                                                  for k, v in (o.split("=") for o in opts.split(","))})
+        engine._static = StaticDecoder(engine, **{k: _number(v) for k, v in (o.split("=") for o in opts.split(","))})
     return engine
 
 
@@ -255,6 +352,7 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--model", default="0.6b", choices=["0.6b", "8b"], help="Qwen3 shape (random bf16 weights)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per row")
     parser.add_argument("--tokens", type=int, default=256, help="generated tokens per row (static)")
@@ -267,11 +365,15 @@ def main() -> int:
                         help="instead of the rate runs: prompts of these widths in turn (new cache shapes, as a "
                              "multi-turn rollout's), per call the seconds of its first and second run and the "
                              "GPU memory reserved after")
+    parser.add_argument("--grid", nargs="+", metavar="BATCH:WIDTH", default=None,
+                        help="instead of the rate runs: per BATCH:WIDTH one call with prompts of WIDTH tokens, then "
+                             "the decode step's time against the weights-only and the weights + KV-cache bounds "
+                             "(first --variants entry; give it memory_fraction=0.9 for long contexts)")
     parser.add_argument("--no-parts", action="store_true", help="skip the static path's breakdown (replay, profile)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
     device = torch.device(args.device)
-    model, tokenizer = build(args.tiny, device)
+    model, tokenizer = build(args.tiny, device, args.model)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())   # tied: counted once
     step_bound_s = weight_bytes / BANDWIDTH
     results = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
@@ -280,6 +382,22 @@ def main() -> int:
     if args.micro and device.type == "cuda":
         results["micro"] = micro(device)
         print(json.dumps(results["micro"]), flush=True)
+    if args.grid:
+        results["grid"] = rows = grid(model, tokenizer, device, args, results["copy_bandwidth_measured"] or BANDWIDTH)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "gpu_decode.json").write_text(json.dumps(results, indent=1))
+        print(f"\n{results['device']}, torch {results['torch']}, copy bandwidth "
+              f"{(results['copy_bandwidth_measured'] or 0) / 1e12:.2f} TB/s (the bounds' rate)")
+        print("| rows | prompt | slots read | ms/step | tokens/s | weights GB | KV GB | of weights-only bound | "
+              "of weights + KV bound | TB/s | first call s |")
+        for r in rows:
+            if "error" in r:
+                print(f"| {r['batch']} | {r['width']} | error: {r['error'][:300]} |")
+            else:
+                print(f"| {r['batch']} | {r['width']:,} | {r['span']:,} | {r['step_ms']:.2f} | {r['tokens_per_s']:,.0f} | "
+                      f"{r['weight_bytes_read'] / 1e9:.1f} | {r['kv_bytes_read'] / 1e9:.1f} | {r['of_weights_bound']:.1%} | "
+                      f"{r['of_full_bound']:.1%} | {r['achieved_TBps']:.2f} | {r['first_call_s']:.1f} |")
+        return 0
     if args.widths:
         results["shapes"] = shapes(model, tokenizer, device, args)
         Path(args.out).mkdir(parents=True, exist_ok=True)

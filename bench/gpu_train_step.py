@@ -15,6 +15,11 @@ One step = the frozen reference's forward + the policy's forward/backward throug
                              (response_logprobs before training/logprobs.py)
   trainer-bf16     bf16 parameters and bf16 AdamW (train.py before fp32 master weights; the
                    update rounds away at lr 1e-6: a speed reference only)
+  trainer-bf16-ckpt  the same with model.gradient_checkpointing on (activations recomputed in
+                   the backward; decoder layers then run eagerly: training/logprobs.py).  At
+                   --model 8b these two are what fits one 141 GB card: 16.4 GB of bf16 weights +
+                   16.4 of gradients + 32.8 of bf16 AdamW state + the 16.4 GB reference (fp32
+                   master weights and states need 131 GB before the reference)
   deepspeed-zero2  rank_update on DeepSpeed ZeRO-2 with bf16 (fp32 master weights inside DeepSpeed)
   trl-grpo         TRL's GRPO update (`trl` 1.16 installed for the bench) on the same model shape and
                    batch: GRPOTrainer built as its defaults have it (bf16 autocast over fp32
@@ -46,7 +51,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-VARIANTS = ["trainer-amp-before", "trainer-amp", "trainer-amp-eager-layers", "trainer-bf16", "deepspeed-zero2",
+VARIANTS = ["trainer-amp-before", "trainer-amp", "trainer-amp-eager-layers", "trainer-bf16", "trainer-bf16-ckpt",
+            "deepspeed-zero2",
             "trl-grpo", "trl-grpo-no-checkpointing"]
 
 
@@ -65,12 +71,20 @@ def matmul_ceiling(device, n: int = 8192, repeats: int = 10) -> float:
     return 2 * n**3 / statistics.median(times)
 
 
-def qwen3_config(tiny: bool):
+def qwen3_config(tiny: bool, size: str = "0.6b"):
+    """Qwen3's published shapes (config.json of Qwen/Qwen3-0.6B and Qwen/Qwen3-8B), or a tiny
+    one for CPU checks of the scripts."""
     from transformers import Qwen3Config
 
     if tiny:
         return Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=size != "8b")
+    if size == "8b":
+        return Qwen3Config(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                           num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                           tie_word_embeddings=False, rope_theta=1_000_000)
+    if size != "0.6b":
+        raise ValueError(f"--model {size!r}: choose 0.6b or 8b")
     return Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
                        tie_word_embeddings=True, rope_theta=1_000_000)
@@ -126,7 +140,8 @@ def _full_logits(hidden, weight, targets, temperature=1.0):
     return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
 
 
-def variant_trainer(cfg, samples, device, *, amp: bool, micro: int, before: bool = False, compile_layers=True):
+def variant_trainer(cfg, samples, device, *, amp: bool, micro: int, before: bool = False, compile_layers=True,
+                    checkpointing: bool = False):
     import contextlib
     from unittest import mock
 
@@ -142,6 +157,8 @@ def variant_trainer(cfg, samples, device, *, amp: bool, micro: int, before: bool
     with torch.device(device):                 # random init on the device: seconds, not minutes
         model = Qwen3ForCausalLM(cfg).to(dtype=precision.params).eval()
         reference = Qwen3ForCausalLM(cfg).to(dtype=precision.frozen).eval().requires_grad_(False)
+    if checkpointing:                          # model.gradient_checkpointing (training/learner.py)
+        model.gradient_checkpointing_enable()
     # train.py's make_optimizer (not imported: its config needs pydantic, absent on the GPU machine)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01, fused=device.type == "cuda")
     loss_fn = PPOClipLoss()
@@ -248,6 +265,7 @@ def _profile(step, name: str, rows: int = 12) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--model", default="0.6b", choices=["0.6b", "8b"], help="Qwen3 shape (random weights)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--seq", type=int, default=2048)
@@ -264,7 +282,7 @@ def main() -> int:
     if unknown:
         parser.error(f"--variants: unknown {sorted(unknown)}; choose from {VARIANTS}")
     device = torch.device(args.device)
-    cfg = qwen3_config(args.tiny)
+    cfg = qwen3_config(args.tiny, args.model)
     ceiling = matmul_ceiling(device) if device.type == "cuda" else float("nan")
     samples = make_samples(cfg.vocab_size, args.rows, args.seq, args.prompt)
     flops = counted_flops(cfg, args.rows, args.seq, args.prompt)
@@ -282,7 +300,8 @@ def main() -> int:
             else:
                 step, model = variant_trainer(cfg, samples, device, amp=name.startswith("trainer-amp"),
                                               micro=args.micro, before=name == "trainer-amp-before",
-                                              compile_layers=name != "trainer-amp-eager-layers")
+                                              compile_layers=name != "trainer-amp-eager-layers",
+                                              checkpointing=name.endswith("-ckpt"))
             params = sum(p.numel() for p in model.parameters())
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()

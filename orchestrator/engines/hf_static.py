@@ -263,6 +263,10 @@ class StaticDecoder:
         refreshed from the model at each generation.
     memory_fraction: most of the free GPU memory one shape's KV cache may take (else the
         engine's step-by-step loop serves the request).
+    prefill_tokens: most prompt tokens (rows x columns) one prefill forward takes; wider
+        prompts are prefilled in column chunks of a multiple of len_multiple, each attending
+        to the cache written so far, so the prefill's activations stay bounded (at 8B, 64 rows
+        x 8k columns in one forward would need ~60 GB of activations beside a 77 GB cache).
     shared_pool: capture every CUDA graph of this decoder into one memory pool (default on):
         the graphs run one at a time and keep nothing they allocate (state lives in buffers
         made outside them), so one pool serves them all instead of a pool per graph (measured:
@@ -287,7 +291,7 @@ class StaticDecoder:
     def __init__(self, engine, *, graphs: bool | None = None, compile: bool | None = None, check_every: int = 16,
                  len_multiple: int = 128, max_shapes: int = 2, memory_fraction: float = 0.25,
                  steps_per_graph: int = 8, attention: str = "auto", fuse_projections: bool | None = None,
-                 shared_pool: bool = True):
+                 shared_pool: bool = True, prefill_tokens: int = 1 << 16):
         cuda = engine.device.type == "cuda"
         self.engine, self.check_every, self.len_multiple = engine, check_every, len_multiple
         self.steps_per_graph = steps_per_graph
@@ -301,6 +305,7 @@ class StaticDecoder:
         self.graphs = cuda if graphs is None else graphs
         self.compile = cuda if compile is None else compile
         self.max_shapes, self.memory_fraction = max_shapes, memory_fraction
+        self.prefill_tokens = prefill_tokens
         config = engine.model.config.get_text_config(decoder=True)
         self.types = sorted(set(getattr(config, "layer_types", None) or ["full_attention"]))
         self.layers = config.num_hidden_layers
@@ -484,6 +489,12 @@ class StaticDecoder:
                 seeds[i] = x
         return row_keys(seeds + [0] * (rows - len(seeds))).to(self.engine.device)
 
+    def prefill_chunks(self, rows: int, width: int) -> list[tuple[int, int]]:
+        """Column ranges [a, b) of the prefill: at most `prefill_tokens` // rows columns each,
+        rounded down to a multiple of len_multiple (at least one multiple)."""
+        step = max(self.len_multiple, self.prefill_tokens // rows // self.len_multiple * self.len_multiple)
+        return [(a, min(width, a + step)) for a in range(0, width, step)]
+
     def _plan(self, spans: list[int]) -> list[tuple[int, int]]:
         """(steps, span) chunks covering steps 1.. of the generation: `steps_per_graph` steps at a
         time, each chunk attending to its last step's span (masked slots beyond are not read)."""
@@ -527,11 +538,13 @@ class StaticDecoder:
         positions = (attention.long().cumsum(-1) - 1).clamp(min=0)           # [B, W]
         open_slots = torch.zeros((rows, length), dtype=torch.bool, device=dev)
         open_slots[:, :width] = attention                                     # [B, L]
-        q, k = torch.arange(width, device=dev)[:, None], torch.arange(length, device=dev)[None, :]
-        prefill_mask = ((k <= q) & open_slots[:, None, :]) | (k == q)        # [B, W, L]; a pad query sees itself
+        k = torch.arange(length, device=dev)[None, :]
         s.cache.reset()
-        out = self.model(input_ids=ids, position_ids=positions, past_key_values=s.cache, use_cache=True,
-                           attention_mask=prefill_mask[:, None], logits_to_keep=1)
+        for a, b in self.prefill_chunks(rows, width):                        # columns a..b-1 write slots a..b-1
+            q = torch.arange(a, b, device=dev)[:, None]
+            mask = ((k <= q) & open_slots[:, None, :]) | (k == q)            # [B, b-a, L]; a pad query sees itself
+            out = self.model(input_ids=ids[:, a:b], position_ids=positions[:, a:b], past_key_values=s.cache,
+                             use_cache=True, attention_mask=mask[:, None], logits_to_keep=1)
         token, logprob = sample_rows(out.logits[:, -1].float(), temperature, top_p, s.keys, 0)
         s.tokens[:, 0], s.logprobs[:, 0] = token, logprob
         s.mask.copy_(open_slots[:, None, None, :])

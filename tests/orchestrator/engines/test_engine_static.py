@@ -31,6 +31,26 @@ def test_static_greedy_equals_transformers_generate_in_a_padded_batch(static, re
         assert gen.text == static.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
 
 
+def test_prefill_in_column_chunks_gives_the_same_tokens_and_logprobs(static, reference):  # noqa: F811
+    """A prompt wider than prefill_tokens / rows is prefilled in chunks of len_multiple columns,
+    each attending to the cache the earlier chunks wrote: the same greedy tokens as transformers'
+    generate and the same log-probs as one whole-prompt prefill."""
+    prompts = prompts_of(static.tokenizer)                   # 4 rows (one spare), widths differ
+    params = SamplingParams(temperature=0.7, max_tokens=9, seed=5)
+    static._static.len_multiple = 2
+    whole = static.generate(prompts, params)
+    static._static.prefill_tokens = 4 * 2                     # 2 columns a chunk at 4 rows
+    rows, _ = static._static.shape(prompts, params)
+    width = max(map(len, prompts))
+    chunks = static._static.prefill_chunks(rows, width)
+    assert len(chunks) > 1 and chunks[0] == (0, 2) and chunks[-1][1] == width
+    chunked = static.generate(prompts, params)
+    assert [g.token_ids for g in chunked] == [g.token_ids for g in whole]
+    torch.testing.assert_close([g.logprobs for g in chunked], [g.logprobs for g in whole], atol=1e-5, rtol=0)
+    for prompt, gen in zip(prompts, static.generate(prompts, SamplingParams(temperature=0, max_tokens=11))):
+        assert gen.token_ids == hf_greedy(reference["A"], prompt, 11)
+
+
 @pytest.mark.parametrize("temperature, top_p", [(0.7, 1.0), (1.0, 0.8)])
 def test_static_logprobs_are_those_of_the_sampling_distribution(static, reference, temperature, top_p):  # noqa: F811
     prompts = prompts_of(static.tokenizer)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Issue 16's GPU measurements on one H200, in three device calls of < 10 minutes each:
-#   bash bench/gpu_issue16.sh e2e        # a whole GRPO step, ours vs TRL (item 1)
-#   bash bench/gpu_issue16.sh regress    # policy-update MFU and decode share of the bound (item 4)
-#   bash bench/gpu_issue16.sh rollouts   # 128 rollouts x 8 turns through collect_rollouts + the static decoder
+# The GPU benches, each one device call of < 10 minutes on one H200 (logs and JSON to $OUT):
+#   bash bench/gpu_suite.sh e2e        # a whole GRPO step, ours vs TRL GRPOTrainer.train()
+#   bash bench/gpu_suite.sh regress    # policy-update MFU and decode share of the bound at 0.6B
+#   bash bench/gpu_suite.sh rollouts   # 128 rollouts x 8 turns through collect_rollouts + the static decoder
+#   bash bench/gpu_suite.sh qwen3-8b   # decode at 8-128 rows x 2k-16k-token prompts and the update's MFU, Qwen3-8B shape
 # Needs wheels in .whl/ (TRL 1.16.0, datasets 5.2.0, dill, multiprocess, transformers 5.19.0,
 # pydantic + its deps, and the gateway's httpx2/httpcore2/truststore/h11/h2/hpack/hyperframe/tenacity,
-# which the device image lacks: docs/benchmarks.md lists them); logs and JSON go to $OUT.
+# which the device image lacks: docs/benchmarks.md lists them).
 set -u
 export PYTHONUNBUFFERED=1 TQDM_DISABLE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
 OUT=${OUT:-.}
@@ -25,5 +26,12 @@ case "${1:-}" in
   rollouts)
     timeout 540 python3 bench/gpu_rollouts.py --json "$OUT/rollouts.json" > "$OUT/rollouts.log" 2>&1
     echo "gpu_rollouts rc=$?"; tail -12 "$OUT/rollouts.log" | cut -c1-1200 ;;
-  *) echo "usage: bash bench/gpu_issue16.sh e2e|regress|rollouts" >&2; exit 2 ;;
+  qwen3-8b)
+    timeout 330 python3 bench/gpu_decode.py --model 8b --tokens 64 --variants static:memory_fraction=0.9 \
+      --grid 64:2048 8:16384 64:8192 128:4096 128:2048 8:2048 --out "$OUT/decode8b" > "$OUT/decode8b.log" 2>&1
+    echo "gpu_decode 8b rc=$?"; grep -E "^\||^\{|Error" "$OUT/decode8b.log" | cut -c1-700
+    timeout 200 python3 bench/gpu_train_step.py --model 8b --variants trainer-bf16 trainer-bf16-ckpt --rows 8 \
+      --seq 4096 --prompt 2048 --micro 1 --warmup 2 --repeats 3 --out "$OUT/update8b" > "$OUT/update8b.log" 2>&1
+    echo "gpu_train_step 8b rc=$?"; tail -6 "$OUT/update8b.log" | cut -c1-700 ;;
+  *) echo "usage: bash bench/gpu_suite.sh e2e|regress|rollouts|qwen3-8b" >&2; exit 2 ;;
 esac
