@@ -283,7 +283,7 @@ def grid(model, tokenizer, device, args, bandwidth: float) -> list[dict]:
             row = long_context(engine, batch, width, args.tokens, bandwidth)
         except Exception as exc:   # noqa: BLE001 (report and go on)
             row = {"batch": batch, "width": width, "error": f"{type(exc).__name__}: {exc}"[:600]}
-        engine._static._shapes.clear()
+        engine._static.release()
         if device.type == "cuda":
             torch.cuda.empty_cache()
         out.append(row)

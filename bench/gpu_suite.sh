@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The GPU benches, each one device call of < 10 minutes on one H200 (logs and JSON to $OUT):
-#   bash bench/gpu_suite.sh e2e        # a whole GRPO step, ours vs TRL GRPOTrainer.train()
+#   bash bench/gpu_suite.sh e2e        # a whole GRPO step on varied lengths, ours (cold, warm) vs TRL GRPOTrainer.train()
+#   bash bench/gpu_suite.sh e2e-fixed  # the same on the old fixed shape (every row to the cap)
 #   bash bench/gpu_suite.sh regress    # policy-update MFU and decode share of the bound at 0.6B
 #   bash bench/gpu_suite.sh rollouts   # 128 rollouts x 8 turns through collect_rollouts + the static decoder
-#   bash bench/gpu_suite.sh qwen3-8b   # decode at 8-128 rows x 2k-16k-token prompts and the update's MFU, Qwen3-8B shape
+#   bash bench/gpu_suite.sh qwen3-8b-decode qwen3-8b-update   # Qwen3-8B shape: decode at 8-128 rows x 2k-16k-token
+#                                      # prompts against the weights + KV bound; the update's MFU
+# Several names run in one call, in order.
 # Needs wheels in .whl/ (TRL 1.16.0, datasets 5.2.0, dill, multiprocess, transformers 5.19.0,
 # pydantic + its deps, and the gateway's httpx2/httpcore2/truststore/h11/h2/hpack/hyperframe/tenacity,
 # which the device image lacks: docs/benchmarks.md lists them).
@@ -14,9 +17,23 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   && export PYTHONPATH=/tmp/site || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
-case "${1:-}" in
-  e2e)
-    timeout 540 python3 bench/gpu_grpo_e2e.py --json "$OUT/e2e.json" > "$OUT/e2e.log" 2>&1
+E2E_OURS="--steps 8"
+E2E_TRL="--trl-steps 3"
+[ $# -gt 0 ] || set -- usage
+for call in "$@"; do
+case "$call" in
+  e2e)   # variable-length steps (forced EOS, varied prompts): ours cold (fresh compile caches), then warm + TRL
+    export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-e2e TRITON_CACHE_DIR=/tmp/triton-e2e
+    rm -rf "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR"
+    timeout 150 python3 bench/gpu_grpo_e2e.py --sides ours $E2E_OURS --json "$OUT/e2e_cold.json" > "$OUT/e2e_cold.log" 2>&1
+    echo "gpu_grpo_e2e cold rc=$?"; grep -E "^ours |^\||Error" "$OUT/e2e_cold.log" | cut -c1-900
+    timeout 250 python3 bench/gpu_grpo_e2e.py --sides ours trl trl-static $E2E_OURS $E2E_TRL \
+      --json "$OUT/e2e_warm.json" > "$OUT/e2e_warm.log" 2>&1
+    echo "gpu_grpo_e2e warm rc=$?"; grep -E "^ours |^trl|^\||ours /|Error" "$OUT/e2e_warm.log" | cut -c1-900
+    unset TORCHINDUCTOR_CACHE_DIR TRITON_CACHE_DIR ;;
+  e2e-fixed)   # the old fixed shape: 128-token prompts, every row to 256 tokens
+    timeout 540 python3 bench/gpu_grpo_e2e.py --lengths cap --prompt-tokens 128 --tokens 256 --steps 6 \
+      --json "$OUT/e2e.json" > "$OUT/e2e.log" 2>&1
     echo "gpu_grpo_e2e rc=$?"; grep -E "^ours|^trl|^\||ours /|Error" "$OUT/e2e.log" | cut -c1-1200 ;;
   regress)
     timeout 200 python3 bench/gpu_train_step.py --variants trainer-amp --warmup 3 > "$OUT/train_step.log" 2>&1
@@ -26,12 +43,15 @@ case "${1:-}" in
   rollouts)
     timeout 540 python3 bench/gpu_rollouts.py --json "$OUT/rollouts.json" > "$OUT/rollouts.log" 2>&1
     echo "gpu_rollouts rc=$?"; tail -12 "$OUT/rollouts.log" | cut -c1-1200 ;;
-  qwen3-8b)
-    timeout 330 python3 bench/gpu_decode.py --model 8b --tokens 64 --variants static:memory_fraction=0.9 \
-      --grid 64:2048 8:16384 64:8192 128:4096 128:2048 8:2048 --out "$OUT/decode8b" > "$OUT/decode8b.log" 2>&1
-    echo "gpu_decode 8b rc=$?"; grep -E "^\||^\{|Error" "$OUT/decode8b.log" | cut -c1-700
+  qwen3-8b-decode)
+    timeout ${DECODE_S:-330} python3 bench/gpu_decode.py --model 8b --tokens 64 --variants static:memory_fraction=0.9 \
+      --grid ${GRID:-64:2048 8:16384 64:8192 128:4096 128:2048 8:2048} --out "$OUT/decode8b" > "$OUT/decode8b.log" 2>&1
+    echo "gpu_decode 8b rc=$?"; grep -E "^\||Error" "$OUT/decode8b.log" | cut -c1-700 ;;
+  qwen3-8b-update)
     timeout 200 python3 bench/gpu_train_step.py --model 8b --variants trainer-bf16 trainer-bf16-ckpt --rows 8 \
       --seq 4096 --prompt 2048 --micro 1 --warmup 2 --repeats 3 --out "$OUT/update8b" > "$OUT/update8b.log" 2>&1
     echo "gpu_train_step 8b rc=$?"; tail -6 "$OUT/update8b.log" | cut -c1-700 ;;
-  *) echo "usage: bash bench/gpu_suite.sh e2e|regress|rollouts|qwen3-8b" >&2; exit 2 ;;
+  *) echo "usage: bash bench/gpu_suite.sh CALL... (e2e e2e-fixed regress rollouts qwen3-8b-decode qwen3-8b-update)" >&2
+     exit 2 ;;
 esac
+done

@@ -337,6 +337,12 @@ class StaticDecoder:
         self._replica, self._pairs, self._forward, self._groups, self._pool = None, [], None, None, None
         self._shapes.clear()
 
+    def release(self) -> None:
+        """Drop every shape's KV cache and CUDA graphs (their memory back to the allocator at the
+        next `torch.cuda.empty_cache()`); the compiled forward stays."""
+        self._shapes.clear()
+        self._pool = None
+
     def _sync_model(self) -> bool:
         """Make the decoded model current: the engine's model, or its compute-dtype copy with
         the current weights (rebuilt where the model or its parameter objects were replaced).
@@ -424,6 +430,8 @@ class StaticDecoder:
             return self._shapes[key]
         while len(self._shapes) >= self.max_shapes:
             self._shapes.popitem(last=False)
+        if not self._shapes:
+            self._pool = None      # its graphs are gone and so is the pool: capturing into it fails in the allocator
         dev = self.engine.device
         cache = StaticCache(config=self.model.config, max_cache_len=length)
         cache.early_initialization(rows, self.kv_heads, self.head_dim, self._kv_dtype(), dev)
