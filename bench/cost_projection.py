@@ -1,6 +1,6 @@
 """What the paper's run would cost: wall time and GPU-hours per GRPO step, for the run, and for evaluation.
 
-    python bench/cost_projection.py [--turns 10] [--decode-efficiency 0.112] [--markdown]
+    python bench/cost_projection.py [--turns 10] [--decode-efficiency 0.854] [--markdown]
 
 Arithmetic only (no GPU here): the measured per-GPU rates below (each with the benchmarks row
 it comes from) and the paper's settings (PAPER.md §4-5, §8) combined under named assumptions.
@@ -17,7 +17,10 @@ MEASURED = {
     "matmul_peak_tflops": (781.0, "bf16 8192^3 matmul, run B/D ceiling"),
     "update_mfu_1gpu": (0.488, "ppo_update, Qwen3-0.6B shape, 8 x 2,048 tokens, run D"),
     "update_mfu_zero2": (0.430, "rank_update, DeepSpeed ZeRO-2, 2 GPUs, run E"),
-    "decode_of_bound": (0.1121, "static decoder through the trainer's bf16 copy, 64 rows, run G (static-amp)"),
+    "decode_of_bound": (0.1121, "static decoder through the trainer's bf16 copy, 0.6B, 64 rows, run G (static-amp)"),
+    "update_mfu_8b": (0.699, "ppo_update, Qwen3-8B shape, 1 GPU, bf16 params + AdamW, 8 x 4,096 tokens, micro 1"),
+    "decode_of_full_bound_8b": (0.854, "static decoder, Qwen3-8B shape, 8 rows x 16,384-token prompts, "
+                                       "of (weights + KV cache read once per step) at the measured copy rate"),
     "hbm_tb_s": (4.3, "device-to-device copy, 4.16-4.26 TB/s measured"),
     "sync_gb_s": (281.0, "NCCL broadcast of the bf16 weights, 256 MiB buckets, run E"),
     "rollout_overlap": (0.92, "collect_rollouts wall / (engine busy + longest tool chain), CPU run"),
@@ -99,9 +102,11 @@ def main() -> int:
     p.add_argument("--observation", type=int, default=1_000, help="tool output tokens added to the context per turn")
     p.add_argument("--tool-latency", type=float, default=20.0, help="mean seconds per tool call (PAPER.md §2: 8-96 s)")
     p.add_argument("--tasks", type=int, default=4_000, help="training tasks per epoch (ToolScale ~4k)")
-    p.add_argument("--update-mfu", type=float, default=MEASURED["update_mfu_zero2"][0])
-    p.add_argument("--decode-efficiency", type=float, default=MEASURED["decode_of_bound"][0],
-                   help="decode's share of the bandwidth bound (measured 0.112 at 0.6B / 64 rows)")
+    p.add_argument("--update-mfu", type=float, default=MEASURED["update_mfu_8b"][0],
+                   help="the update's MFU (measured 0.699 at 8B on 1 GPU; ZeRO's communication not included)")
+    p.add_argument("--decode-efficiency", type=float, default=MEASURED["decode_of_full_bound_8b"][0],
+                   help="decode's share of the weights + KV-cache bound (measured 0.854 at 8B / 8 rows / 16k "
+                        "contexts; 0.872 at 64 rows x 2k, 0.973 at 64 x 8k)")
     p.add_argument("--prefill-mfu", type=float, default=MEASURED["update_mfu_1gpu"][0],
                    help="prefill's MFU (assumed as the update's forward)")
     p.add_argument("--overlap", type=float, default=1.0, help="rollout wall / (generation + longest tool chain)")

@@ -228,8 +228,8 @@ def run_ours(path: Path, tok, prompts: list[str], args, device: torch.device) ->
     from orchestrator.engine import SamplingParams
     from training.algorithms import compute_advantages
     from training.config import load_config
-    from training.samples import TurnSample
     from training.learner import LocalLearner
+    from training.samples import TurnSample
 
     rows = args.prompts * args.group
     cfg = load_config(ROOT / "training/configs/quickstart.yaml", [
@@ -367,15 +367,15 @@ def markdown(results: dict, args) -> str:
     names = {"ours": "ours (train.py's LocalLearner: static decoder + ppo_update)",
              "trl": f"TRL {results['info'].get('trl', '')} GRPOTrainer.train() (transformers generate, dynamic cache)",
              "trl-static": f"TRL {results['info'].get('trl', '')} GRPOTrainer.train() (cache_implementation static)"}
-    lines = ["| implementation | first step s | compiles: first step / after | step s (median / slowest) | "
-             "completion tokens / step | tokens/s | generation s | reward s | reference s | update + rest s | peak GiB |",
+    lines = [("| implementation | first step s | compiles: first step / after | step s (median / slowest) | "
+              "completion tokens / step | tokens/s | generation s | reward s | reference s | update + rest s | peak GiB |"),
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for side in names:
+    for side, name in names.items():
         if side not in results:
             continue
         m = results[side]["summary"]
         sec = m["seconds_median"]
-        lines.append(f"| {names[side]} | {m['first_step_s']:.1f} | {m['compiles_first_step']} / {m['compiles_after']} | "
+        lines.append(f"| {name} | {m['first_step_s']:.1f} | {m['compiles_first_step']} / {m['compiles_after']} | "
                      f"{m['step_s_median']:.2f} / {m['slowest_step_s']:.2f} | "
                      f"{m['completion_tokens_per_step']:.0f} | {m['tokens_per_s']:,.0f} | {sec['generation_s']:.2f} | "
                      f"{sec['reward_s']:.3f} | {sec['reference_s']:.2f} | {sec['update_s']:.2f} | "

@@ -149,8 +149,8 @@ def variant_trainer(cfg, samples, device, *, amp: bool, micro: int, before: bool
 
     import training.logprobs as fast
     from training.losses import PPOClipLoss
-    from training.precision import Precision
     from training.ppo import ppo_update
+    from training.precision import Precision
 
     precision = Precision.of("bfloat16") if amp else Precision(torch.bfloat16)
     torch.manual_seed(0)
