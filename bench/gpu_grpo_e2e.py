@@ -10,7 +10,9 @@ autocast, as train.py's model.dtype bfloat16 does), the same prompts (`--prompts
 per id, so both sides tokenize them to the same ids), group size `--group`, up to `--tokens`
 completion tokens at temperature 1, the same reward (the share of even token ids in the
 completion's text), GRPO advantages, clipped loss (0.2 / 0.28) + KL to the frozen initial policy
-(1e-4), AdamW (lr 1e-6, weight decay 0.01), grad-norm clip 1.0, one optimizer step per step.
+(1e-4), AdamW (lr 1e-6, weight decay 0.01), grad-norm clip 1.0; ours takes an AdamW step per
+`--mini-batch` rows (ppo_mini_batch_size: 4 per GRPO step at the defaults, as train.py), TRL one
+per generation batch (its default).
 
 ours  `training.learner.LocalLearner` built from training/configs/quickstart.yaml with the model,
       device and dtype overridden: its engine (HFEngine sharing the trained model, decoded by the
