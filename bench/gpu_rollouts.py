@@ -187,6 +187,8 @@ def main() -> int:
         results["card"] = torch.cuda.get_device_name(device)
     results["warmup"] = measure(engine, timed, scripted, args, 0.0, 0)
     print("warm-up", results["warmup"], flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
     results["runs"] = []
     for k in range(args.repeats):
         results["runs"].append(measure(engine, timed, scripted, args, args.tool_seconds, 1 + k))

@@ -41,7 +41,8 @@ case "$call" in
     timeout 300 python3 bench/gpu_decode.py --batches 64 --variants static static-amp --no-parts > "$OUT/decode.log" 2>&1
     echo "gpu_decode rc=$?"; tail -8 "$OUT/decode.log" ;;
   rollouts)
-    timeout 540 python3 bench/gpu_rollouts.py --json "$OUT/rollouts.json" > "$OUT/rollouts.log" 2>&1
+    timeout ${ROLLOUTS_S:-540} python3 bench/gpu_rollouts.py --repeats ${REPEATS:-2} --json "$OUT/rollouts.json" \
+      > "$OUT/rollouts.log" 2>&1
     echo "gpu_rollouts rc=$?"; tail -12 "$OUT/rollouts.log" | cut -c1-1200 ;;
   qwen3-8b-decode)
     timeout ${DECODE_S:-330} python3 bench/gpu_decode.py --model 8b --tokens 64 --variants static:memory_fraction=0.9 \
