@@ -186,7 +186,7 @@ def build(args: argparse.Namespace) -> Served:
     price_model = resolve_price_model(args, catalog)
     if args.endpoint:
         use_endpoint(args, Path(tempfile.mkdtemp(prefix="orchestrator-serve-")), price_model)
-    check_serve(catalog, args.serve, args.tools)
+    check_serve(catalog, args.serve, args.tools, args.pricing)
     check_models(args, catalog)
     retriever = make_retriever(args)
     setup = build_setup(args, catalog, price_model, retriever, settings)

@@ -251,5 +251,5 @@ def routed_runtime(base: ToolRuntime, indexes: dict[str, Path]) -> RoutedRuntime
         llm = UnbatchedExpert(llm)
     return build_runtime(None, base.sections, base.catalog, retriever=base.retriever, prompts=base.prompts,
                          context_tokens=base.budgets.context_tokens, override_model=base.override_model,
-                         serve=base.serve, llm=llm, run_code=base.run_code, counter=base.counter, cls=RoutedRuntime,
+                         serve=base.serve, pricing=base.pricing, llm=llm, run_code=base.run_code, counter=base.counter, cls=RoutedRuntime,
                          overrides={a: {"retriever": retrievers[d]} for a, d in SEARCH_DEPTH.items()})
