@@ -1,4 +1,4 @@
-"""Load on the orchestrator server (orchestrator/serve.py): requests/s and latency p50/p99 at 1, 8
+"""Load on the orchestrator server (orchestrator/serve/): requests/s and latency p50/p99 at 1, 8
 and 32 concurrent clients.
 
 `python -m orchestrator.serve` runs as its own process with the mock backend

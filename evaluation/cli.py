@@ -143,7 +143,8 @@ def resolve_price_model(args: argparse.Namespace, catalog) -> str:
 
 def load_run_profile(args):
     """The settings profile `--profile` names (orchestrator/settings.py); `args.serve` is set to the
-    serving map the run uses (--serve, else the profile's)."""
+    serving map the run uses (--serve, else the profile's) and `args.pricing` to the profile's
+    `pricing` (whose price its expert calls pay)."""
     from orchestrator.settings import ProfileError, load_profile
 
     try:
@@ -152,12 +153,13 @@ def load_run_profile(args):
         raise CLIError(f"--profile {args.profile}: {exc}") from None
     if getattr(args, "serve", None) is None:
         args.serve = profile.serve
+    args.pricing = profile.pricing
     return profile
 
 
-def check_serve(catalog, serve: str | None, tools: Path | None) -> None:
+def check_serve(catalog, serve: str | None, tools: Path | None, pricing: str) -> None:
     """The serving map (--serve or the profile's) must be in tools.json and serve every alias with
-    a model of the registry.
+    a model of the registry, priced as the profile's `pricing` needs.
 
     Without one nothing is checked here: each alias model is called as itself and a
     missing key or server fails that call, recorded per turn.
@@ -167,8 +169,13 @@ def check_serve(catalog, serve: str | None, tools: Path | None) -> None:
     if serve not in catalog.profiles:
         raise CLIError(f"--serve {serve!r}: not in tools.json profiles {sorted(catalog.profiles)}")
     from orchestrator.gateway.registry import load_registry
+    from orchestrator.runtime import check_pricing
 
     catalog.check_served(load_registry().models, serve, source=str(tools or "tools.json"))
+    try:
+        check_pricing(catalog, serve, pricing)
+    except ValueError as exc:
+        raise CLIError(f"the profile's {exc}") from None
 
 
 def git_commit() -> str | None:

@@ -193,10 +193,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def registry_yaml(base_url: str, names: list[str], max_retries: int = 0, price_model: str = "Qwen3-8B",
+def registry_yaml(base_url: str, names: list[str], max_retries: int = 0, price_model: str | None = None,
                   **fields: float) -> str:
     """A configs/models.yaml text sending every name in `names` to `base_url`; `fields` set more
-    entry fields (timeout_s, backoff_initial_s, ...)."""
+    entry fields (timeout_s, backoff_initial_s, ...).
+
+    `price_model`: the price row every one of these models is charged at when a caller names none
+    (the orchestrator, the judge, the user simulator).  A scripted model has no price of its own,
+    so by default it is charged as tools.json's `orchestrator_price_model` (read there, not named
+    here: the one price table decides); expert calls are charged by the runtime at their alias's
+    model whatever this says."""
+    if price_model is None:
+        from orchestrator.catalog import load_catalog
+
+        price_model = load_catalog().orchestrator_price_model
     settings = {"max_retries": max_retries, "timeout_s": 30, "price_model": price_model, **fields}
     lines = ["models:"]
     for name in names:

@@ -73,7 +73,7 @@ def resolve_preference(args: argparse.Namespace, catalog, kind: str, search: boo
 def state_preference(spec: str, catalog, kind: str, search: bool = True) -> StatedPreference:
     """`spec` (a preset name or a vector) stated over what an episode of `kind` offers; raises
     data_synthesis.preferences.PreferenceError for one training cannot state (the server,
-    orchestrator/serve.py, states a request's `preference` with this too)."""
+    orchestrator/serve/, states a request's `preference` with this too)."""
     from data_synthesis.examples import REQUIRED, latencies
     from data_synthesis.preferences import resolve_preference as resolve
 

@@ -121,7 +121,7 @@ def _partial(setup: QASetup, task: BenchmarkTask, record: dict[str, Any]) -> dic
 
 def play(setup: QASetup, task: BenchmarkTask) -> Rollout:
     """The orchestration loop on one task ("all" / "basic" mode), as evaluation runs it and the
-    server (orchestrator/serve.py) serves it."""
+    server (orchestrator/serve/) serves it."""
     tools = basic_tools(setup.catalog, setup.price_model) if setup.mode == "basic" else None
     metadata = {**task.meta, "files": task.files} if task.files else task.meta
     # --preference: the orchestrator reads the problem as training states it (evaluation/preference.py)

@@ -189,7 +189,8 @@ def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever, 
     prompts = load_prompts(settings, args.prompts)
     runtime = None
     if args.mode != "none":
-        runtime = build_runtime(None, {"qa": settings}, catalog, serve=args.serve, retriever=retriever, prompts=prompts,
+        runtime = build_runtime(None, {"qa": settings}, catalog, serve=args.serve, pricing=args.pricing,
+                                retriever=retriever, prompts=prompts,
                                 override_model=args.model if args.mode == "basic" else None)
     return QASetup(mode=args.mode, model=args.model, price_model=price_model, catalog=catalog, runtime=runtime,
                    policy=ChatPolicy(args.model, price_model=price_model),
@@ -211,7 +212,7 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     price_model = resolve_price_model(args, catalog)
     if args.endpoint:
         use_endpoint(args, out_dir, price_model)
-    check_serve(catalog, args.serve, args.tools)
+    check_serve(catalog, args.serve, args.tools, args.pricing)
     endpoints = check_models(args, catalog)
     data = args.data
     if embedded:
@@ -239,6 +240,7 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     config: dict[str, Any] = {
         "benchmark": benchmark, "data": str(data), "split": args.split, "model": args.model,
         "price_model": price_model, "mode": args.mode, "profile": args.profile, "serve": args.serve,
+        "pricing": args.pricing,
         "endpoint": args.endpoint,
         "endpoint_model": args.endpoint_model, "setting": choice,
         "tools": str(args.tools or "tools.json"), "catalog_sha256": content_hash(catalog.model_dump(mode="json")),

@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         use_endpoint(args, out_dir, price_model)
     profile = load_run_profile(args)
     settings = resolve_settings(args, profile.section("tau2", "eval"))
-    check_serve(catalog, args.serve, args.tools)
+    check_serve(catalog, args.serve, args.tools, args.pricing)
     preference = resolve_preference(args, catalog, "tau2")
     tool_config = run_config_entries(args, catalog, "tau2", preference)   # --catalog refused if nothing is unseen
     print(*describe(preference, tool_config), sep="\n") if preference or args.catalog else None
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     orch, user = settings.orchestrator, settings.user
     config = {"benchmark": "tau2", "domains": domains, "model": args.model, "price_model": price_model,
               "mode": args.mode, "profile": profile.name, "profile_source": _shown(profile.source),
-              "serve": args.serve, "endpoint": args.endpoint, "user_model": user.model,
+              "serve": args.serve, "pricing": profile.pricing, "endpoint": args.endpoint, "user_model": user.model,
               "max_steps": settings.max_steps, "max_errors": settings.max_errors, "seed": settings.seed,
               "temperature": orch.temperature, "max_tokens": orch.max_tokens,
               "expert_max_tokens": args.expert_max_tokens, "user_temperature": user.temperature,

@@ -6,9 +6,10 @@
 - call_expert (function-calling episodes, `propose`): the expert proposes the next domain action.
 
 The expert is reached through the one LLM gateway; the alias's model (e.g. GPT-5)
-is served by `catalog.served_model(model, profile)` (e.g. the local SmolLM2) but
-priced as the alias's model, so a local run reports what the paper's tools would cost;
-a served model with its own price row (the open profile's gpt-oss for GPT-5) is priced as itself.
+is served by `catalog.served_model(model, serve)` (e.g. the local SmolLM2) and charged as
+the profile's `pricing` says (orchestrator/settings.py PRICING): `as_alias` at the alias
+model's price, so a local run reports what the paper's tools would cost; `as_served` at the
+served model's own (the open profile's gpt-oss for GPT-5).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Any, Callable, Protocol
 from orchestrator.catalog import Catalog
 from orchestrator.context import Budgets, CodeBlock, Document, EpisodeState, Prompts, TokenCounter, expert_context
 from orchestrator.extract import answer_style, extract_answer, extract_code, extract_query, split_code, split_query
-from orchestrator.settings import ExpertSettings, QASettings, Tau2Settings
+from orchestrator.settings import PRICING, ExpertSettings, QASettings, Tau2Settings
 from orchestrator.gateway.errors import ProviderRejected
 from orchestrator.records import ExpertCall, LLMResponse, ToolCall
 from orchestrator.toolcall import format_tool_call, parse_tool_calls
@@ -56,6 +57,19 @@ def _rejected_errors() -> tuple[type[Exception], ...]:
 REJECTED = _rejected_errors()
 
 
+def check_pricing(catalog: Catalog, serve: str | None, pricing: str) -> None:
+    """Raise ValueError, naming `pricing`, unless it is one of PRICING and, for `as_served`,
+    every model the serving map `serve` answers with has a tools.json price row."""
+    if pricing not in PRICING:
+        raise ValueError(f"pricing: {pricing!r} is not one of {list(PRICING)}")
+    if pricing == "as_served" and serve in catalog.profiles:
+        unpriced = sorted(set(catalog.profiles[serve].values()) - set(catalog.prices))
+        if unpriced:
+            raise ValueError(f"pricing: as_served charges each expert call at its served model's price, but "
+                             f"tools.json has no price for {unpriced} (served under profiles.{serve}); add them "
+                             f"to 'prices' or set `pricing: as_alias` in the settings profile")
+
+
 def _default_llm(*args, **kwargs):
     from LLM_CALL import get_llm_response  # imported lazily: the gateway pulls in heavy backends
     return get_llm_response(*args, **kwargs)
@@ -79,6 +93,7 @@ class ToolRuntime:
     # episode kind -> its settings section (orchestrator/settings.py EPISODE_SETTINGS)
     sections: dict[str, Any] = field(default_factory=lambda: {"qa": QASettings(), "tau2": Tau2Settings()})
     serve: str | None = None        # tools.json `profiles` entry: which model answers for each alias model
+    pricing: str = "as_alias"       # whose price a served call pays (orchestrator/settings.py PRICING)
     retriever: Retriever | None = None
     prompts: Prompts = field(default_factory=Prompts.load)
     budgets: Budgets = field(default_factory=Budgets)
@@ -86,6 +101,9 @@ class ToolRuntime:
     counter: TokenCounter = field(default_factory=TokenCounter)   # expert contexts' token cuts, query fees
     llm: Callable[..., Any] = _default_llm
     run_code: Callable[[str, float], Any] = _default_sandbox
+
+    def __post_init__(self):
+        check_pricing(self.catalog, self.serve, self.pricing)
 
     def section(self, kind: str):
         if kind not in self.sections:
@@ -111,6 +129,16 @@ class ToolRuntime:
 
     def served(self, model: str) -> str:
         return self.override_model or self.catalog.served_model(model, self.serve)
+
+    def priced(self, model: str, catalog: Catalog) -> str:
+        """The price row an expert call of alias model `model` is charged at: the alias model's
+        (`pricing: as_alias`) or the served model's (`as_served`).  "Basic tools" mode (the
+        orchestrator answering for every alias) charges the orchestrator's model where it has a
+        price row, else the alias model's, whatever the pricing."""
+        served = self.served(model)
+        if self.override_model:
+            return served if served in catalog.prices else model
+        return served if self.pricing == "as_served" else model
 
     def call(self, tool_name: str, alias: str, state: EpisodeState, catalog: Catalog | None = None) -> tuple[ExpertCall, str | None]:
         """Run one validated call; return what happened and the final answer (answer tool only).
@@ -170,14 +198,11 @@ class ToolRuntime:
     def ask(self, call: ExpertCall, messages: list[dict], catalog: Catalog, kind: str = "qa",
             **kwargs) -> LLMResponse:
         """One expert call for `call.model`, with that expert's settings in `kind` episodes; its
-        usage and dollars added to `call`.  Charged at the served model's own price when it has
-        one (the open profile's gpt-oss-120b for gpt-5), else at the alias model's (SmolLM2
-        standing in for gpt-5 is charged as gpt-5)."""
+        usage and dollars added to `call`, charged at `priced`'s row (the profile's `pricing`)."""
         settings = self.expert(call.model, kind, call.tool)
         if settings.extra_body:
             kwargs["extra_body"] = settings.extra_body
-        served = self.served(call.model)
-        priced = served if served != call.model and served in catalog.prices else call.model
+        served, priced = self.served(call.model), self.priced(call.model, catalog)
         response = self.llm(served, messages, temperature=settings.temperature,
                             max_tokens=settings.max_tokens, price_model=priced, catalog=catalog, **kwargs)
         call.usage = call.usage + response.usage

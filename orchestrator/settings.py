@@ -10,7 +10,8 @@ A profile file has one section per episode kind (`qa`, `tau2`: the kinds registe
 `eval`, `train`).  `defaults` under a kind is merged under each of its uses; `extends: NAME`
 at the top merges the whole file over another profile.  Within `experts`, each model's entry
 is merged over `experts.default`.  `serve` names the tools.json serving map (which model
-answers for each alias's model: `local` = the embedded SmolLM2; null = each model itself).
+answers for each alias's model: `local` = the embedded SmolLM2; null = each model itself), and
+`pricing` says at whose price its expert calls are charged (PRICING).
 
 Training (training/train.py `tools.profile`) and evaluation (`--profile`) take these objects
 unchanged and turn them into a runtime with orchestrator/setup.py, the one builder.
@@ -18,12 +19,21 @@ unchanged and turn them into a runtime with orchestrator/setup.py, the one build
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "configs" / "profiles"
+
+
+# How expert calls under a serving map are charged (a profile's `pricing`):
+#   as_alias  - at the alias's model's price (tools.json `prices`): a stand-in such as the `local`
+#               SmolLM2 reports what the paper's tools would cost;
+#   as_served - at the served model's own price (the `open` profile's gpt-oss-120b for GPT-5): what
+#               the run really spends; every served model then needs a price row.
+Pricing = Literal["as_alias", "as_served"]
+PRICING: tuple[str, ...] = get_args(Pricing)
 
 
 class ProfileError(ValueError):
@@ -166,6 +176,7 @@ class Profile(_Strict):
     name: str
     source: str
     serve: str | None = None            # tools.json `profiles` map: which model answers for each alias model
+    pricing: Pricing = "as_alias"   # whose price the serving map's calls pay (PRICING)
     sections: dict[str, dict[str, Any]] = Field(default_factory=dict)   # kind -> use -> settings
 
     def section(self, kind: str, use: str):
@@ -240,7 +251,7 @@ def load_profile(name: str | Path) -> Profile:
     """Read, merge (`extends`, per-kind `defaults`, `experts.default`) and validate a profile."""
     path = profile_path(name)
     data = _read(path)
-    known = {"serve", *EPISODE_SETTINGS}
+    known = {"serve", "pricing", *EPISODE_SETTINGS}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ProfileError(f"{path}: unknown top-level key(s) {unknown}; expected {sorted(known)} and `extends`")
@@ -263,4 +274,8 @@ def load_profile(name: str | Path) -> Profile:
     serve = data.get("serve")
     if serve is not None and not isinstance(serve, str):
         raise ProfileError(f"{path}: serve: expected the name of a tools.json `profiles` entry or null")
-    return Profile(name=path.stem, source=str(path), serve=serve, sections=sections)
+    pricing = data.get("pricing", "as_alias")
+    if pricing not in PRICING:
+        raise ProfileError(f"{path}: pricing: {pricing!r} is not one of {list(PRICING)} (as_alias: expert calls "
+                           f"charged at the alias model's price; as_served: at the served model's own price)")
+    return Profile(name=path.stem, source=str(path), serve=serve, pricing=pricing, sections=sections)

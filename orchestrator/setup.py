@@ -29,11 +29,13 @@ def load_prompts(settings: QASettings | Tau2Settings | None, folder: str | Path 
 
 def build_runtime(profile: Profile | None, sections: dict[str, Any], catalog: Catalog, *,
                   retriever=None, prompts: Prompts | None = None, context_tokens: int | None = None,
-                  override_model: str | None = None, serve: str | None = None, llm=None, run_code=None,
+                  override_model: str | None = None, serve: str | None = None, pricing: str | None = None,
+                  llm=None, run_code=None,
                   counter: TokenCounter | None = None, cls: type[ToolRuntime] = ToolRuntime, **extra) -> ToolRuntime:
     """The runtime of a run that plays the episode kinds in `sections` (kind -> settings section).
 
-    `serve` (default: the profile's) names the tools.json serving map; `prompts` default to the
+    `serve` and `pricing` (default: the profile's) name the tools.json serving map and whose price
+    its calls pay (orchestrator/settings.py PRICING); `prompts` default to the
     QA section's style; `context_tokens` (the orchestrator's context cap; default the section's)
     sizes the ours-style documents; `llm` / `run_code` replace the gateway and the sandbox (tests,
     memoised experts); `counter` cuts expert contexts in a tokenizer's tokens (default ~4 characters
@@ -47,6 +49,8 @@ def build_runtime(profile: Profile | None, sections: dict[str, Any], catalog: Ca
                               "serve": serve if serve is not None else (profile.serve if profile else None),
                               "retriever": retriever, "prompts": prompts, "budgets": Budgets(context_tokens=cap),
                               "override_model": override_model}
+    if pricing or profile:
+        fields["pricing"] = pricing or profile.pricing
     if llm is not None:
         fields["llm"] = llm
     if run_code is not None:

@@ -138,7 +138,7 @@ def create_app(service: RetrievalService, limits: Limits = Limits(), default_min
 
 def invalid_field(errors: list[dict]) -> tuple[str, str]:
     """(field, message) of a request's first validation error: the dotted path in the body, or
-    "body" when the body is not JSON at all (orchestrator/serve.py answers with it too)."""
+    "body" when the body is not JSON at all (orchestrator/serve/ answers with it too)."""
     first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
     # loc is ("body", field, index...); for unparsable JSON it is ("body", byte offset).
     field = "body" if first.get("type") == "json_invalid" else ".".join(str(p) for p in first["loc"][1:]) or "body"

@@ -295,8 +295,12 @@ def emulator_registry(root: str, key_env: str = "EMULATOR_KEY", drop_rules: set[
     """The shipped configs/models.yaml with every provider pointed at the emulator at `root`.
 
     Rules are kept as shipped (that is what is under test), except for the models in
-    `drop_rules` (to show what the provider does without them)."""
-    from orchestrator.gateway.registry import DEFAULT_MODELS, load_registry
+    `drop_rules` (to show what the provider does without them): those entries are checked to
+    leave the gateway no rule at all, so a registry field that also implies one (as `serve:`'s
+    max_model_len implies the context window) stops here naming it, not as a request the
+    gateway quietly shortened (a test's "DID NOT RAISE")."""
+    from orchestrator.gateway.registry import DEFAULT_MODELS, ModelEntry, load_registry
+    from orchestrator.gateway.rules import ProviderRules
 
     out = {}
     for name, entry in load_registry(DEFAULT_MODELS).models.items():
@@ -311,5 +315,9 @@ def emulator_registry(root: str, key_env: str = "EMULATOR_KEY", drop_rules: set[
         if name in drop_rules:
             data.pop("rules", None)
             data.pop("serve", None)          # its max_model_len is the rules' context window
+            left = ModelEntry.model_validate(data).rules
+            if left != ProviderRules():
+                raise AssertionError(f"emulator_registry: {name} keeps provider rules with `rules:` and `serve:` "
+                                     f"dropped ({left!r}); drop the registry field that sets them too")
         out[name] = data
     return {"models": out}

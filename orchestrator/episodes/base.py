@@ -42,7 +42,7 @@ class LoopConfig:
     tau2_seed: int = 300         # tau2 simulation seed
     budgets: Budgets = field(default_factory=Budgets)
     # called with the rollout so far before each policy turn; a non-empty return ends the episode with
-    # that stop_reason (orchestrator/serve.py: a request's dollar or turn budget, a client gone)
+    # that stop_reason (orchestrator/serve/: a request's dollar or turn budget, a client gone)
     before_turn: Callable[[Rollout], str | None] | None = None
 
 

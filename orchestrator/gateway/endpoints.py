@@ -1,6 +1,10 @@
 """A pool of OpenAI-compatible replicas read from an endpoints JSON file.
 
-    {"Qwen3-32B": [{"base_url": "http://node1:8000/v1"}, {"base_url": "http://node2:8000/v1"}]}
+    {"<model>": [{"base_url": "http://node1:8000/v1"}, {"base_url": "http://node2:8000/v1"}]}
+
+Each key is a configs/models.yaml entry name (an entry's `endpoints_file`, default
+$TOOLORCHESTRA_ENDPOINTS or endpoints.json, names the file); the launchers write them
+(orchestrator/serving.py, one process per server of orchestrator/serve_experts.py).
 
 Requests go round-robin over the replicas.  When a replica fails, the file is re-read
 (a launcher may have replaced a dead server) and the pool moves to the next replica;

@@ -97,7 +97,8 @@ def test_frames_all_tools_records_costs_errors_and_report(env):
     assert (summary["answered"], summary["errors"], summary["correct"]) == (3, 1, 2)
     assert summary["accuracy"] == pytest.approx(2 / 3)
     assert (out / "viewer.html").exists() and (out / "cost_accuracy.png").exists()
-    assert json.loads((out / "run_config.json").read_text())["price_model"] == "Qwen3-8B"
+    config = json.loads((out / "run_config.json").read_text())
+    assert (config["price_model"], config["serve"], config["pricing"]) == ("Qwen3-8B", "mock", "as_alias")
     assert "66.7" in proc.stdout and "Tool mix" in proc.stdout
 
 
@@ -167,6 +168,12 @@ def test_bad_flags_are_one_line_errors(env):
     assert proc.returncode == 2 and "no such file" in proc.stderr and "Traceback" not in proc.stderr
     proc = run("run_hle.py", env, "--data", env["data"], "--price-model", "gpt-7")
     assert proc.returncode == 2 and "'gpt-7' has no row in the tools.json price table" in proc.stderr
+    served = env["tmp"] / "served.yaml"   # the mock map's mock-expert has no price row to charge at
+    served.write_text("extends: default\npricing: as_served\n")
+    proc = run("run_frames.py", env, "--data", env["data"], "--profile", served)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "the profile's pricing: as_served charges each expert call at its served model's price, but tools.json " \
+           "has no price for ['mock-expert'] (served under profiles.mock)" in proc.stderr
 
 
 def test_endpoint_flag_serves_the_orchestrator_from_a_url(env, backend):

@@ -64,8 +64,8 @@ def test_real_airline_tasks_are_scored_by_tau2(tau2_run):
 
 def test_run_config_records_the_profile_and_the_values_that_ran(tau2_run):
     config = json.loads((tau2_run["out"] / "run_config.json").read_text())
-    assert (config["profile"], config["profile_source"], config["serve"]) == ("default", "configs/profiles/default.yaml",
-                                                                              "mock")
+    assert (config["profile"], config["profile_source"], config["serve"], config["pricing"]) == (
+        "default", "configs/profiles/default.yaml", "mock", "as_alias")
     # no budget flag given: the default profile's tau2.eval values, as the run used them
     assert (config["max_steps"], config["max_errors"], config["seed"]) == (200, 10, 300)
     assert (config["temperature"], config["max_tokens"], config["expert_max_tokens"]) == (0.0, 1024, None)

@@ -1,4 +1,4 @@
-"""The orchestrator server (orchestrator/serve.py), driven by the real `openai` SDK client.
+"""The orchestrator server (orchestrator/serve/), driven by the real `openai` SDK client.
 
 Most tests serve the scripted mock backend (evaluation/mock_backend.py: real HTTP, the gateway, the
 evaluation set-up and loop; no keys), which answers in milliseconds; a subclass records every
@@ -7,6 +7,9 @@ question from ever being answered (the disconnect and deadline tests).  One test
 embedded default (SmolLM2-135M in process).
 """
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -302,6 +305,18 @@ def test_bad_flags_are_one_line_errors(capsys, served):
     assert main(["--profile", "no-such-profile"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --profile no-such-profile: ") and len(err.strip().splitlines()) == 1
+
+
+def test_python_dash_m_runs_the_server_package():
+    """`python -m orchestrator.serve` (bench/serve_load.py and the README start it so) reaches `main`:
+    its flags, and a bad one refused in one line before anything is loaded."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ok = subprocess.run([sys.executable, "-m", "orchestrator.serve", "--help"], capture_output=True, text=True,
+                        cwd=REPO, env=env, timeout=120)
+    assert ok.returncode == 0 and "usage: python -m orchestrator.serve" in ok.stdout and "--request-timeout" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "orchestrator.serve", "--queue", "-1"], capture_output=True,
+                         text=True, cwd=REPO, env=env, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --queue must be >= 0, got -1"
 
 
 def test_the_embedded_default_answers_through_the_sdk(monkeypatch):

@@ -8,8 +8,8 @@ three kinds of question, each solvable only through the right tool:
   the sandbox runs it) gives the number.
 
 Aliases differ in capability, with real local components (`SEARCH_DEPTH`): the search aliases
-`search-1` (Qwen3-8B price, per task: `TASK_MODELS`) and `search-2` (GPT-5-mini price) read a
-*shallow* index (a gazetteer: name and birth city only), `search-3` (Qwen3-32B price) the
+`search-1` and `search-2` (the cheaper two; each alias's model and so its price: `task_tools()`)
+read a *shallow* index (a gazetteer: name and birth city only), `search-3` (the dearest) the
 *deep* index (the full biographies, years included).  So the cheap search is right for city questions and wrong for
 year questions; a policy that routes well pays for the deep search only where it is needed.
 The reasoners and answer aliases are equally able (the same greedy SmolLM2-135M-Instruct,
@@ -20,7 +20,7 @@ the question's last line (as data_synthesis states it in `instruction`), drawn f
 tasks as exact shares (`TRAIN_MIX`); evaluations set one for all held-out tasks.  `favour` is
 accuracy + a favoured alias, `answer-4`: every task ends with an answer call and the three answer
 aliases are equally able, so `answer-4` is a right choice on every question, and the tasks serve
-it as the dearest answer model (`TASK_MODELS`: claude-sonnet-4), so nothing but that weight makes
+it as the dearest answer model (`TASK_MODELS`), so nothing but that weight makes
 it the best one (`cost` rightly moves answers to `answer-math-2`, `accuracy` is indifferent): its
 share rising under `favour` only is the preference being followed.  The prompted SmolLM2 reads
 "please use answer-4" (about 0.33 of its answer choice under it, 0.01 otherwise: the warm-up
@@ -58,7 +58,11 @@ TOOL_ALIASES = {
 }
 FAVOURED_ALIAS = "answer-4"
 # the quickstart tasks' own alias -> model choices where they differ from tools.json (per-task
-# tool mappings are per-example fields, PAPER.md §2):
+# tool mappings are per-example fields, PAPER.md §2).  Data, not a setting, hence here and not in a
+# profile: as in data_synthesis's records, a task's alias -> model mapping is part of the task
+# (build_world writes it into every record of world/*.jsonl, which training and evaluation read as
+# they read any dataset's `tools`), and changing it makes another world, not another run of this one
+# (the quickstart's results in docs/training.md are measured on it).  UNSEEN_TOOLS likewise.
 # - the favoured alias is served as the dearest answer model, so `cost` pulls away from it at every
 #   step (tools.json: answer-4 = Qwen3-32B, which is cheaper than answer-1's GPT-5 and drew `cost`
 #   towards it too, docs/training.md);
@@ -251,5 +255,5 @@ def routed_runtime(base: ToolRuntime, indexes: dict[str, Path]) -> RoutedRuntime
         llm = UnbatchedExpert(llm)
     return build_runtime(None, base.sections, base.catalog, retriever=base.retriever, prompts=base.prompts,
                          context_tokens=base.budgets.context_tokens, override_model=base.override_model,
-                         serve=base.serve, llm=llm, run_code=base.run_code, counter=base.counter, cls=RoutedRuntime,
+                         serve=base.serve, pricing=base.pricing, llm=llm, run_code=base.run_code, counter=base.counter, cls=RoutedRuntime,
                          overrides={a: {"retriever": retrievers[d]} for a, d in SEARCH_DEPTH.items()})

@@ -62,6 +62,19 @@ def test_anthropic_sampling_is_fitted_to_the_model(registry, emu):
         get_llm_response("claude-opus-4-1", MSG, temperature=0.5, top_p=0.9)
 
 
+def test_dropping_a_models_rules_leaves_the_gateway_no_window(registry):
+    """The last call of the test below gets the provider's own error only if dropping the rules
+    really removes the window: configs/models.yaml declares Qwen2.5-Math-7B's window once, as
+    `serve: max_model_len`, so dropping `rules:` alone kept it and the gateway shortened the request
+    (DID NOT RAISE); emulator_registry now refuses to build such an entry, naming it."""
+    from orchestrator.gateway.registry import load_registry
+
+    registry(drop_rules={"Qwen2.5-Math-7B-Instruct"})
+    entry = load_registry().entry("Qwen2.5-Math-7B-Instruct")
+    assert entry.serve is None and entry.rules.context_window is None
+    assert load_registry().entry("Qwen2.5-Math-72B-Instruct").rules.context_window == 4096   # the others keep theirs
+
+
 def test_vllm_window_request_is_shortened_refused_or_rejected(registry, emu):
     long = [{"role": "user", "content": "What is the capital of Japan? <answer> " + "fact " * 4000}]   # ~5k tokens
     registry()
