@@ -135,6 +135,8 @@ class Session:
     def save(self, step: int, data_position: int) -> Path:
         state = {"rng": ckpt.rng_state(), "data_position": data_position, "step": step,
                  "wandb_id": self.logger.wandb_id}
+        if self.cfg.algorithm.max_staleness > 0:   # the weights saved are this version (updates applied)
+            state["policy_version"] = step
         path = self.learner.save(step, state)
         self.logger.message(f"checkpoint: {path}")
         return path

@@ -212,3 +212,32 @@ def test_with_every_sample_fresh_the_async_path_learns_what_the_synchronous_one_
         assert b["train/behav_weight_mean"] == pytest.approx(1.0, abs=1e-4)
         for key in ("reward/mean", "train/samples", "train/loss", "train/pg_loss", "train/grad_norm"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+
+
+def test_async_resume_trains_the_same_tasks_from_the_checkpoints_version(tmp_path, train_world):
+    """The producer runs a batch ahead, so the sampler's position is past the next step's tasks when
+    a checkpoint is written; the checkpoint must hold the position of the first batch *not trained*
+    and the policy version = its step.  Resumed from step 1, steps 2-3 train the same tasks as the
+    uninterrupted run, and the first resumed batch starts from the checkpoint's weights (version 1)."""
+    import shutil
+
+    from training.checkpoint import verify_checkpoint
+
+    run = {**ASYNC, "trainer.total_steps": 3, "logging.rollouts_every": 1, "rollout.tasks_per_step": 1}
+    _train(tmp_path / "full", train_world, slow_update=0.5, **run)
+    state = verify_checkpoint(tmp_path / "full" / "run" / "checkpoints" / "step-00000001").load_state()
+    assert (state["data_position"], state["policy_version"]) == (1, 1)   # 1 task per step, 1 step trained
+    (tmp_path / "resumed" / "run" / "checkpoints").mkdir(parents=True)
+    shutil.copytree(tmp_path / "full" / "run" / "checkpoints" / "step-00000001",
+                    tmp_path / "resumed" / "run" / "checkpoints" / "step-00000001")
+    resumed = _train(tmp_path / "resumed", train_world, **run)
+    assert [m["step"] for m in resumed] == [2, 3]
+
+    def tasks(folder):
+        rows = [json.loads(line) for line in (folder / "run" / "rollouts.jsonl").read_text().splitlines()]
+        return {(r["step"], r["question"]) for r in rows}, rows
+    full_tasks, _ = tasks(tmp_path / "full")
+    resumed_tasks, rows = tasks(tmp_path / "resumed")
+    assert resumed_tasks == {t for t in full_tasks if t[0] >= 2}
+    first = [turn["policy_version"] for r in rows if r["step"] == 2 for turn in r["turns"]]
+    assert first and min(first) == 1                                   # made by the checkpoint's weights
