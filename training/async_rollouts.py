@@ -1,9 +1,11 @@
 """Asynchronous training with bounded staleness (`algorithm.max_staleness: s > 0`, docs/training.md).
 
-The rollouts of later steps are generated while the trainer updates on earlier ones:
+The rollouts of later steps are generated while the trainer updates on earlier ones, and a
+batch's slow tail no longer holds back the next batch's start (s = 1):
 
-    producer thread:  batch k+1 rollouts | batch k+2 rollouts | ...
-    trainer thread:   update on batch k  | update on batch k+1 | ...
+    rollouts:  batch k   ......... tail |
+               batch k+1     .............. tail |             (admitted at version k)
+    trainer:   update k-1 |  (waits)    | update k |  (waits) | update k+1
 
 Versions: the weights after v updates are version v (a run that resumes from step k starts at
 version k).  The engine stamps every generation with the version of the weights that produced
@@ -19,7 +21,6 @@ over the bound; the count is logged as `async/dropped_stale` (0 unless something
 from __future__ import annotations
 
 import functools
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -111,12 +112,14 @@ class Produced:
 
 
 class RolloutProducer:
-    """Makes batches `start`, `start + 1`, ... `stop - 1` in a background thread, in order.
+    """Makes batches `start`, `start + 1`, ... `stop - 1`, each in a thread of its own.
 
-    Batch j starts once the trainer's published version is >= j - `max_staleness` (`publish`),
-    so it never runs ahead of the bound.  `take(j)` -> (tasks, sampler position before them);
+    Batch j is admitted (its tasks taken, its rollouts started) once the trainer's published
+    version is >= j - `max_staleness` (`publish`), so it never runs ahead of the bound; admission
+    is in step order, and up to `max_staleness + 1` batches are in flight at once (a batch's slow
+    tail overlaps the next batch's start).  `take(j)` -> (tasks, sampler position before them);
     `collect(j, tasks, should_stop)` -> the rollout groups (training.rollouts.collect_rollouts).
-    `get(timeout)` returns the next `Produced` in step order (None on timeout)."""
+    `get(step, timeout)` returns that step's `Produced` (None on timeout)."""
 
     def __init__(self, take: Callable[[int], tuple[list[Task], int]],
                  collect: Callable[[int, list[Task], Callable[[], bool]], list[list[Rollout]]], *,
@@ -128,8 +131,8 @@ class RolloutProducer:
         self._version, self._stopped = version, False
         self._cond = threading.Condition()
         self._positions: dict[int, int] = {}
-        self._out: queue.Queue[Produced] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="rollout-producer", daemon=True)
+        self._done: dict[int, Produced] = {}
+        self._thread = threading.Thread(target=self._admit, name="rollout-producer", daemon=True)
 
     def begin(self) -> RolloutProducer:
         self._thread.start()
@@ -142,7 +145,7 @@ class RolloutProducer:
             self._cond.notify_all()
 
     def stop(self) -> None:
-        """Stop admitting batches and abandon the running one (its episodes' threads finish alone)."""
+        """Stop admitting batches and abandon the running ones (their episodes' threads finish alone)."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
@@ -155,13 +158,13 @@ class RolloutProducer:
         with self._cond:
             return self._positions.get(step, current)
 
-    def get(self, timeout: float) -> Produced | None:
-        try:
-            return self._out.get(timeout=timeout)
-        except queue.Empty:
-            return None
+    def get(self, step: int, timeout: float) -> Produced | None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: step in self._done, timeout):
+                return None
+            return self._done.pop(step)
 
-    def _run(self) -> None:
+    def _admit(self) -> None:
         for step in range(self.start, self.stop_at):
             with self._cond:
                 self._cond.wait_for(lambda: self._stopped or self._version >= step - self.max_staleness)
@@ -170,10 +173,15 @@ class RolloutProducer:
                 admitted = self._version
                 batch, position = self._take(step)
                 self._positions[step] = position
-            started = time.monotonic()
-            try:
-                groups = self._collect(step, batch, self.stopped)
-            except BaseException as exc:   # handed to the trainer, which raises it
-                self._out.put(Produced(step, batch, None, position, time.monotonic() - started, admitted, exc))
-                return
-            self._out.put(Produced(step, batch, groups, position, time.monotonic() - started, admitted))
+            threading.Thread(target=self._make, args=(step, batch, position, admitted),
+                             name=f"rollouts-step-{step}", daemon=True).start()
+
+    def _make(self, step: int, batch: list[Task], position: int, admitted: int) -> None:
+        started = time.monotonic()
+        try:
+            groups, error = self._collect(step, batch, self.stopped), None
+        except BaseException as exc:   # handed to the trainer, which raises it
+            groups, error = None, exc
+        with self._cond:
+            self._done[step] = Produced(step, batch, groups, position, time.monotonic() - started, admitted, error)
+            self._cond.notify_all()

@@ -246,7 +246,7 @@ def train_loop(s: Session) -> dict[str, Any]:
 def async_train_loop(s: Session) -> dict[str, Any]:
     """`train_loop` with rollouts made ahead by a `RolloutProducer` (training/async_rollouts.py):
     batch j starts once the weights are version >= j - `algorithm.max_staleness`, so it runs while
-    the updates before step j do.  The engine takes each step's new weights between turns
+    the updates before step j do (and beside the tails of the batches before it).  The engine takes each step's new weights between turns
     (`learner.update` pushes them, stamped with version step + 1).  A checkpoint records the
     policy version and the data position of the first batch not yet trained; the batches made
     ahead are not saved: a resume makes them again (same tasks, same rollout seeds) from the
@@ -271,7 +271,7 @@ def async_train_loop(s: Session) -> dict[str, Any]:
                 waited = time.monotonic()
                 item = None
                 while item is None:
-                    item = producer.get(timeout=0.5)
+                    item = producer.get(step, timeout=0.5)
                     if item is not None and isinstance(item.error, Preempted):
                         item = None   # the producer stopped for the pre-emption: save below
                     if item is None and preempt.requested:   # the weights are those of `step`
@@ -282,7 +282,6 @@ def async_train_loop(s: Session) -> dict[str, Any]:
                 waited = time.monotonic() - waited
                 if item.error is not None:
                     raise item.error
-                assert item.step == step, (item.step, step)
                 check_step(item.groups, step + 1)
                 metrics = train_step(s, step, item.batch, item.groups)   # 2-6: pushes version step + 1
                 producer.publish(step + 1)

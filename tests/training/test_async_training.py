@@ -150,7 +150,7 @@ def test_the_producer_never_starts_a_batch_beyond_the_bound(bound):
     producer.begin()
     try:
         for step in range(6):
-            item = producer.get(timeout=5)
+            item = producer.get(step, timeout=5)
             assert item.error is None and item.step == step
             time.sleep(0.05)                                       # a slow update
             producer.publish(step + 1)
@@ -158,6 +158,30 @@ def test_the_producer_never_starts_a_batch_beyond_the_bound(bound):
         producer.stop()
     assert all(step - started[step] <= bound for step in started), started
     assert max(step - started[step] for step in started) == bound  # and it does run ahead that far
+
+
+def test_the_next_batch_starts_beside_the_current_batchs_tail():
+    """Bound 1, trainer at version 0: batch 1 is admitted while batch 0's rollouts still run
+    (a producer making one batch at a time would wait for batch 0 to end); batch 2 is not."""
+    release, started = threading.Event(), []
+
+    def collect(step, batch, should_stop):
+        started.append(step)
+        release.wait(5)
+        return [[]]
+
+    producer = RolloutProducer(lambda j: ([], j), collect, start=0, stop=3, max_staleness=1, version=0)
+    producer.begin()
+    try:
+        deadline = time.monotonic() + 5
+        while len(started) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        assert sorted(started) == [0, 1]                           # batch 0 still running, 2 not admitted
+        release.set()
+        assert producer.get(0, timeout=5).error is None and producer.get(1, timeout=5).error is None
+    finally:
+        producer.stop()
 
 
 # ---------------------------------------------------------------------------- the loop
