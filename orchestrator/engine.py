@@ -30,6 +30,10 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     choices: list[str] | None = None    # constrained decoding: the response is one of these
     grammar: str | None = None          # constrained decoding: the response matches this EBNF grammar
+    # log-probs under the model's temperature-scaled distribution *before* the choices/grammar mask
+    # (the distribution the trainer differentiates); False: under the constrained sampler.  HFEngine
+    # only; asynchronous training (algorithm.max_staleness > 0) asks for them as behaviour log-probs
+    unconstrained_logprobs: bool = False
 
 
 @dataclass
@@ -38,6 +42,7 @@ class Generation:
     logprobs: list[float]                # log p of each generated id under the sampling policy
     text: str                            # decoded token_ids without special tokens
     finish_reason: str = "stop"          # "stop" | "length" | "timeout" (a deadline passed: HFEngine)
+    policy_version: int | None = None    # the weights' version that generated it (training.async_rollouts)
 
 
 @runtime_checkable

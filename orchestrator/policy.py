@@ -28,6 +28,7 @@ class PolicyOutput:
     prompt_ids: list[int] | None = None
     response_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    policy_version: int | None = None          # the engine weights' version (asynchronous training)
 
 
 class ChatPolicy:
@@ -67,4 +68,5 @@ class TokenPolicy:
             temperature=temperature, max_tokens=max_tokens, choices=choices, grammar=grammar))[0]
         return PolicyOutput(text=gen.text, usage=Usage(len(ids), len(gen.token_ids)),
                             latency=time.monotonic() - started, prompt_ids=ids,
-                            response_ids=list(gen.token_ids), logprobs=list(gen.logprobs))
+                            response_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
+                            policy_version=gen.policy_version)

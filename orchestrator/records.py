@@ -77,6 +77,9 @@ class Turn:
     # the decoding constraint that produced `response_ids` ({"choices": [...]} or {"grammar": EBNF};
     # None: free decoding): the trainer replays exactly this one for the loss mask
     constraint: dict[str, Any] | None = None
+    # the policy weights' version that generated this turn (asynchronous training,
+    # training/async_rollouts.py; None: synchronous, the step's own weights)
+    policy_version: int | None = None
     response_text: str = ""
     tool_call: ToolCall | None = None
     valid: bool = False              # the call parsed, names a known tool and an allowed alias

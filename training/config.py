@@ -125,6 +125,9 @@ class AlgorithmConfig:
     micro_batch_size: int = 8           # samples per forward/backward (gradient accumulation)
     old_logprobs: Literal["recompute", "engine"] = "recompute"
     correct_sample_boost: float = 0.0   # upstream-only: + this to the advantage where the advantage >= 1 (upstream: 0.1)
+    max_staleness: int = 0              # 0: synchronous (rollouts, then update); s > 0: step k's rollouts are made
+                                        # while earlier updates run, by weights at most s versions old (docs/training.md)
+    behav_weight_cap: float = 5.0       # max_staleness > 0: tokens with pi_prox / pi_behav above this leave the loss
 
 
 @dataclass
@@ -337,6 +340,7 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.algorithm.correct_sample_boost < 0:
         raise ConfigError(f"algorithm.correct_sample_boost: must be >= 0 (0: off, the paper's form; upstream 0.1), "
                           f"got {cfg.algorithm.correct_sample_boost}")
+    _validate_async(cfg)
     if cfg.trainer.total_steps < 0 or cfg.trainer.epochs < 1:
         raise ConfigError(f"trainer.total_steps must be >= 0 and trainer.epochs >= 1, got "
                           f"{cfg.trainer.total_steps}, {cfg.trainer.epochs}")
@@ -346,6 +350,33 @@ def validate(cfg: TrainConfig) -> None:
             validate_distributed(cfg.distributed, device=cfg.run.device, engine_kind=cfg.engine.kind)
         except DistributedConfigError as exc:
             raise ConfigError(str(exc)) from None
+
+
+def _validate_async(cfg: TrainConfig) -> None:
+    """`algorithm.max_staleness` and what asynchronous training needs of the other sections."""
+    a = cfg.algorithm
+    if a.max_staleness < 0:
+        raise ConfigError(f"algorithm.max_staleness: must be >= 0 (0: synchronous training; 1, 2, ...: rollouts "
+                          f"may come from weights that many updates old), got {a.max_staleness}")
+    if a.behav_weight_cap <= 1:
+        raise ConfigError(f"algorithm.behav_weight_cap: must be > 1 (tokens with pi_prox / pi_behav above it leave "
+                          f"the loss; AReaL's behav_imp_weight_cap), got {a.behav_weight_cap}")
+    if a.max_staleness == 0:
+        return
+    why = f"algorithm.max_staleness={a.max_staleness} (asynchronous training)"
+    if a.old_logprobs != "engine":
+        raise ConfigError(f"algorithm.old_logprobs: {why} takes each token's behaviour log-prob from the engine "
+                          f"that sampled it (the decoupled objective's pi_behav; pi_prox is recomputed); "
+                          f"set algorithm.old_logprobs=engine")
+    if cfg.engine.kind == "hf" and cfg.engine.share_weights:
+        raise ConfigError(f"engine.share_weights: {why} generates while the trainer updates, so the engine needs "
+                          f"its own copy of the weights; set engine.share_weights=false")
+    if cfg.engine.kind == "vllm" and cfg.rollout.constrained:
+        raise ConfigError(f"engine.kind: {why} with rollout.constrained needs the log-probs before the constraint, "
+                          f"which only engine.kind=hf reports; use engine.kind=hf or rollout.constrained=false")
+    if cfg.distributed.backend == "ray":
+        raise ConfigError(f"distributed.backend: {why} runs in one process only for now (the Ray placement trains "
+                          f"synchronously); use distributed.backend=none or algorithm.max_staleness=0")
 
 
 def to_dict(cfg: TrainConfig) -> dict[str, Any]:

@@ -18,14 +18,27 @@ from training.precision import Precision
 from training.samples import mini_batch_count
 
 
-def make_engine_for(cfg: TrainConfig, model, tokenizer):
+def make_engine_for(cfg: TrainConfig, model, tokenizer, version: int = 0):
+    """The rollout engine over `model` (shared, or a copy), behind a BatchingEngine.  Asynchronous
+    training (`algorithm.max_staleness > 0`): an hf engine gets a copy of `model` (it generates
+    while the trainer updates), another kind the model's current weights, and a `VersionedEngine`
+    stamps each generation with the weights' version (`version` = updates applied so far)."""
     from orchestrator.engines import make_engine
 
-    if cfg.engine.kind == "hf" and cfg.engine.share_weights:
-        engine = make_engine("hf", model, tokenizer=tokenizer, device=cfg.run.device, max_batch=cfg.engine.max_batch,
+    versioned = cfg.algorithm.max_staleness > 0
+    if cfg.engine.kind == "hf" and (cfg.engine.share_weights or versioned):
+        source = model
+        if versioned:
+            source = copy.deepcopy(model).requires_grad_(False)
+        engine = make_engine("hf", source, tokenizer=tokenizer, device=cfg.run.device, max_batch=cfg.engine.max_batch,
                              compute_dtype=Precision.of(cfg.model.dtype).compute)
     else:   # weights in the dtype the training forward computes in (not the engine's own default)
         engine = make_engine(cfg.engine.kind, cfg.model.path, dtype=Precision.of(cfg.model.dtype).rollout)
+        if versioned and version:   # resumed: the checkpoint's weights, not model.path's
+            engine.update_weights(model.state_dict())
+    if versioned:
+        from training.async_rollouts import VersionedEngine
+        engine = VersionedEngine(engine, version)
     try:
         from orchestrator.engines.batcher import BatchingEngine
     except ImportError:
@@ -66,14 +79,16 @@ class LocalLearner:
             if self.scaler is not None and state.get("grad_scaler"):
                 self.scaler.load_state_dict(state["grad_scaler"])
         self.loss_fn = PPOClipLoss(cfg.algorithm.eps_low, cfg.algorithm.eps_high, cfg.algorithm.dual_clip,
-                                   cfg.algorithm.kl_coef, cfg.algorithm.kl_type)
-        self.engine = make_engine_for(cfg, model, self.tokenizer)
+                                   cfg.algorithm.kl_coef, cfg.algorithm.kl_type,
+                                   behav_weight_cap=cfg.algorithm.behav_weight_cap)
+        self.engine = make_engine_for(cfg, model, self.tokenizer, version=checkpoint.step if checkpoint else 0)
         self.description = f"on {cfg.run.device} ({cfg.model.dtype})"
 
     def update(self, samples: list, step: int) -> dict[str, float]:
         """PPO step on `samples` (none: nothing to learn), new weights to the engine, one LR step."""
         cfg = self.cfg
         update: dict[str, float] = {}
+        versioned = cfg.algorithm.max_staleness > 0
         if samples:
             with Precision.of(cfg.model.dtype).autocast(cfg.run.device):   # bf16/fp16 math on float32 weights
                 update = ppo_update(self.model, self.reference, self.optimizer, samples, self.loss_fn,
@@ -81,10 +96,14 @@ class LocalLearner:
                                     temperature=cfg.rollout.temperature, micro_batch_size=cfg.algorithm.micro_batch_size,
                                     ppo_epochs=cfg.algorithm.ppo_epochs,
                                     mini_batches=mini_batch_count(len(samples), cfg.algorithm.ppo_mini_batch_size),
-                                    grad_clip=cfg.optim.grad_clip, old_logprobs=cfg.algorithm.old_logprobs,
+                                    grad_clip=cfg.optim.grad_clip,
+                                    old_logprobs="decoupled" if versioned else cfg.algorithm.old_logprobs,
                                     seed=cfg.run.seed * 100_003 + step, scaler=self.scaler)
-            if not (cfg.engine.kind == "hf" and cfg.engine.share_weights):
+            if not versioned and not (cfg.engine.kind == "hf" and cfg.engine.share_weights):
                 self.engine.update_weights(self.model.state_dict())
+        if versioned:   # between two engine calls: running episodes take their next turn with these
+            from training.async_rollouts import VersionedWeights
+            self.engine.update_weights(VersionedWeights(self.model.state_dict() if samples else None, step + 1))
         self.scheduler.step()
         return {**update, "train/lr": self.scheduler.get_last_lr()[0]}
 

@@ -15,6 +15,18 @@ Per token, with ratio r = exp(logp - logp_old) and advantage A:
     kl      = 0.5 (logp - logp_ref)^2   ("mse")
 
     total = sum(mask * loss) / T + kl_coef * sum(mask * kl) / T,   T = masked tokens.
+
+Asynchronous training (`algorithm.max_staleness > 0`) uses AReaL's decoupled objective: the
+tokens were sampled by an older policy pi_behav (their engine log-probs), the ratio is taken
+against the proximal policy pi_prox (the weights before this step's update, recomputed), and
+each token's loss is weighted by w = pi_prox / pi_behav:
+
+    r = exp(logp - logp_prox),   w = exp(logp_prox - logp_behav)   (no gradient through w)
+    loss = w * (the clipped / dual-clipped term above, with this r)   where w <= cap,
+           0                                                          where w > cap
+    (dropped tokens stay in T: AReaL's behav_imp_weight_cap filters them out of the loss)
+
+With fresh samples (pi_behav = pi_prox) w = 1 and this is the loss above exactly.
 """
 from __future__ import annotations
 
@@ -42,6 +54,19 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, denominator: float | N
     return total / count.clamp(min=1)
 
 
+@torch.no_grad()
+def behaviour_weights(prox_logprobs: torch.Tensor, behav_logprobs: torch.Tensor, mask: torch.Tensor,
+                      cap: float, max_log_ratio: float = 20.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decoupled objective's importance weight w = pi_prox / pi_behav per token, and the
+    tokens that stay in the loss (masked and w <= `cap`; AReaL drops, not clips, the others).
+
+    prox_logprobs / behav_logprobs / mask: [B, L]; returns (w [B, L], kept [B, L] bool), w = 1
+    off the mask.  |logp_prox - logp_behav| is clamped to `max_log_ratio` before exp."""
+    log_w = torch.where(mask, prox_logprobs - behav_logprobs, torch.zeros_like(prox_logprobs))   # [B, L]
+    w = log_w.clamp(-max_log_ratio, max_log_ratio).exp()                                          # [B, L]
+    return w, mask & (w <= cap)
+
+
 class PPOClipLoss(nn.Module):
     """Clipped PPO policy loss + KL loss, token-mean over the batch's masked tokens.
 
@@ -53,10 +78,13 @@ class PPOClipLoss(nn.Module):
         kl_type: key of `KL_PENALTIES` (paper: "mse").
         max_log_ratio: |logp - logp_old| is clamped to this before exp, so a
             stale token cannot overflow the ratio to inf (such tokens are clipped anyway).
+        behav_weight_cap: decoupled objective only (`behav_logprobs` given): tokens whose
+            w = pi_prox / pi_behav exceeds it leave the loss (AReaL's behav_imp_weight_cap; > 1).
     """
 
     def __init__(self, eps_low: float = 0.2, eps_high: float = 0.28, dual_clip: float = 10.0,
-                 kl_coef: float = 1e-4, kl_type: str = "mse", max_log_ratio: float = 20.0):
+                 kl_coef: float = 1e-4, kl_type: str = "mse", max_log_ratio: float = 20.0,
+                 behav_weight_cap: float = 5.0):
         super().__init__()
         if not (0 <= eps_low < 1 and eps_high >= 0):
             raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
@@ -67,12 +95,16 @@ class PPOClipLoss(nn.Module):
         if kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0 (paper: 1e-4), got {kl_coef}")
         self.eps_low, self.eps_high, self.dual_clip = eps_low, eps_high, dual_clip
+        if behav_weight_cap <= 1:
+            raise ValueError(f"behav_weight_cap must be > 1 (AReaL's behav_imp_weight_cap), got {behav_weight_cap}")
         self.kl_coef, self.kl_type, self.max_log_ratio = kl_coef, kl_type, max_log_ratio
+        self.behav_weight_cap = behav_weight_cap
 
     def forward(self, logprobs: torch.Tensor, old_logprobs: torch.Tensor,
                 advantages: torch.Tensor, response_mask: torch.Tensor,
                 ref_logprobs: torch.Tensor | None = None,
-                num_tokens: float | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                num_tokens: float | None = None,
+                behav_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Loss and detached metrics of one (micro-)batch.
 
         Args:
@@ -84,6 +116,9 @@ class PPOClipLoss(nn.Module):
             num_tokens: token-mean denominator; pass the masked-token count of the whole
                 step when accumulating micro-batches, so the sum over micro-batches equals
                 one big batch's loss whatever the split.  Default: this batch's count.
+            behav_logprobs: [B, L] under the policy that sampled (engine), for the decoupled
+                objective: `old_logprobs` is then pi_prox and each token's term is weighted by
+                pi_prox / pi_behav (`behaviour_weights`).  None: the standard loss.
 
         Returns:
             (scalar loss, metrics): pg_loss, kl_loss (before kl_coef), clip_frac,
@@ -105,7 +140,16 @@ class PPOClipLoss(nn.Module):
         pg_clip = torch.maximum(unclipped, clipped)                                # [B, L]
         dual_bound = -adv * self.dual_clip                                         # [B, L]
         pg_tok = torch.where(adv < 0, torch.minimum(pg_clip, dual_bound), pg_clip)  # [B, L]
-        pg_loss = masked_mean(pg_tok, mask, num_tokens)                            # []
+        pg_mask, decoupled, denominator = mask, {}, num_tokens
+        if behav_logprobs is not None:   # decoupled objective (asynchronous training)
+            w, pg_mask = behaviour_weights(old_logprobs, behav_logprobs, mask, self.behav_weight_cap,
+                                           self.max_log_ratio)
+            pg_tok = w * pg_tok                                                    # [B, L]
+            decoupled = {"behav_weight_mean": masked_mean(w, mask),
+                         "behav_capped_frac": masked_mean((mask & ~pg_mask).to(w.dtype), mask)}
+            # dropped tokens (w > cap) contribute 0 but stay in the denominator (the step's token count)
+            denominator = float(mask.sum()) if num_tokens is None else num_tokens
+        pg_loss = masked_mean(pg_tok, pg_mask, denominator)                        # []
         loss = pg_loss
 
         kl_loss = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
@@ -116,7 +160,7 @@ class PPOClipLoss(nn.Module):
 
         metrics = self._metrics(log_ratio.detach(), ratio.detach(), adv, mask, unclipped,
                                 clipped, pg_clip, dual_bound)
-        metrics.update(pg_loss=pg_loss.detach(), kl_loss=kl_loss.detach())
+        metrics.update(pg_loss=pg_loss.detach(), kl_loss=kl_loss.detach(), **decoupled)
         return loss, metrics
 
     @torch.no_grad()

@@ -12,7 +12,10 @@ sampled are the weights being updated, so the old log-probs equal the current on
 exactly and we take them from the same forward pass (no extra pass); with more epochs or
 mini-batches one extra no-grad pass runs before the first optimizer step.
 `old_logprobs: engine` uses the engine's (importance-sampling-style, for unconstrained
-decoding with an engine of the same precision).
+decoding with an engine of the same precision).  `old_logprobs="decoupled"` (asynchronous
+training, `algorithm.max_staleness > 0`): the ratio's denominator is recomputed as with
+`recompute` (pi_prox) and the engine's log-probs (pi_behav) weight each token
+(training/losses.py, AReaL's decoupled objective).
 """
 from __future__ import annotations
 
@@ -111,10 +114,12 @@ def run_ppo_epochs(model, micro: list[list[list[TurnSample]]], tokens: Sequence[
                 logp = response_logprobs(model, batch, temperature)                  # [B, L]
                 if old_logprobs == "engine":
                     old = batch.old_logprobs
-                else:
+                else:   # recomputed (decoupled: this is pi_prox)
                     old = old_lp[k][b] if old_lp is not None and old_lp[k] is not None else logp.detach()
                 ref = ref_lp[k][b] if ref_lp is not None and ref_lp[k] is not None else None
-                loss, metrics = loss_fn(logp, old, batch.advantages, batch.response_mask, ref, num_tokens=tokens[k])
+                extra = {"behav_logprobs": batch.old_logprobs} if old_logprobs == "decoupled" else {}
+                loss, metrics = loss_fn(logp, old, batch.advantages, batch.response_mask, ref, num_tokens=tokens[k],
+                                        **extra)
                 backward(loss)
                 if filler is not None and filler[k][b]:
                     continue
@@ -143,7 +148,7 @@ def ppo_update(model, reference, optimizer, samples: Sequence[TurnSample], loss_
     tokens = [sum(sum(s.loss_mask) for m in micro for s in m) for micro in micro_all]
     ref_lp = [micro_logprobs(reference, m, pad_id, temperature, device) for m in micro_all] if reference is not None else None
     old_lp = ([micro_logprobs(model, m, pad_id, temperature, device) for m in micro_all]
-              if old_logprobs == "recompute" and steps > 1 else None)
+              if old_logprobs in ("recompute", "decoupled") and steps > 1 else None)
 
     def backward(loss: torch.Tensor) -> None:
         (scaler.scale(loss) if scaler is not None else loss).backward()

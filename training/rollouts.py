@@ -66,14 +66,17 @@ class MemoizedLLM:
 # ---------------------------------------------------------------------------- rollouts
 class SeededEngine:
     """One rollout's view of the shared engine: turn t is sampled with seed `seed + t`,
-    so a rollout's samples do not depend on thread timing or batch composition."""
+    so a rollout's samples do not depend on thread timing or batch composition.
+    `unconstrained_logprobs`: ask for log-probs before the decoding constraint (asynchronous
+    training's behaviour log-probs, `SamplingParams.unconstrained_logprobs`)."""
 
-    def __init__(self, engine, seed: int):
+    def __init__(self, engine, seed: int, unconstrained_logprobs: bool = False):
         self._engine, self._seed = engine, seed
+        self._extra = {"unconstrained_logprobs": True} if unconstrained_logprobs else {}
         self.tokenizer = engine.tokenizer
 
     def generate(self, prompts, params):
-        params = dataclasses.replace(params, seed=self._seed)
+        params = dataclasses.replace(params, seed=self._seed, **self._extra)
         self._seed += 1
         return self._engine.generate(prompts, params)
 
@@ -93,12 +96,14 @@ class Preempted(Exception):
 def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig, *, rollouts_per_task: int,
                      seed: int, step: int, price_model: str | None, concurrency: int,
                      should_stop: Callable[[], bool] = lambda: False,
-                     on_done: Callable[[int, Rollout], None] | None = None) -> list[list[Rollout]]:
+                     on_done: Callable[[int, Rollout], None] | None = None,
+                     unconstrained_logprobs: bool = False) -> list[list[Rollout]]:
     """G = `rollouts_per_task` episodes of every task, run concurrently; groups in task order.
 
     Threads overlap generation (batched by a BatchingEngine) with tool calls.  Raises
     `Preempted` soon after `should_stop()` turns true (running episodes are abandoned).
     `price_model` None: the catalog's `orchestrator_price_model` (tools.json).
+    `unconstrained_logprobs`: see `SeededEngine` (asynchronous training).
     """
     price_model = price_model or runtime.catalog.orchestrator_price_model
     if not price_model:
@@ -108,7 +113,7 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
     groups: list[list[Rollout | None]] = [[None] * rollouts_per_task for _ in tasks]
 
     def one(i: int, j: int) -> Rollout:
-        policy = TokenPolicy(SeededEngine(engine, rollout_seed(seed, step, i, j)), price_model)
+        policy = TokenPolicy(SeededEngine(engine, rollout_seed(seed, step, i, j), unconstrained_logprobs), price_model)
         return run_episode(tasks[i], policy, runtime, config)
 
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="rollout")

@@ -33,6 +33,7 @@ class TurnSample:
     advantage: float                     # the rollout's advantage (unitless)
     task_id: str
     turn_index: int
+    policy_version: int | None = None    # the weights' version that generated the turn (asynchronous training)
 
 
 @dataclass
@@ -79,7 +80,8 @@ def build_turn_samples(rollouts: Sequence[Rollout],
                 prompt_ids=list(turn.prompt_ids), response_ids=list(turn.response_ids),
                 loss_mask=[int(m) for m in turn.loss_mask],
                 old_logprobs=None if turn.logprobs is None else [float(x) for x in turn.logprobs],
-                advantage=float(advantage), task_id=rollout.task_id, turn_index=turn.index))
+                advantage=float(advantage), task_id=rollout.task_id, turn_index=turn.index,
+                policy_version=turn.policy_version))
     return samples
 
 

@@ -37,6 +37,7 @@ from training import checkpoint as ckpt
 from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, save_run_config, to_dict
 from training.metrics_log import MetricsLogger
 from training.preflight import check_device, check_models
+from training.async_rollouts import RolloutProducer, drop_stale
 from training.rollouts import MemoizedLLM, Preempted, collect_rollouts, mask_forced_tokens
 from training.samples import build_turn_samples, mini_batch_count
 from training.scoring import make_judge, rollout_metrics, score_groups
@@ -134,6 +135,8 @@ class Session:
     def save(self, step: int, data_position: int) -> Path:
         state = {"rng": ckpt.rng_state(), "data_position": data_position, "step": step,
                  "wandb_id": self.logger.wandb_id}
+        if self.cfg.algorithm.max_staleness > 0:   # the weights saved are this version (updates applied)
+            state["policy_version"] = step
         path = self.learner.save(step, state)
         self.logger.message(f"checkpoint: {path}")
         return path
@@ -174,6 +177,9 @@ def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollo
     scored = score_groups(batch, groups, s.judge, estimator=cfg.algorithm.advantage,
                           min_group_std=cfg.algorithm.min_group_std, boost=cfg.algorithm.correct_sample_boost)
     samples = build_turn_samples(scored.rollouts, scored.advantages)
+    stale = {}
+    if cfg.algorithm.max_staleness > 0:   # asynchronous: each turn's version within the bound
+        samples, stale = drop_stale(samples, step, cfg.algorithm.max_staleness)
     update = s.learner.update(samples, step)   # 5-6: also advances the LR schedule when samples is empty
     rewards = [r for g in scored.rewards for r in g]
     metrics = {**rollout_metrics(groups), **update, "reward/mean": sum(rewards) / max(1, len(rewards)),
@@ -181,15 +187,41 @@ def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollo
                "train/samples": float(len(samples)), "train/tokens": float(sum(sum(x.loss_mask) for x in samples)),
                "train/optimizer_steps": float(cfg.algorithm.ppo_epochs * mini_batch_count(len(samples), cfg.algorithm.ppo_mini_batch_size)
                                               if samples else 0),
-               "data/epoch": s.sampler.epoch}
+               "data/epoch": s.sampler.epoch, **stale}
     if isinstance(s.runtime.llm, MemoizedLLM):
         metrics["tools/expert_cache_hits"] = float(s.runtime.llm.hits)
     return metrics
 
 
+def _collect(s: Session, step: int, batch: list[Task], should_stop: Callable[[], bool], on_done=None,
+             unconstrained_logprobs: bool = False) -> list[list[Rollout]]:
+    cfg = s.cfg
+    return collect_rollouts(batch, s.learner.engine, s.runtime, s.loop_config,
+                            rollouts_per_task=cfg.rollout.rollouts_per_task, seed=cfg.run.seed, step=step,
+                            price_model=cfg.model.price_model, concurrency=cfg.rollout.concurrency,
+                            should_stop=should_stop, on_done=on_done, unconstrained_logprobs=unconstrained_logprobs)
+
+
+def _after_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollout]], metrics: dict[str, Any],
+                next_position: int, preempt: ckpt.Preemption) -> None:
+    """7: log, rollouts.jsonl, checkpoint (at `next_position`, the first batch not trained), pre-emption exit."""
+    cfg = s.cfg
+    s.logger.log(step + 1, metrics)
+    if cfg.logging.rollouts_every and (step + 1) % cfg.logging.rollouts_every == 0:
+        _append_rollouts(Path(cfg.run.dir) / "rollouts.jsonl", step + 1, batch, groups)
+    if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == s.total_steps or preempt.requested:
+        s.save(step + 1, next_position)
+    if preempt.requested:
+        s.logger.close()
+        os._exit(ckpt.PREEMPTED_EXIT_CODE)
+
+
 def train_loop(s: Session) -> dict[str, Any]:
     """Steps `start_step`..`total_steps`: rollouts, `train_step`, log, checkpoint; SIGTERM ->
-    checkpoint + exit 143.  Returns the last step's metrics."""
+    checkpoint + exit 143.  Returns the last step's metrics.  `algorithm.max_staleness > 0`:
+    `async_train_loop`."""
+    if s.cfg.algorithm.max_staleness > 0:
+        return async_train_loop(s)
     cfg, metrics = s.cfg, {}
     with ckpt.Preemption() as preempt:
         for step in range(s.start_step, s.total_steps):
@@ -198,11 +230,7 @@ def train_loop(s: Session) -> dict[str, Any]:
             try:   # 1. rollouts
                 with s.logger.progress(f"step {step + 1} rollouts", len(batch)) as bar:
                     job = bar.add_task("rollouts", total=len(batch) * cfg.rollout.rollouts_per_task)
-                    groups = collect_rollouts(
-                        batch, s.learner.engine, s.runtime, s.loop_config,
-                        rollouts_per_task=cfg.rollout.rollouts_per_task, seed=cfg.run.seed, step=step,
-                        price_model=cfg.model.price_model, concurrency=cfg.rollout.concurrency,
-                        should_stop=lambda: preempt.requested, on_done=lambda i, r: bar.advance(job))
+                    groups = _collect(s, step, batch, lambda: preempt.requested, lambda i, r: bar.advance(job))
             except Preempted:   # the weights are still those of `step`: save them and the data position
                 s.save(step, position)
                 s.logger.close()
@@ -211,14 +239,60 @@ def train_loop(s: Session) -> dict[str, Any]:
             rollout_time = time.monotonic() - started
             metrics = train_step(s, step, batch, groups)   # 2-6
             metrics.update({"time/rollout": rollout_time, "time/step": time.monotonic() - started})
-            s.logger.log(step + 1, metrics)   # 7
-            if cfg.logging.rollouts_every and (step + 1) % cfg.logging.rollouts_every == 0:
-                _append_rollouts(Path(cfg.run.dir) / "rollouts.jsonl", step + 1, batch, groups)
-            if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == s.total_steps or preempt.requested:
-                s.save(step + 1, s.sampler.position)
-            if preempt.requested:
-                s.logger.close()
-                os._exit(ckpt.PREEMPTED_EXIT_CODE)
+            _after_step(s, step, batch, groups, metrics, s.sampler.position, preempt)   # 7
+    return metrics
+
+
+def async_train_loop(s: Session) -> dict[str, Any]:
+    """`train_loop` with rollouts made ahead by a `RolloutProducer` (training/async_rollouts.py):
+    batch j starts once the weights are version >= j - `algorithm.max_staleness`, so it runs while
+    the updates before step j do (and beside the tails of the batches before it).  The engine takes each step's new weights between turns
+    (`learner.update` pushes them, stamped with version step + 1).  A checkpoint records the
+    policy version and the data position of the first batch not yet trained; the batches made
+    ahead are not saved: a resume makes them again (same tasks, same rollout seeds) from the
+    checkpoint's weights (docs/training.md says why their versions then differ)."""
+    cfg, metrics = s.cfg, {}
+    bound = cfg.algorithm.max_staleness
+
+    def take(step: int) -> tuple[list[Task], int]:
+        position = s.sampler.position
+        return [s.tasks[i] for i in s.sampler.take(cfg.rollout.tasks_per_step)], position
+
+    def collect(step: int, batch: list[Task], should_stop: Callable[[], bool]) -> list[list[Rollout]]:
+        return _collect(s, step, batch, should_stop, unconstrained_logprobs=True)
+
+    with ckpt.Preemption() as preempt:
+        producer = RolloutProducer(take, lambda j, b, stop: collect(j, b, lambda: stop() or preempt.requested),
+                                   start=s.start_step, stop=s.total_steps, max_staleness=bound,
+                                   version=s.start_step).begin()
+        try:
+            last = time.monotonic()
+            for step in range(s.start_step, s.total_steps):
+                waited = time.monotonic()
+                item = None
+                while item is None:
+                    item = producer.get(step, timeout=0.5)
+                    if item is not None and isinstance(item.error, Preempted):
+                        item = None   # the producer stopped for the pre-emption: save below
+                    if item is None and preempt.requested:   # the weights are those of `step`
+                        producer.stop()
+                        s.save(step, producer.position(step, s.sampler.position))
+                        s.logger.close()
+                        os._exit(ckpt.PREEMPTED_EXIT_CODE)
+                waited = time.monotonic() - waited
+                if item.error is not None:
+                    raise item.error
+                check_step(item.groups, step + 1)
+                metrics = train_step(s, step, item.batch, item.groups)   # 2-6: pushes version step + 1
+                producer.publish(step + 1)
+                now = time.monotonic()
+                metrics.update({"time/rollout": item.rollout_time, "time/step": now - last, "async/wait": waited,
+                                "async/admitted_staleness": float(step - item.admitted_version)})
+                last = now
+                _after_step(s, step, item.batch, item.groups, metrics,
+                            producer.position(step + 1, s.sampler.position), preempt)
+        finally:
+            producer.stop()
     return metrics
 
 

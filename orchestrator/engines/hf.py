@@ -230,6 +230,7 @@ class HFEngine:
 
         `allowed[row]`: None (free), the allowed ids (choices) or a bool mask (grammar)."""
         logits = logits.float()
+        free = logits
         if any(a is not None for a in allowed):
             mask = torch.zeros_like(logits)
             for row, ids in enumerate(allowed):
@@ -249,6 +250,8 @@ class HFEngine:
                 scaled = top_p_filter(scaled, params.top_p)
             logprobs = scaled.log_softmax(dim=-1)                             # [A, V]
             tokens = _inverse_cdf_sample(logprobs.exp(), gens)
+        if params.unconstrained_logprobs and free is not logits:              # before the constraint's mask
+            logprobs = (free / (params.temperature or 1.0)).log_softmax(dim=-1)  # [A, V]
         picked = logprobs.gather(-1, tokens[:, None])[:, 0]                  # [A]
         return tokens.tolist(), picked.tolist()
 

@@ -163,6 +163,9 @@ class VLLMEngine:
         from vllm import SamplingParams as VSamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
+        if params.unconstrained_logprobs and (params.choices or params.grammar):
+            raise ValueError("VLLMEngine: unconstrained_logprobs with choices/grammar is not supported (vLLM "
+                             "reports the constrained sampler's log-probs); use engine.kind: hf")
         return VSamplingParams(
             temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
             seed=seed, stop=list(params.stop), include_stop_str_in_output=True, logprobs=0,

@@ -91,7 +91,8 @@ def take_turn(policy, messages: list[dict], tools: list[dict], index: int, catal
                 logprobs=out.logprobs, response_text=out.text, policy_usage=out.usage,
                 policy_cost=catalog.llm_cost(policy.price_model, out.usage), policy_latency=out.latency,
                 loss_mask=[1] * len(out.response_ids) if out.response_ids is not None else None,
-                constraint={k: v for k, v in constraint.items() if v is not None} or None)
+                constraint={k: v for k, v in constraint.items() if v is not None} or None,
+                policy_version=out.policy_version)
     rollout.turns.append(turn)
     calls, errors = (out.tool_calls, []) if out.tool_calls else parse_tool_calls(out.text)[1:]
     return turn, out, calls, errors

@@ -167,3 +167,48 @@ def test_bad_settings_are_refused():
         PPOClipLoss(kl_type="l2")
     with pytest.raises(ValueError, match="kl_coef"):
         PPOClipLoss(kl_coef=-1.0)
+
+
+# ---------------------------------------------------------------------------- decoupled (asynchronous)
+def test_decoupled_objective_hand_worked():
+    """AReaL's decoupled loss, w = pi_prox / pi_behav, r = pi / pi_prox, cap 5, T = 4 tokens:
+      1. A=+1, pi .55, prox .5, behav .25: r 1.1 (inside), w 2        -> -2 * 1.1   = -2.2,  grad -2.2 / 4
+      2. A=+1, pi .6,  prox .4, behav .4:  r 1.5 -> clipped 1.28, w 1 -> -1.28,              grad 0
+      3. A=-1, pi .3,  prox .9, behav .1:  w 9 > cap: dropped          -> 0,                  grad 0
+      4. A=-1, pi .3,  prox .2, behav .3:  r 1.5 (A<0: not clipped), w 2/3 -> 2/3 * 1.5 = 1, grad +1 / 4
+    loss = (-2.2 - 1.28 + 0 + 1) / 4 = -0.62; the 5th position is padding (NaN there)."""
+    nan = float("nan")
+    p = lambda *xs: torch.tensor([[math.log(x) if x == x else x for x in xs]], dtype=torch.float64)
+    logp = p(0.55, 0.6, 0.3, 0.3, nan).requires_grad_(True)                         # [1, 5]
+    prox, behav = p(0.5, 0.4, 0.9, 0.2, nan), p(0.25, 0.4, 0.1, 0.3, nan)            # [1, 5]
+    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0, 0.0]], dtype=torch.float64)          # [1, 5]
+    mask = torch.tensor([[1, 1, 1, 1, 0]])
+    loss, m = PPOClipLoss(kl_coef=0.0, behav_weight_cap=5.0)(logp, prox, adv, mask, behav_logprobs=behav)
+    loss.backward()
+    assert loss.item() == pytest.approx(-0.62)
+    assert logp.grad[0].tolist() == pytest.approx([-0.55, 0.0, 0.0, 0.25, 0.0])
+    assert m["behav_weight_mean"].item() == pytest.approx((2 + 1 + 9 + 2 / 3) / 4)
+    assert m["behav_capped_frac"].item() == pytest.approx(0.25)
+    # a larger cap keeps token 3: + 9 * max(-A r, -A clip(r)) = 9 * 1/3 (r = 1/3, clipped 0.8: max(1/3, .8) = .8)
+    loss_uncapped, _ = PPOClipLoss(kl_coef=0.0, behav_weight_cap=10.0)(logp, prox, adv, mask, behav_logprobs=behav)
+    assert loss_uncapped.item() == pytest.approx((-2.2 - 1.28 + 9 * 0.8 + 1) / 4)
+
+
+def test_decoupled_objective_with_fresh_samples_is_the_standard_loss_exactly():
+    """pi_behav = pi_prox (no staleness): w = 1, same loss and gradient bit for bit."""
+    torch.manual_seed(0)
+    logp = torch.randn(3, 6, dtype=torch.float64)
+    old = logp + 0.3 * torch.randn(3, 6, dtype=torch.float64)
+    adv, mask = torch.randn(3, dtype=torch.float64), torch.rand(3, 6) > 0.3
+    results = []
+    for behav in (None, old.clone()):
+        x = logp.clone().requires_grad_(True)
+        loss, _ = PPOClipLoss(kl_coef=0.0)(x, old, adv, mask, num_tokens=11, behav_logprobs=behav)
+        loss.backward()
+        results.append((loss.detach(), x.grad))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
+def test_behaviour_weight_cap_must_exceed_one():
+    with pytest.raises(ValueError, match="behav_weight_cap must be > 1"):
+        PPOClipLoss(behav_weight_cap=1.0)

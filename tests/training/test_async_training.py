@@ -1,0 +1,267 @@
+"""Asynchronous training (algorithm.max_staleness > 0): versions, the staleness bound, the loop.
+
+The decoupled loss's hand-worked numbers are in test_losses.py."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import torch
+
+from _train_world import fake_runtime, overrides
+from orchestrator.engine import Generation, SamplingParams
+from orchestrator.engines.batcher import BatchingEngine
+from training.async_rollouts import RolloutProducer, VersionedEngine, VersionedWeights, drop_stale, staleness
+from training.config import ConfigError, load_config
+from training.metrics_log import read_metrics
+from training.samples import TurnSample
+
+ASYNC = {"algorithm.max_staleness": 1, "algorithm.old_logprobs": "engine", "engine.share_weights": "false"}
+
+
+def _sample(version):
+    return TurnSample([1], [2], [1], [0.0], 1.0, "t", 0, policy_version=version)
+
+
+# ---------------------------------------------------------------------------- config
+@pytest.mark.parametrize("extra, field", [
+    ({"algorithm.max_staleness": -1}, "algorithm.max_staleness: must be >= 0"),
+    ({**ASYNC, "algorithm.behav_weight_cap": 1.0}, "algorithm.behav_weight_cap: must be > 1"),
+    ({**ASYNC, "algorithm.old_logprobs": "recompute"}, "algorithm.old_logprobs: algorithm.max_staleness=1"),
+    ({**ASYNC, "engine.share_weights": "true"}, "engine.share_weights: algorithm.max_staleness=1"),
+    ({**ASYNC, "engine.kind": "vllm", "rollout.constrained": "true"}, "engine.kind: algorithm.max_staleness=1"),
+    ({**ASYNC, "distributed.backend": "ray"}, "distributed.backend: algorithm.max_staleness=1"),
+])
+def test_async_settings_that_conflict_are_one_error_naming_the_field(extra, field):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [f"{k}={v}" for k, v in extra.items()])
+    assert str(err.value).startswith(field), str(err.value)
+
+
+def test_max_staleness_defaults_to_synchronous_and_an_async_config_loads():
+    assert load_config(None, []).algorithm.max_staleness == 0
+    assert load_config(None, [f"{k}={v}" for k, v in ASYNC.items()]).algorithm.max_staleness == 1
+
+
+# ---------------------------------------------------------------------------- versions
+class _Echo:
+    """An engine whose generations say which weights made them."""
+
+    tokenizer = None
+
+    def __init__(self):
+        self.weights = "w0"
+
+    def generate(self, prompts, params, *, seeds=None, deadlines=None):
+        return [Generation(token_ids=[1], logprobs=[0.0], text=self.weights) for _ in prompts]
+
+    def update_weights(self, state_dict):
+        self.weights = state_dict
+
+
+def test_versioned_engine_stamps_the_version_of_the_weights_that_ran_and_keeps_the_batchers_seeds():
+    inner = _Echo()
+    engine = BatchingEngine(VersionedEngine(inner, version=3), max_batch=4)
+    try:
+        assert engine._takes_seeds and engine._takes_deadlines   # the wrapped signature is visible
+        first = engine.generate([[1]], SamplingParams())[0]
+        engine.update_weights(VersionedWeights("w4", 4))
+        second = engine.generate([[1]], SamplingParams())[0]
+        engine.update_weights(VersionedWeights(None, 5))       # an empty step: version moves, weights stay
+        third = engine.generate([[1]], SamplingParams())[0]
+    finally:
+        engine.close()
+    assert (first.text, first.policy_version) == ("w0", 3)
+    assert (second.text, second.policy_version) == ("w4", 4)
+    assert (third.text, third.policy_version) == ("w4", 5)
+    with pytest.raises(TypeError, match="VersionedWeights"):
+        VersionedEngine(_Echo()).update_weights({"a": 1})
+
+
+def test_a_running_episode_takes_new_weights_between_turns_and_its_turns_keep_their_versions():
+    """Turn 1 of an episode runs on version 0; a weight update lands while the episode waits for a
+    tool; turn 2 runs on version 1 without the episode being stopped."""
+    engine = BatchingEngine(VersionedEngine(_Echo(), version=0))
+    tool_running, updated = threading.Event(), threading.Event()
+    versions = []
+
+    def episode():
+        versions.append(engine.generate([[1]], SamplingParams())[0].policy_version)
+        tool_running.set()
+        updated.wait(5)                                            # the tool call
+        versions.append(engine.generate([[1]], SamplingParams())[0].policy_version)
+
+    try:
+        thread = threading.Thread(target=episode)
+        thread.start()
+        assert tool_running.wait(5)
+        engine.update_weights(VersionedWeights("w1", 1))
+        updated.set()
+        thread.join(5)
+    finally:
+        engine.close()
+    assert versions == [0, 1]
+
+
+def test_hf_engine_reports_log_probs_before_the_constraint_when_asked(train_world):
+    """Under a choice constraint the sampler's log-prob is renormalised over the allowed tokens;
+    `unconstrained_logprobs` gives the model's own (what the trainer recomputes)."""
+    from orchestrator.engines.hf import HFEngine
+
+    engine = HFEngine(str(train_world[0]), device="cpu")
+    prompt = engine.tokenizer("What is 1 + 1?")["input_ids"]
+    choices = ["yes", "no"]
+    params = SamplingParams(temperature=1.0, max_tokens=4, seed=7, choices=choices)
+    sampled = engine.generate([prompt], params)[0]
+    free = engine.generate([prompt], SamplingParams(**{**params.__dict__, "unconstrained_logprobs": True}))[0]
+    assert free.token_ids == sampled.token_ids                     # the same draw
+    with torch.no_grad():
+        logits = engine.model(torch.tensor([prompt])).logits[0, -1].float()
+    expected = logits.log_softmax(-1)[free.token_ids[0]].item()
+    assert free.logprobs[0] == pytest.approx(expected, abs=1e-5)
+    assert sampled.logprobs[0] > free.logprobs[0] + 1e-3         # renormalised: larger
+
+
+# ---------------------------------------------------------------------------- the bound
+def test_drop_stale_keeps_samples_within_the_bound_and_counts_the_rest():
+    samples = [_sample(v) for v in (5, 4, 4, 3, 2, None)]
+    assert staleness(samples, 5) == [0, 1, 1, 2, 3, 0]
+    kept, metrics = drop_stale(samples, 5, max_staleness=1)
+    assert [s.policy_version for s in kept] == [5, 4, 4, None]
+    assert metrics == {"async/dropped_stale": 2.0, "async/staleness_mean": 0.5,
+                       "async/staleness_0": 2.0, "async/staleness_1": 2.0}
+    with pytest.raises(ValueError, match="newer than the step"):
+        drop_stale([_sample(6)], 5, 1)
+
+
+@pytest.mark.parametrize("bound", [1, 2])
+def test_the_producer_never_starts_a_batch_beyond_the_bound(bound):
+    """A producer much faster than the trainer: batch j must wait for version j - bound (without
+    the admission check every batch would start at version 0, staleness up to 5)."""
+    started = {}
+
+    def collect(step, batch, should_stop):
+        started[step] = producer._version
+        return [[]]
+
+    producer = RolloutProducer(lambda j: ([], j), collect, start=0, stop=6, max_staleness=bound, version=0)
+    producer.begin()
+    try:
+        for step in range(6):
+            item = producer.get(step, timeout=5)
+            assert item.error is None and item.step == step
+            time.sleep(0.05)                                       # a slow update
+            producer.publish(step + 1)
+    finally:
+        producer.stop()
+    assert all(step - started[step] <= bound for step in started), started
+    assert max(step - started[step] for step in started) == bound  # and it does run ahead that far
+
+
+def test_the_next_batch_starts_beside_the_current_batchs_tail():
+    """Bound 1, trainer at version 0: batch 1 is admitted while batch 0's rollouts still run
+    (a producer making one batch at a time would wait for batch 0 to end); batch 2 is not."""
+    release, started = threading.Event(), []
+
+    def collect(step, batch, should_stop):
+        started.append(step)
+        release.wait(5)
+        return [[]]
+
+    producer = RolloutProducer(lambda j: ([], j), collect, start=0, stop=3, max_staleness=1, version=0)
+    producer.begin()
+    try:
+        deadline = time.monotonic() + 5
+        while len(started) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        assert sorted(started) == [0, 1]                           # batch 0 still running, 2 not admitted
+        release.set()
+        assert producer.get(0, timeout=5).error is None and producer.get(1, timeout=5).error is None
+    finally:
+        producer.stop()
+
+
+# ---------------------------------------------------------------------------- the loop
+def _train(tmp_path, train_world, slow_update: float = 0.0, **extra):
+    from training.learner import LocalLearner
+    from training.session import run
+
+    policy, tasks = train_world
+    cfg = load_config(None, overrides(tmp_path, policy, tasks, **extra))
+
+    def make_learner(*args):
+        learner = LocalLearner(*args)
+        if slow_update:
+            update = learner.update
+            learner.update = lambda samples, step: (time.sleep(slow_update), update(samples, step))[1]
+        return learner
+    run(cfg, runtime=fake_runtime(), make_learner=make_learner)
+    return read_metrics(tmp_path / "run" / "metrics.jsonl")
+
+
+def test_async_run_trains_on_turns_within_the_bound_and_logs_their_versions(tmp_path, train_world):
+    # the update sleeps, so the next batch's first turns surely run on the previous weights
+    metrics = _train(tmp_path, train_world, slow_update=1.0, **ASYNC, **{"trainer.total_steps": 3,
+                                                                         "logging.rollouts_every": 1})
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    for m in metrics:
+        assert m["async/dropped_stale"] == 0
+        assert m["async/staleness_0"] + m["async/staleness_1"] == m["train/samples"] > 0
+        assert m["train/grad_norm"] > 0
+    assert metrics[0]["async/staleness_1"] == 0                      # step 0: nothing older exists
+    assert sum(m["async/staleness_1"] for m in metrics[1:]) > 0    # later: made during the update
+    assert all(0.2 < m["train/behav_weight_mean"] < 5 for m in metrics)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()]
+    for row in rows:
+        for turn in row["turns"]:
+            assert row["step"] - 1 - turn["policy_version"] in (0, 1), (row["step"], turn["policy_version"])
+
+
+def test_with_every_sample_fresh_the_async_path_learns_what_the_synchronous_one_does(tmp_path, train_world,
+                                                                                    monkeypatch):
+    """A producer that waits for each update (bound 0) makes every turn fresh: pi_behav = pi_prox,
+    w = 1, and the decoupled loss is the recompute loss, so the numbers match the synchronous run
+    (up to the engine's incremental vs the trainer's full forward, ~1e-6)."""
+    import training.session as session
+
+    sync = _train(tmp_path / "sync", train_world, **{"trainer.total_steps": 2})
+    monkeypatch.setattr(session, "RolloutProducer",
+                        lambda *a, **k: RolloutProducer(*a, **{**k, "max_staleness": 0}))
+    fresh = _train(tmp_path / "async", train_world, **ASYNC, **{"trainer.total_steps": 2})
+    for a, b in zip(sync, fresh):
+        assert b["async/staleness_1"] == 0
+        assert b["train/behav_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+        for key in ("reward/mean", "train/samples", "train/loss", "train/pg_loss", "train/grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+
+
+def test_async_resume_trains_the_same_tasks_from_the_checkpoints_version(tmp_path, train_world):
+    """The producer runs a batch ahead, so the sampler's position is past the next step's tasks when
+    a checkpoint is written; the checkpoint must hold the position of the first batch *not trained*
+    and the policy version = its step.  Resumed from step 1, steps 2-3 train the same tasks as the
+    uninterrupted run, and the first resumed batch starts from the checkpoint's weights (version 1)."""
+    import shutil
+
+    from training.checkpoint import verify_checkpoint
+
+    run = {**ASYNC, "trainer.total_steps": 3, "logging.rollouts_every": 1, "rollout.tasks_per_step": 1}
+    _train(tmp_path / "full", train_world, slow_update=0.5, **run)
+    state = verify_checkpoint(tmp_path / "full" / "run" / "checkpoints" / "step-00000001").load_state()
+    assert (state["data_position"], state["policy_version"]) == (1, 1)   # 1 task per step, 1 step trained
+    (tmp_path / "resumed" / "run" / "checkpoints").mkdir(parents=True)
+    shutil.copytree(tmp_path / "full" / "run" / "checkpoints" / "step-00000001",
+                    tmp_path / "resumed" / "run" / "checkpoints" / "step-00000001")
+    resumed = _train(tmp_path / "resumed", train_world, **run)
+    assert [m["step"] for m in resumed] == [2, 3]
+
+    def tasks(folder):
+        rows = [json.loads(line) for line in (folder / "run" / "rollouts.jsonl").read_text().splitlines()]
+        return {(r["step"], r["question"]) for r in rows}, rows
+    full_tasks, _ = tasks(tmp_path / "full")
+    resumed_tasks, rows = tasks(tmp_path / "resumed")
+    assert resumed_tasks == {t for t in full_tasks if t[0] >= 2}
+    first = [turn["policy_version"] for r in rows if r["step"] == 2 for turn in r["turns"]]
+    assert first and min(first) == 1                                   # made by the checkpoint's weights
