@@ -479,16 +479,17 @@ class ActorKill:
     name: str
     method: str
     at: tuple[int, ...]
-    calls: int = 0
+    calls: int = 0                  # calls counted (those made while `when` held)
     killed: list[tuple[float, int]] = field(default_factory=list)
 
 
-def kill_actor_on_call(actor, method: str, at: int | tuple[int, ...], *, name: str = "",
-                       sig: int = signal.SIGKILL) -> ActorKill:
+def kill_actor_on_call(actor, method: str, at: int | tuple[int, ...], *, when: Callable[[], bool] | None = None,
+                       name: str = "", sig: int = signal.SIGKILL) -> ActorKill:
     """Kill a Ray actor's process when its `method` is called for the `at`-th time (1-based, calls
     counted through this handle), right after that call is sent, so the call is in flight when the
     process dies: what the OOM killer or a lost node does to a rollout engine mid-generation or a
-    trainer rank mid-update.  Deterministic: the point is a call count, not a time.
+    trainer rank mid-update.  Deterministic: the point is a call count, not a time.  `when`: count
+    only the calls made while it returns true (e.g. "the first generation of step 2").
 
     The handle is patched in place (it stays a Ray ActorHandle, so `ray.kill` and pickling work);
     the actor's pid is asked before each kill (a restarted actor has a new one).  SIGKILL of the
@@ -501,6 +502,8 @@ def kill_actor_on_call(actor, method: str, at: int | tuple[int, ...], *, name: s
 
     class _Method:
         def remote(self, *args, **kwargs):
+            if when is not None and not when():
+                return real.remote(*args, **kwargs)
             record.calls += 1
             if record.calls in at:
                 pid = actor_pid(actor)         # asked before the call is queued behind it

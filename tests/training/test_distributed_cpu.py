@@ -318,7 +318,9 @@ def test_impossible_combinations_fail_before_anything_starts():
              (DistributedConfig(mode="split", weight_sync="inprocess"), "cpu", "hf", "inprocess needs mode: colocated"),
              (DistributedConfig(mode="colocated"), "cuda", "vllm", "cannot share the trainer's process"),
              (DistributedConfig(zero_stage=4), "cpu", "hf", "zero_stage: 1, 2 or 3"),
-             (DistributedConfig(trainer_workers=0), "cpu", "hf", "trainer_workers: must be >= 1")]
+             (DistributedConfig(trainer_workers=0), "cpu", "hf", "trainer_workers: must be >= 1"),
+             (DistributedConfig(rollout_restarts=-1), "cpu", "hf", "rollout_restarts: must be >= 0"),
+             (DistributedConfig(restart_wait_s=0), "cpu", "hf", "restart_wait_s: must be > 0")]
     for dist, device, kind, message in cases:
         with pytest.raises(DistributedConfigError, match=message):
             validate_distributed(dist, device=device, engine_kind=kind)

@@ -257,12 +257,13 @@ class RayPolicy:
         engine_kwargs = rollout_engine_kwargs(cfg, dist, ipc)
         # engines start while the trainer ranks load; Ray restarts a dead one (with these arguments:
         # the start-up weights, version 0; RayEngine brings it up to date before it serves)
-        engine = ray.remote(RolloutWorker).options(max_restarts=dist.rollout_restarts)
+        engine = ray.remote(RolloutWorker)
+        restarts = {"max_restarts": dist.rollout_restarts}
         if ipc:
-            self.rollouts = [engine.options(**on(i, placement.trainer_bundles[i], 0.5)).remote(
+            self.rollouts = [engine.options(**on(i, placement.trainer_bundles[i], 0.5), **restarts).remote(
                 cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads) for i in range(n)]
         elif dist.mode == "split":
-            self.rollouts = [engine.options(**on(n + j, placement.rollout_bundles[j])).remote(
+            self.rollouts = [engine.options(**on(n + j, placement.rollout_bundles[j]), **restarts).remote(
                 cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads)
                 for j in range(dist.rollout_workers)]
         master = ray.get(self.trainers[0].address.remote())
