@@ -12,7 +12,7 @@ this process they would grow with the run themselves.
 
 The run's size: a warm-up run of 3 x concurrency tasks under the same faults measures tasks per
 second; the long run gets that rate x `--minutes` tasks (the wall time moves with the machine's
-load; the samples are fitted against tasks done, not time).  Tasks cycle over 256 questions (the
+load; the samples are fitted against tasks done, not time), or `--tasks`.  Tasks cycle over 256 questions (the
 mock's scripted answers), each with an id of its own.
 
     python bench/resources_long.py --minutes 30 --concurrency 64 --out runs/resources_long.json
@@ -21,6 +21,7 @@ mock's scripted answers), each with an id of its own.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -44,7 +45,7 @@ from orchestrator.faults import FaultPlan, FaultProxy, Schedule, ServerProcess  
 from orchestrator.resources import raise_nofile_limit, sample  # noqa: E402
 
 DISTINCT = 256
-METRICS = ("fds", "threads", "rss_mb", "connections")
+METRICS = ("fds", "threads", "rss_mb", "connections", "objects")
 
 
 def write_world(folder: Path, n: int) -> None:
@@ -131,25 +132,29 @@ def slope(xs: list[float], ys: list[float]) -> float:
 def report(samples: list[dict], interval_min: float = 5.0, warmup_s: float = 120.0) -> list[str]:
     """Markdown: start/end, the median of each `interval_min` minutes, and each metric's growth per
     1,000 tasks fitted over the samples after `warmup_s` (pools fill in the first minutes)."""
-    head = "| {} | {} | {} | {} | {} | {} |"
-    rows = ["| minutes | tasks done | fds | threads | RSS MB | connections |", "|---|---|---|---|---|---|"]
+    metrics = [m for m in METRICS if m in samples[0]]
+    head = "| " + " | ".join(["{}"] * (2 + len(metrics))) + " |"
+    titles = {"fds": "fds", "threads": "threads", "rss_mb": "RSS MB", "connections": "connections",
+              "objects": "Python objects"}
+    rows = ["| minutes | tasks done | " + " | ".join(titles[m] for m in metrics) + " |",
+            "|---" * (2 + len(metrics)) + "|"]
 
     def row(name, part):
         return head.format(name, int(max(s["done"] for s in part)),
-                           *(f"{statistics.median(s[m] for s in part):.0f}" for m in METRICS))
+                           *(f"{statistics.median(s[m] for s in part):.0f}" for m in metrics))
 
-    rows.append(head.format("start", samples[0]["done"], *(f"{samples[0][m]:.0f}" for m in METRICS)))
+    rows.append(head.format("start", samples[0]["done"], *(f"{samples[0][m]:.0f}" for m in metrics)))
     end_t = samples[-1]["t"]
     for k in range(math.ceil(end_t / (interval_min * 60))):
         part = [s for s in samples if k * interval_min * 60 <= s["t"] < (k + 1) * interval_min * 60]
         if part:
             rows.append(row(f"{k * interval_min:g}-{(k + 1) * interval_min:g} (median)", part))
-    rows.append(head.format("end", samples[-1]["done"], *(f"{samples[-1][m]:.0f}" for m in METRICS)))
+    rows.append(head.format("end", samples[-1]["done"], *(f"{samples[-1][m]:.0f}" for m in metrics)))
     fit = [s for s in samples if s["t"] >= warmup_s]
     if len(fit) > 2:
         xs = [s["done"] / 1000 for s in fit]
         rows.append(head.format(f"growth per 1,000 tasks (fit after {warmup_s:g} s)", "",
-                                *(f"{slope(xs, [s[m] for s in fit]):+.2f}" for m in METRICS)))
+                                *(f"{slope(xs, [s[m] for s in fit]):+.2f}" for m in metrics)))
     return rows
 
 
@@ -164,6 +169,7 @@ def count_lines(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--tasks", type=int, help="the long run's tasks (default: the warm-up's rate x --minutes)")
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--rate", type=float, default=0.1, help="fraction of requests faulted (default %(default)s)")
@@ -197,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             code = run_eval(folder, folder / "warmup", urls["llm"], urls["retrieval"], args.concurrency)
             rate = warm_n / (time.monotonic() - started)
-            n = max(warm_n, round(rate * args.minutes * 60))
+            n = args.tasks or max(warm_n, round(rate * args.minutes * 60))
             print(f"warm-up: {warm_n} tasks at {rate:.2f} tasks/s (exit {code}); the long run: {n} tasks", flush=True)
             write_world(folder, n)
             out = folder / "long"
@@ -209,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 while True:
                     s = asdict(sample(t=time.monotonic() - t0))
                     s["done"] = count_lines(out / "results.jsonl")
+                    s["objects"] = len(gc.get_objects())     # Python objects the collector tracks
                     samples.append(s)
                     if done.wait(args.interval):
                         return
@@ -220,8 +227,11 @@ def main(argv: list[str] | None = None) -> int:
             wall = time.monotonic() - t0
             done.set()
             thread.join()
+            gc.collect()
+            time.sleep(2.0)                                    # the run's pool threads end
             last = asdict(sample(t=time.monotonic() - t0))     # after the run: what it left behind
             last["done"] = count_lines(out / "results.jsonl")
+            last["objects"] = len(gc.get_objects())
             samples.append(last)
         finally:
             h.send_signal(signal.SIGTERM)
