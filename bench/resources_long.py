@@ -39,36 +39,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from chaos_eval import free_port, run_eval  # noqa: E402
+from chaos_eval import faults_met, run_eval, start_servers, write_world  # noqa: E402
 
-from orchestrator.faults import FaultPlan, FaultProxy, Schedule, ServerProcess  # noqa: E402
+from orchestrator.faults import FaultPlan, FaultProxy, Schedule  # noqa: E402
 from orchestrator.resources import raise_nofile_limit, sample  # noqa: E402
 
-DISTINCT = 256
+DISTINCT = 256          # questions the tasks cycle over (the mock's scripted answers)
 METRICS = ("fds", "threads", "rss_mb", "connections", "objects")
-
-
-def write_world(folder: Path, n: int) -> None:
-    """n tasks over DISTINCT questions, their answers, the corpus index, tools.json (the mock profile)."""
-    from retrieval.build_index import build
-
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "frames.jsonl", "w") as f:
-        for i in range(n):
-            k = i % DISTINCT
-            f.write(json.dumps({"id": f"t{i:06d}", "question": f"What is the secret word of item {k:03d}?",
-                                "answer": f"word{k}"}) + "\n")
-    (folder / "answers.json").write_text(json.dumps({f"What is the secret word of item {k:03d}?": f"word{k}"
-                                                     for k in range(DISTINCT)}))
-    corpus = folder / "corpus.jsonl"
-    if not corpus.exists():
-        corpus.write_text("".join(json.dumps({"id": f"d{k:03d}", "contents": f"Item {k:03d}: the secret word of "
-                                                                             f"item {k:03d} is word{k}."}) + "\n"
-                                  for k in range(DISTINCT)))
-        build(corpus=corpus, out=folder / "index", progress=False)
-    tools = json.loads((ROOT / "tools.json").read_text())
-    tools["profiles"]["mock"] = {m: "mock-expert" for m in tools["prices"]}
-    (folder / "tools.json").write_text(json.dumps(tools))
 
 
 # ---- the harness: servers and proxies in a process of their own ------------------------------------
@@ -79,21 +56,8 @@ def harness(folder: Path, replicas: int, rate: float, seed: int, delay_s: float)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGUSR1, lambda *_: go.set())
     plan = FaultPlan(seed=seed, rate=rate, burst=2, retry_after=0.5, stall_s=4.0, trickle_s=0.5)
-    logs = folder / "harness-logs"
-    logs.mkdir(exist_ok=True)
     with ExitStack() as stack:
-        mocks = []
-        for r in range(replicas):
-            port = free_port()
-            mocks.append(stack.enter_context(ServerProcess(
-                [sys.executable, "-m", "evaluation.mock_backend", "--port", str(port), "--answers",
-                 str(folder / "answers.json"), "--search", "--delay", str(delay_s)],
-                health_url=f"http://127.0.0.1:{port}/health", log=logs / f"replica{r}.log", cwd=ROOT)))
-        port = free_port()
-        retrieval = stack.enter_context(ServerProcess(
-            [sys.executable, "-m", "retrieval.server", "--index", str(folder / "index"), "--port", str(port),
-             "--threads", "1", "--workers", "1"], health_url=f"http://127.0.0.1:{port}/health",
-            log=logs / "retrieval.log", cwd=ROOT))
+        mocks, retrieval, port = start_servers(stack, folder, folder / "harness-logs", replicas, delay_s)
         llm = [stack.enter_context(FaultProxy(m.health_url.removesuffix("/health"),
                                               FaultPlan(**{**plan.__dict__, "seed": seed + r})))
                for r, m in enumerate(mocks)]
@@ -107,14 +71,8 @@ def harness(folder: Path, replicas: int, rate: float, seed: int, delay_s: float)
         schedule = Schedule(actions).start()
         stop.wait()
         schedule.cancel()
-        faults: dict[str, int] = {}
-        for p in [*llm, rp]:
-            for e in p.log:
-                key = e.fault or ("upstream_down" if e.upstream_down else None)
-                if key:
-                    faults[key] = faults.get(key, 0) + 1
         (folder / "harness.json").write_text(json.dumps({
-            "requests": sum(len(p.log) for p in [*llm, rp]), "faults": faults, "schedule": schedule.done,
+            "requests": sum(len(p.log) for p in [*llm, rp]), "faults": faults_met([*llm, rp]), "schedule": schedule.done,
             "schedule_errors": schedule.errors,
             "max_attempts_llm": max((n for p in llm for n in p.attempts_per_body().values()), default=0),
             "max_attempts_search": max(rp.attempts_per_body().values(), default=0)}))
@@ -188,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.workdir or Path(tmp)
         warm_n = 3 * args.concurrency
-        write_world(folder, warm_n)
+        write_world(folder, warm_n, DISTINCT)
         (folder / "urls.json").unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         h = subprocess.Popen([sys.executable, __file__, "--harness", str(folder), "--replicas", str(args.replicas),
@@ -205,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             rate = warm_n / (time.monotonic() - started)
             n = args.tasks or max(warm_n, round(rate * args.minutes * 60))
             print(f"warm-up: {warm_n} tasks at {rate:.2f} tasks/s (exit {code}); the long run: {n} tasks", flush=True)
-            write_world(folder, n)
+            write_world(folder, n, DISTINCT)
             out = folder / "long"
             samples: list[dict] = []
             done = threading.Event()
