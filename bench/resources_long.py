@@ -16,6 +16,7 @@ load; the samples are fitted against tasks done, not time), or `--tasks`.  Tasks
 mock's scripted answers), each with an id of its own.
 
     python bench/resources_long.py --minutes 30 --concurrency 64 --out runs/resources_long.json
+    python bench/resources_long.py --tasks 16000 --concurrency 64      # what docs/reliability.md shows
     python bench/resources_long.py --minutes 2 --concurrency 16        # a look
 """
 from __future__ import annotations
