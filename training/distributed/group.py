@@ -108,7 +108,7 @@ class RayEngine:
                 try:
                     info = ray.get(worker.ready.remote(), timeout=max(0.5, deadline - time.monotonic()))
                 except (ActorUnavailableError, GetTimeoutError):       # restarting, or not yet loaded
-                    if time.monotonic() >= deadline:
+                    if time.monotonic() >= deadline or self._alive():  # another one is back: go on
                         break
                     time.sleep(0.2)
                     continue
