@@ -53,21 +53,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_world(folder: Path, n: int) -> tuple[Path, Path, dict[str, str]]:
-    """Tasks (frames.jsonl), their answers, and the indexed corpus the searches read."""
+def write_world(folder: Path, n: int, distinct: int | None = None) -> tuple[Path, Path, dict[str, str]]:
+    """Tasks (frames.jsonl), their answers, and the indexed corpus the searches read.  `distinct`:
+    the tasks cycle over that many questions (each task keeps an id of its own); default n."""
     from retrieval.build_index import build
 
+    distinct = distinct or n
     folder.mkdir(parents=True, exist_ok=True)
-    tasks = [{"id": f"c{i:03d}", "question": f"What is the secret word of item {i:03d}?", "answer": f"word{i}"}
-             for i in range(n)]
+    tasks = [{"id": f"c{i:03d}", "question": f"What is the secret word of item {i % distinct:03d}?",
+              "answer": f"word{i % distinct}"} for i in range(n)]
     (folder / "frames.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
     answers = {t["question"]: t["answer"] for t in tasks}
     (folder / "answers.json").write_text(json.dumps(answers))
     corpus = folder / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"d{i:03d}", "contents": f"Item {i:03d}: the secret word of item "
                                                                          f"{i:03d} is word{i}."}) + "\n"
-                              for i in range(n)))
-    build(corpus=corpus, out=folder / "index", progress=False)
+                              for i in range(distinct)))
+    build(corpus=corpus, out=folder / "index", progress=False)   # the same corpus again: reused
     tools = json.loads((ROOT / "tools.json").read_text())
     tools["profiles"]["mock"] = {m: "mock-expert" for m in tools["prices"]}
     (folder / "tools.json").write_text(json.dumps(tools))
@@ -101,6 +103,37 @@ def run_eval(folder: Path, out: Path, llm_urls: list[str], retriever: str, concu
             os.environ["TOOLORCHESTRA_MODELS"] = before
 
 
+def start_servers(stack: ExitStack, folder: Path, logs: Path, replicas: int,
+                  delay_s: float) -> tuple[list[ServerProcess], ServerProcess, int]:
+    """The mock replicas and the retrieval server on the world in `folder` (stopped with `stack`);
+    their output in `logs`.  Returns (replicas, retrieval server, its port)."""
+    logs.mkdir(exist_ok=True)
+    mocks = []
+    for r in range(replicas):
+        port = free_port()
+        mocks.append(stack.enter_context(ServerProcess(
+            [sys.executable, "-m", "evaluation.mock_backend", "--port", str(port), "--answers",
+             str(folder / "answers.json"), "--search", "--delay", str(delay_s)], health_url=f"http://127.0.0.1:{port}/health",
+            log=logs / f"replica{r}.log", cwd=ROOT)))
+    port = free_port()
+    retrieval = stack.enter_context(ServerProcess(
+        [sys.executable, "-m", "retrieval.server", "--index", str(folder / "index"), "--port", str(port),
+         "--threads", "1", "--workers", "1"], health_url=f"http://127.0.0.1:{port}/health",
+        log=logs / "retrieval.log", cwd=ROOT))
+    return mocks, retrieval, port
+
+
+def faults_met(proxies: list[FaultProxy]) -> dict[str, int]:
+    """Requests per injected fault kind, and those that met a dead upstream (`upstream_down`)."""
+    faults: dict[str, int] = {}
+    for p in proxies:
+        for e in p.log:
+            key = e.fault or ("upstream_down" if e.upstream_down else None)
+            if key:
+                faults[key] = faults.get(key, 0) + 1
+    return faults
+
+
 def one_run(folder: Path, name: str, *, concurrency: int, replicas: int, plan: FaultPlan,
             restarts_at: list[int] = (), restart_times: list[float] = (), kill_replica: tuple[float, float] | None = None,
             sampler: ResourceSampler | None = None, delay_s: float = 0.0, repeat: int = 1,
@@ -109,20 +142,8 @@ def one_run(folder: Path, name: str, *, concurrency: int, replicas: int, plan: F
     the same evaluation again (output `name-2`, ...) on the same servers, the sampler marked after
     each (`name end`, `name-2 end`, ...): the resource test's "same task set twice"."""
     logs = folder / f"{name}-logs"
-    logs.mkdir(exist_ok=True)
     with ExitStack() as stack:
-        mocks = []
-        for r in range(replicas):
-            port = free_port()
-            mocks.append(stack.enter_context(ServerProcess(
-                [sys.executable, "-m", "evaluation.mock_backend", "--port", str(port), "--answers",
-                 str(folder / "answers.json"), "--search", "--delay", str(delay_s)], health_url=f"http://127.0.0.1:{port}/health",
-                log=logs / f"replica{r}.log", cwd=ROOT)))
-        port = free_port()
-        retrieval = stack.enter_context(ServerProcess(
-            [sys.executable, "-m", "retrieval.server", "--index", str(folder / "index"), "--port", str(port),
-             "--threads", "1", "--workers", "1"], health_url=f"http://127.0.0.1:{port}/health",
-            log=logs / "retrieval.log", cwd=ROOT))
+        mocks, retrieval, port = start_servers(stack, folder, logs, replicas, delay_s)
         llm_proxies = [stack.enter_context(FaultProxy(
             m.health_url.removesuffix("/health"), FaultPlan(**{**plan.__dict__, "seed": plan.seed + r}),
             log_path=logs / f"llm{r}-faults.jsonl")) for r, m in enumerate(mocks)]
@@ -211,12 +232,7 @@ def compare(clean: dict, chaos: dict) -> dict:
     price = load_catalog(ROOT / "tools.json")
     wasted_usd = price.llm_cost(PRICE_MODEL, Usage(wasted["prompt_tokens"], wasted["completion_tokens"]))
     clean_usd = price.llm_cost(PRICE_MODEL, Usage(clean_served["prompt_tokens"], clean_served["completion_tokens"]))
-    faults: dict[str, int] = {}
-    for p in [*chaos["llm"], chaos["retrieval"]]:
-        for e in p.log:
-            key = e.fault or ("upstream_down" if e.upstream_down else None)
-            if key:
-                faults[key] = faults.get(key, 0) + 1
+    faults = faults_met([*chaos["llm"], chaos["retrieval"]])
     requests = sum(len(p.log) for p in [*chaos["llm"], chaos["retrieval"]])
     clean_requests = sum(len(p.log) for p in [*clean["llm"], clean["retrieval"]])
     return {"problems": problems, "tasks": len(by_chaos), "correct": sum(bool(r["correct"]) for r in by_chaos.values()),

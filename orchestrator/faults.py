@@ -31,7 +31,9 @@ them (no parseable reply), so this log is where they are counted.
 Servers on schedule: `ServerProcess` (start / kill / restart a subprocess server, ready when its
 health URL answers 200), `Schedule` (actions at seconds from start), and `FaultProxy(at_request=
 {i: action})` (an action when request i arrives: deterministic relative to the fault sequence).
-A Ray-actor helper (kill an actor on schedule, for training under chaos) is not written yet.
+`kill_actor_on_call(actor, "generate", at=3)`: a Ray actor's process SIGKILLed right after the
+3rd call of one of its methods is sent (training under chaos: a rollout engine mid-generation,
+a trainer rank mid-update).
 
 The proxy buffers each request and reply whole (no streaming pass-through): the gateway and the
 retrieval client make non-streaming calls.  Lives in the core package because evaluation's
@@ -458,3 +460,62 @@ class Schedule:
         self._cancel.set()
         self._thread.join(60)
 
+
+
+# ---- Ray actors on schedule --------------------------------------------------------------------
+def actor_pid(actor) -> int:
+    """The pid of a Ray actor's process (asked of the actor: it must be idle or free to answer)."""
+    import os
+
+    import ray
+
+    return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+
+
+@dataclass
+class ActorKill:
+    """What `kill_actor_on_call` did: `killed` lists (time.time(), pid) per kill."""
+
+    name: str
+    method: str
+    at: tuple[int, ...]
+    calls: int = 0                  # calls counted (those made while `when` held)
+    killed: list[tuple[float, int]] = field(default_factory=list)
+
+
+def kill_actor_on_call(actor, method: str, at: int | tuple[int, ...], *, when: Callable[[], bool] | None = None,
+                       name: str = "", sig: int = signal.SIGKILL) -> ActorKill:
+    """Kill a Ray actor's process when its `method` is called for the `at`-th time (1-based, calls
+    counted through this handle), right after that call is sent, so the call is in flight when the
+    process dies: what the OOM killer or a lost node does to a rollout engine mid-generation or a
+    trainer rank mid-update.  Deterministic: the point is a call count, not a time.  `when`: count
+    only the calls made while it returns true (e.g. "the first generation of step 2").
+
+    The handle is patched in place (it stays a Ray ActorHandle, so `ray.kill` and pickling work);
+    the actor's pid is asked before each kill (a restarted actor has a new one).  SIGKILL of the
+    process, unlike `ray.kill(actor)`, lets Ray restart an actor started with `max_restarts`."""
+    import os
+
+    at = (at,) if isinstance(at, int) else tuple(at)
+    record = ActorKill(name or repr(actor), method, at)
+    real = getattr(actor, method)
+
+    class _Method:
+        def remote(self, *args, **kwargs):
+            if when is not None and not when():
+                return real.remote(*args, **kwargs)
+            record.calls += 1
+            if record.calls in at:
+                pid = actor_pid(actor)         # asked before the call is queued behind it
+                ref = real.remote(*args, **kwargs)
+                time.sleep(0.05)               # the call reaches the actor and starts
+                os.kill(pid, sig)
+                record.killed.append((time.time(), pid))
+                return ref
+            return real.remote(*args, **kwargs)
+
+        def options(self, **kw):
+            return real.options(**kw)
+
+    setattr(actor, method, _Method())
+    return record

@@ -15,6 +15,7 @@ The policy learns in this process (training/learner.py `LocalLearner`) or on Ray
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -301,7 +302,27 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
     """Train as `cfg` says; return the last step's metrics.  `runtime`/`judge` override the
     config's tools and judge (tests and custom environments).  The policy learns in this
     process (`distributed.backend: none`) or on Ray actors (`ray`, docs/cluster.md);
-    `make_learner(cfg, checkpoint, state, total_steps)` overrides that choice."""
+    `make_learner(cfg, checkpoint, state, total_steps)` overrides that choice.
+
+    A trainer rank that dies (Ray: `TrainerWorkerDead`, restartable when the learner started its
+    actors) ends this attempt: the actors are stopped, and the run starts them again and resumes
+    from the newest checkpoint in run.dir (`run.resume: auto`), up to distributed.trainer_restarts
+    times; then the error ends the job (resubmitted, it resumes the same way)."""
+    restarts = 0
+    while True:
+        try:
+            return _run_once(cfg, runtime=runtime, judge=judge, make_learner=make_learner)
+        except Exception as exc:
+            if not getattr(exc, "restartable", False) or restarts >= exc.restarts_allowed:
+                raise
+            restarts += 1
+            print(f"{exc}; restart {restarts} of {exc.restarts_allowed}: resuming from the newest checkpoint",
+                  file=sys.stderr)
+            cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, resume="auto"))
+
+
+def _run_once(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
+              judge: Callable[[Task, Rollout], bool] | None = None, make_learner: Callable | None = None) -> dict[str, Any]:
     if cfg.distributed.backend != "ray":   # (Ray places the policy on its workers' devices)
         check_device(cfg.run.device)
     run_dir = Path(cfg.run.dir)
@@ -330,12 +351,14 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
         from training.learner import LocalLearner
         make_learner = LocalLearner
     learner = make_learner(cfg, checkpoint, state, total_steps)
+    s = None
     try:
         s = open_session(cfg, tasks, total_steps, learner, checkpoint, state, runtime, judge)
         metrics = train_loop(s)
     finally:
         learner.close()
-    s.logger.close()
+        if s is not None:
+            s.logger.close()
     return metrics
 
 

@@ -202,6 +202,9 @@ def test_dead_engine_chunks_are_retried_on_the_others_then_named(ray_local):
 
     @ray_local.remote(num_cpus=0)
     class Echo:
+        def ready(self):
+            return {"incarnation": (0, 0.0), "version": 0}
+
         def generate(self, prompts, params, seeds):
             return [(p[0], s) for p, s in zip(prompts, seeds)]
 
@@ -216,6 +219,69 @@ def test_dead_engine_chunks_are_retried_on_the_others_then_named(ray_local):
     _kill_and_wait(ray_local, b)
     with pytest.raises(RolloutWorkersDead, match="rollout-0.*rollout-1"):
         engine.generate(prompts, params)
+
+
+def test_a_killed_engine_restarts_and_gets_the_current_weights_before_it_serves(ray_local):
+    """Engines started with max_restarts, one SIGKILLed mid-call (orchestrator/faults.py): its rows
+    are generated again, whole, by the other; Ray restarts it with its start-up weights (version
+    0), and it is refreshed to the policy's version before it serves again: no row ever comes
+    from version 0.  Alone, an engine killed mid-call is waited for, refreshed, and serves."""
+    from orchestrator.faults import kill_actor_on_call
+    from training.distributed.group import RayEngine
+    from training.distributed.rollout_worker import StaleWeights
+
+    @ray_local.remote(num_cpus=0, max_restarts=2)
+    class Versioned:
+        """Rows come back as (prompt, seed, the version of the weights that made them)."""
+
+        def __init__(self):
+            self.version, self.pid = 0, os.getpid()
+
+        def ready(self):
+            return {"incarnation": (self.pid, 0.0), "version": self.version}
+
+        def generate(self, prompts, params, seeds, version=None):
+            time.sleep(0.3)
+            if version is not None and version != self.version:
+                raise StaleWeights(f"holds {self.version}, asked for {version}")
+            return [(p[0], s, self.version) for p, s in zip(prompts, seeds)]
+
+        def load(self, version):
+            self.version = version
+
+    def make(n):
+        workers = [Versioned.remote() for _ in range(n)]
+        refreshed = []
+
+        def refresh(names):
+            refreshed.append(names)
+            ray_local.get([workers[int(x.rsplit("-", 1)[1])].load.remote(engine.version) for x in names])
+        engine = RayEngine(workers, [f"rollout-{j}" for j in range(n)], None, refresh=refresh, restart_wait_s=60)
+        ray_local.get([w.load.remote(3) for w in workers])
+        engine.version = 3
+        return engine, workers, refreshed
+
+    prompts, params = [[i] for i in range(6)], SamplingParams(seed=100)
+    want = [(i, 100 + i, 3) for i in range(6)]
+    engine, (a, _), refreshed = make(2)
+    kill = kill_actor_on_call(a, "generate", at=2, name="rollout-0")
+    assert engine.generate(prompts, params) == want
+    assert engine.generate(prompts, params) == want          # rollout-0 killed with rows 0-2 in flight
+    assert len(kill.killed) == 1 and "rollout-0" in engine.down
+    deadline = time.monotonic() + 60
+    while not engine.restarted:                               # asked at each call, not waited for
+        assert engine.generate(prompts, params) == want
+        assert time.monotonic() < deadline, "rollout-0 never came back"
+    assert engine.restarted == ["rollout-0"] and refreshed == [["rollout-0"]] and not engine.down
+    assert ray_local.get(a.ready.remote())["incarnation"][0] != kill.killed[0][1]   # a new process
+    assert engine.generate(prompts, params) == want and kill.calls >= 4              # and it serves
+
+    engine, (only,), refreshed = make(1)
+    kill_actor_on_call(only, "generate", at=1)
+    assert engine.generate(prompts, params) == want          # waited for the restart, then refreshed
+    assert engine.restarted == ["rollout-0"] and refreshed == [["rollout-0"]]
+    ray_local.get(only.load.remote(1))                        # an engine that holds other weights
+    assert engine.generate(prompts, params) == want and refreshed[-1] == ["rollout-0"] and len(refreshed) == 2
 
 
 def test_weight_buckets_respect_the_size_limit_and_round_trip():
@@ -252,7 +318,9 @@ def test_impossible_combinations_fail_before_anything_starts():
              (DistributedConfig(mode="split", weight_sync="inprocess"), "cpu", "hf", "inprocess needs mode: colocated"),
              (DistributedConfig(mode="colocated"), "cuda", "vllm", "cannot share the trainer's process"),
              (DistributedConfig(zero_stage=4), "cpu", "hf", "zero_stage: 1, 2 or 3"),
-             (DistributedConfig(trainer_workers=0), "cpu", "hf", "trainer_workers: must be >= 1")]
+             (DistributedConfig(trainer_workers=0), "cpu", "hf", "trainer_workers: must be >= 1"),
+             (DistributedConfig(rollout_restarts=-1), "cpu", "hf", "rollout_restarts: must be >= 0"),
+             (DistributedConfig(restart_wait_s=0), "cpu", "hf", "restart_wait_s: must be > 0")]
     for dist, device, kind, message in cases:
         with pytest.raises(DistributedConfigError, match=message):
             validate_distributed(dist, device=device, engine_kind=kind)

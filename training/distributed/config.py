@@ -14,6 +14,9 @@
       bucket_mb: 256
       comm_backend: auto      # auto: nccl on GPU, gloo on CPU
       engine_args: {gpu_memory_utilization: 0.5, max_model_len: 32768}   # passed to the engine
+      rollout_restarts: 3     # Ray restarts a dead rollout engine this often (then it gets the current weights)
+      trainer_restarts: 2     # a trainer rank dead mid-step: start the ranks again, resume from the last checkpoint
+      restart_wait_s: 300     # how long a step waits for a restarting engine when no other is live
 
 Plain dataclass with the same field types training/config.py checks, so its loader,
 overrides (`distributed.zero_stage=3`) and error messages work unchanged.
@@ -46,6 +49,11 @@ class DistributedConfig:
     engine_args: dict[str, str | int | float | bool] = field(default_factory=dict)   # engine kwargs, e.g.
     #                                   {gpu_memory_utilization: 0.5, max_model_len: 32768} for vLLM
     engine_sleep: bool = True           # colocated vLLM (cuda_ipc): free weights + KV cache during the update
+    rollout_restarts: int = 3           # Ray `max_restarts` of each rollout engine actor (split / cuda_ipc);
+    #                                     a restarted engine is sent the current weights before it serves
+    trainer_restarts: int = 2           # trainer rank deaths the job recovers from by itself: every actor is
+    #                                     stopped and started again from the last checkpoint (then: exit 1)
+    restart_wait_s: float = 300.0       # a step waits this long for a restarting engine when none is live
 
 
 def resolved_sync(cfg: DistributedConfig, on_gpu: bool) -> str:
@@ -69,6 +77,11 @@ def validate_distributed(cfg: DistributedConfig, *, device: str, engine_kind: st
     for key in ("trainer_workers", "rollout_workers", "tensor_parallel", "bucket_mb"):
         if getattr(cfg, key) < 1:
             raise DistributedConfigError(f"distributed.{key}: must be >= 1, got {getattr(cfg, key)}")
+    for key in ("rollout_restarts", "trainer_restarts"):
+        if getattr(cfg, key) < 0:
+            raise DistributedConfigError(f"distributed.{key}: must be >= 0, got {getattr(cfg, key)}")
+    if cfg.restart_wait_s <= 0:
+        raise DistributedConfigError(f"distributed.restart_wait_s: must be > 0, got {cfg.restart_wait_s}")
     if cfg.zero_stage not in (1, 2, 3):
         raise DistributedConfigError(f"distributed.zero_stage: 1, 2 or 3, got {cfg.zero_stage}")
     on_gpu = device.startswith("cuda")

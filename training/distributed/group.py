@@ -8,6 +8,14 @@
 
 Weight sync: colocated -> in-process (the engine is in the rank's process) or CUDA IPC;
 split -> bucketed broadcast from trainer rank 0 (NCCL on GPU, gloo on CPU).
+
+Faults: rollout engines run with Ray `max_restarts` (distributed.rollout_restarts); a restarted
+one holds its start-up weights, so it is sent the current ones before it serves (`RayEngine`,
+`RayPolicy.refresh`; each engine carries the policy version it holds).  A trainer rank cannot
+come back alone (its optimizer partition and the ranks' process group die with it): a dead rank
+is `TrainerWorkerDead`, and training/session.py `run` starts every actor again from the last
+checkpoint (distributed.trainer_restarts times; after that the job fails and the babysitter's
+resubmission resumes the same way).
 """
 from __future__ import annotations
 
@@ -50,47 +58,122 @@ class RolloutWorkersDead(RuntimeError):
     """Every rollout engine is gone; the message names them and the errors."""
 
 
+class TrainerWorkerDead(RuntimeError):
+    """A trainer rank died (its process, or its node); `rank` names it.  `restartable`: whether
+    the job can start its actors again itself (set by the RayLearner that owns them)."""
+
+    def __init__(self, message: str, rank: int):
+        super().__init__(message)
+        self.rank, self.restartable, self.restarts_allowed = rank, False, 0
+
+
 class RayEngine:
     """The `Engine` interface over remote engines: each call is split across the live ones
-    (row seeds kept, so samples do not depend on the split); a chunk whose engine died is
-    retried on the others."""
+    (row seeds kept, so samples do not depend on the split).
 
-    def __init__(self, workers: list, names: list[str], tokenizer):
+    An engine that dies mid-call (a `RayActorError`) is `down`: its chunk is sent again, whole,
+    to a live engine (the same rows in one batch, so the same samples).  Ray restarts an actor
+    started with `max_restarts`; a down engine is asked (`ready`) at each later call, without
+    waiting while others are live and up to `restart_wait_s` when none is; once it answers it is
+    brought to the current policy `version` (`refresh([names])`, set by RayPolicy) before it
+    serves again.  Calls carry `version` (when set): an engine that holds another one refuses
+    with `StaleWeights`, is refreshed, and the chunk is retried, so a restarted engine never
+    samples from the weights it was started with.  An engine whose actor is gone for good
+    (restarts used up, or none allowed) is `dead`; when all are, `RolloutWorkersDead`."""
+
+    def __init__(self, workers: list, names: list[str], tokenizer, *, refresh=None, restart_wait_s: float = 300.0):
         self.workers, self.names, self.tokenizer = list(workers), list(names), tokenizer
-        self.dead: dict[str, str] = {}
+        self.dead: dict[str, str] = {}        # gone for good: name -> the error
+        self.down: dict[str, str] = {}        # died, may be restarted by Ray: name -> the error
+        self.restarted: list[str] = []        # each time a down engine answered again
+        self.refresh, self.restart_wait_s = refresh, restart_wait_s
+        self.version: int | None = None       # the policy version calls are for (None: not checked)
 
     def _alive(self) -> list[tuple[str, Any]]:
-        return [(n, w) for n, w in zip(self.names, self.workers) if n not in self.dead]
+        return [(n, w) for n, w in zip(self.names, self.workers) if n not in self.dead and n not in self.down]
+
+    def _revive(self) -> None:
+        """Ask each down engine whether it is back; wait (up to restart_wait_s) only when no
+        engine is live.  Engines back with older weights are refreshed before they serve."""
+        import time
+
+        import ray
+        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+
+        deadline = time.monotonic() + (self.restart_wait_s if not self._alive() else 0.0)
+        stale = []
+        for name in list(self.down):
+            worker = self.workers[self.names.index(name)]
+            while True:
+                try:
+                    info = ray.get(worker.ready.remote(), timeout=max(0.5, deadline - time.monotonic()))
+                except (ActorUnavailableError, GetTimeoutError):       # restarting, or not yet loaded
+                    if time.monotonic() >= deadline or self._alive():  # another one is back: go on
+                        break
+                    time.sleep(0.2)
+                    continue
+                except RayActorError as exc:                            # no restarts left
+                    self.dead[name] = self.down.pop(name) + f"; then {_first_line(exc)}"
+                    break
+                del self.down[name]
+                self.restarted.append(name)
+                log.warning("rollout engine %s is back (pid %s, policy version %s)", name,
+                            info["incarnation"][0], info["version"])
+                if self.version is not None and info["version"] != self.version:
+                    stale.append(name)
+                break
+        if stale:
+            self._refresh(stale)
+
+    def _refresh(self, names: list[str]) -> None:
+        if self.refresh is None:
+            raise RuntimeError(f"rollout engine(s) {names} hold other weights and nothing can refresh them")
+        log.warning("sending policy version %s to restarted rollout engine(s) %s", self.version, names)
+        self.refresh(names)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams):
         import ray
         from ray.exceptions import RayActorError
 
+        from training.distributed.rollout_worker import StaleWeights
+
         seeds = row_seeds(params, len(prompts))
-        pending = [(0, len(prompts))]
         out: list = [None] * len(prompts)
-        while pending:
+        pending: list[tuple[int, int]] | None = None
+        while pending is None or pending:
+            if self.down:
+                self._revive()
             alive = self._alive()
             if not alive:
                 raise RolloutWorkersDead("every rollout engine has died: " + "; ".join(
-                    f"{n}: {e}" for n, e in self.dead.items()) + " (the job resumes from its last checkpoint "
-                    "when resubmitted)")
-            chunks = [c for start, stop in pending for c in _split(start, stop, len(alive))]
-            calls = [(alive[i % len(alive)], c) for i, c in enumerate(chunks)]
-            refs = [w.generate.remote(prompts[a:b], params, seeds[a:b]) for (_, w), (a, b) in calls]
-            pending = []
+                    f"{n}: {e}" for n, e in {**self.dead, **self.down}.items()) + " (the job resumes from its last "
+                    "checkpoint when resubmitted)")
+            if pending is None:
+                pending = _split(0, len(prompts), len(alive))
+            calls = [(alive[i % len(alive)], c) for i, c in enumerate(pending)]
+            version = () if self.version is None else (self.version,)
+            refs = [w.generate.remote(prompts[a:b], params, seeds[a:b], *version) for (_, w), (a, b) in calls]
+            pending, stale = [], []
             for ((name, _), (a, b)), ref in zip(calls, refs):
                 try:
                     out[a:b] = ray.get(ref)
-                except RayActorError as exc:
-                    self.dead[name] = str(exc).splitlines()[0][:200]
-                    log.error("rollout engine %s died (%s); retrying its %d prompts on the others",
-                              name, self.dead[name], b - a)
+                except StaleWeights:
+                    stale.append(name)
                     pending.append((a, b))
+                except RayActorError as exc:
+                    self.down[name] = _first_line(exc)
+                    log.error("rollout engine %s died (%s); retrying its %d prompts", name, self.down[name], b - a)
+                    pending.append((a, b))
+            if stale:
+                self._refresh(sorted(set(stale)))
         return out
 
     def update_weights(self, state_dict_or_path) -> None:
         raise RuntimeError("RayEngine: weights are synced by RayPolicy.sync(), not update_weights")
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 def _split(start: int, stop: int, parts: int) -> list[tuple[int, int]]:
@@ -122,6 +205,8 @@ class RayPolicy:
         self.dist, self.trainers, self.rollouts, self.engine = dist, trainers, rollouts, engine
         self.sync_kind, self.pg, self.bucket_mb, self.comm_backend = sync, placement_group, bucket_mb, comm_backend
         self._plan = None
+        self.version = 0                 # the policy version: weights synced to the engines so far
+        self._group: list | None = None  # incarnation of each engine in trainer rank 0's sync group
 
     # ------------------------------------------------------------------ start
     @classmethod
@@ -170,12 +255,15 @@ class RayPolicy:
         self.trainers = [ray.remote(TrainWorker).options(**on(i, placement.trainer_bundles[i], share)).remote(
             i, n, device=device, threads=threads) for i in range(n)]
         engine_kwargs = rollout_engine_kwargs(cfg, dist, ipc)
-        # engines start while the trainer ranks load
+        # engines start while the trainer ranks load; Ray restarts a dead one (with these arguments:
+        # the start-up weights, version 0; RayEngine brings it up to date before it serves)
+        engine = ray.remote(RolloutWorker)
+        restarts = {"max_restarts": dist.rollout_restarts}
         if ipc:
-            self.rollouts = [ray.remote(RolloutWorker).options(**on(i, placement.trainer_bundles[i], 0.5)).remote(
+            self.rollouts = [engine.options(**on(i, placement.trainer_bundles[i], 0.5), **restarts).remote(
                 cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads) for i in range(n)]
         elif dist.mode == "split":
-            self.rollouts = [ray.remote(RolloutWorker).options(**on(n + j, placement.rollout_bundles[j])).remote(
+            self.rollouts = [engine.options(**on(n + j, placement.rollout_bundles[j]), **restarts).remote(
                 cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads)
                 for j in range(dist.rollout_workers)]
         master = ray.get(self.trainers[0].address.remote())
@@ -195,22 +283,72 @@ class RayPolicy:
                  for t in self.trainers] + [w.ready.remote() for w in self.rollouts])
         if self.sync_kind == "inprocess":
             ray.get([t.start_engine.remote(cfg.engine.kind, model_path, engine_kwargs) for t in self.trainers])
-            workers, names = self.trainers, [f"trainer-{i}" for i in range(n)]
+            self.engine = RayEngine(self.trainers, [f"trainer-{i}" for i in range(n)], tokenizer)
         else:
-            workers, names = self.rollouts, [f"rollout-{j}" for j in range(len(self.rollouts))]
-        self.engine = RayEngine(workers, names, tokenizer)
+            self.engine = RayEngine(self.rollouts, [f"rollout-{j}" for j in range(len(self.rollouts))], tokenizer,
+                                    refresh=self.refresh, restart_wait_s=dist.restart_wait_s)
+            self.engine.version = self.version
         if self.sync_kind == "broadcast":
-            self._join_sync_group(master[0])
+            self._group = self._join_sync_group(range(len(self.rollouts)))
 
-    def _join_sync_group(self, host: str) -> None:
+    def _join_sync_group(self, engines) -> list:
+        """A new weight-sync group of trainer rank 0 and the engines `engines` (indices); returns
+        their incarnations (a group with a dead member cannot be used again: it is re-formed)."""
         import ray
 
-        _, port = ray.get(self.trainers[0].address.remote())
-        world = 1 + len(self.rollouts)
+        host, port = ray.get(self.trainers[0].address.remote())
+        engines = list(engines)
+        world = 1 + len(engines)
         calls = [self.trainers[0].join_sync_group.remote(host, port, world, self.comm_backend)]
-        calls += [w.join_sync_group.remote(host, port, 1 + j, world, self.comm_backend)
-                  for j, w in enumerate(self.rollouts)]
+        calls += [self.rollouts[j].join_sync_group.remote(host, port, 1 + k, world, self.comm_backend)
+                  for k, j in enumerate(engines)]
         ray.get(calls)
+        return [info["incarnation"] for info in ray.get([self.rollouts[j].ready.remote() for j in engines])]
+
+    def _trainer_get(self, refs: list) -> list:
+        """`ray.get` of one call per trainer rank that fails as soon as a rank dies: the other
+        ranks would otherwise wait in a collective with the dead one until its timeout."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        rank_of = {ref: i for i, ref in enumerate(refs)}
+        out: list = [None] * len(refs)
+        waiting = list(refs)
+        while waiting:
+            done, waiting = ray.wait(waiting, num_returns=1)
+            try:
+                out[rank_of[done[0]]] = ray.get(done[0])
+            except RayActorError as exc:
+                rank = rank_of[done[0]]
+                raise TrainerWorkerDead(
+                    f"trainer rank {rank} died ({_first_line(exc)}); its optimizer partition and the ranks' "
+                    "process group are gone with it: the run starts every actor again from the last "
+                    "checkpoint", rank) from None
+        return out
+
+    def refresh(self, names: list[str]) -> None:
+        """Send the current weights (policy version `self.version`) to the named engines only
+        (restarted ones), while the others generate: a weight-sync group of trainer rank 0 and
+        them (broadcast), or CUDA IPC from their ranks.  The full group is re-formed at the next sync."""
+        import ray
+
+        engines = [int(n.rsplit("-", 1)[1]) for n in names]
+        plan = self._weight_plan()
+        if self.sync_kind == "cuda_ipc":
+            handles = self._trainer_get([t.export_ipc.remote(plan) for t in self.trainers])
+            ray.get([self.rollouts[j].receive_ipc.remote(handles[j], self.version) for j in engines])
+            self._trainer_get([t.release_ipc.remote() for t in self.trainers])
+            return
+        self._group = None
+        self._join_sync_group(engines)
+        receives = [self.rollouts[j].receive_weights.remote(plan, self.version) for j in engines]
+        self._trainer_get([t.send_weights.remote(plan) for t in self.trainers])
+        ray.get(receives)
+
+    def _weight_plan(self):
+        if self._plan is None:
+            self._plan = self._trainer_get([self.trainers[0].weight_plan.remote(self.bucket_mb)])[0]
+        return self._plan
 
     # ------------------------------------------------------------------ step
     def update(self, samples, *, pad_id: int, temperature: float, micro_batch_size: int, ppo_epochs: int,
@@ -223,7 +361,7 @@ class RayPolicy:
         shards = shard_samples(samples, len(self.trainers), mini_batches, micro_batch_size)
         settings = {"pad_id": pad_id, "temperature": temperature, "ppo_epochs": ppo_epochs,
                     "old_logprobs": old_logprobs, "seed": seed, "loss": loss}
-        per_rank = ray.get([t.update.remote(s, settings) for t, s in zip(self.trainers, shards)])
+        per_rank = self._trainer_get([t.update.remote(s, settings) for t, s in zip(self.trainers, shards)])
         out = combine_metrics(per_rank)
         out["time/update"] = max(r["seconds"] for r in per_rank)
         out["train/lr"] = per_rank[0]["lr"]
@@ -231,39 +369,57 @@ class RayPolicy:
 
     def skip_update(self) -> None:
         """A step without samples: only the LR schedule advances."""
-        import ray
-
-        ray.get([t.scheduler_step.remote() for t in self.trainers])
+        self._trainer_get([t.scheduler_step.remote() for t in self.trainers])
 
     def sync(self) -> float:
-        """Push the trainer's weights to every engine; returns seconds (logged per step)."""
+        """Push the trainer's weights to every engine (the next policy version); returns seconds
+        (logged per step).  Engines restarting are waited for; the sync group is re-formed when
+        one of its members restarted (or a refresh replaced it)."""
         import ray
 
         if self.sync_kind == "inprocess":
-            return max(ray.get([t.sync_inprocess.remote() for t in self.trainers]))
-        self._check_engines_alive()
-        if self._plan is None:
-            self._plan = ray.get(self.trainers[0].weight_plan.remote(self.bucket_mb))
+            return max(self._trainer_get([t.sync_inprocess.remote() for t in self.trainers]))
+        incarnations = self._engines_back()
+        plan, version = self._weight_plan(), self.version + 1
         if self.sync_kind == "cuda_ipc":   # trainer rank i -> the engine on the same GPU
-            handles = ray.get([t.export_ipc.remote(self._plan) for t in self.trainers])
-            seconds = max(ray.get([w.receive_ipc.remote(h) for w, h in zip(self.rollouts, handles)]))
-            ray.get([t.release_ipc.remote() for t in self.trainers])
-            return seconds
-        sends = [t.send_weights.remote(self._plan) for t in self.trainers]
-        receives = [w.receive_weights.remote(self._plan) for w in self.rollouts]
-        return max(ray.get(sends + receives))
+            handles = self._trainer_get([t.export_ipc.remote(plan) for t in self.trainers])
+            seconds = max(ray.get([w.receive_ipc.remote(h, version) for w, h in zip(self.rollouts, handles)]))
+            self._trainer_get([t.release_ipc.remote() for t in self.trainers])
+        else:
+            if self._group != incarnations:
+                log.warning("re-forming the weight-sync group (a rollout engine restarted since it was formed)")
+                self._group = self._join_sync_group(range(len(self.rollouts)))
+            receives = [w.receive_weights.remote(plan, version) for w in self.rollouts]
+            seconds = max(self._trainer_get([t.send_weights.remote(plan) for t in self.trainers])
+                          + ray.get(receives))
+        self.version = self.engine.version = version
+        self.engine.down.clear()          # every engine answered and holds this version
+        return seconds
 
-    def _check_engines_alive(self) -> None:
+    def _engines_back(self) -> list:
+        """Each engine's incarnation, once it answers: one restarting is waited for (up to
+        distributed.restart_wait_s); one gone for good stops the job (resubmitted, it resumes)."""
+        import time
+
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
+        out = []
         for j, w in enumerate(self.rollouts):
-            try:
-                ray.get(w.ready.remote(), timeout=60)
-            except (RayActorError, GetTimeoutError) as exc:
-                raise RolloutWorkersDead(f"rollout-{j} is not answering ({str(exc).splitlines()[0][:200]}); "
-                                         "weights cannot be synced: resubmit the job, it resumes from the "
-                                         "last checkpoint") from None
+            deadline = time.monotonic() + self.dist.restart_wait_s
+            while True:
+                try:
+                    out.append(ray.get(w.ready.remote(), timeout=max(0.5, deadline - time.monotonic()))["incarnation"])
+                    break
+                except (ActorUnavailableError, GetTimeoutError) as exc:
+                    error = exc
+                except RayActorError as exc:
+                    error, deadline = exc, 0.0
+                if time.monotonic() >= deadline:
+                    raise RolloutWorkersDead(f"rollout-{j} is not answering ({_first_line(error)}); weights cannot "
+                                             "be synced: resubmit the job, it resumes from the last checkpoint") from None
+                time.sleep(0.2)
+        return out
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, root: Path, step: int, tokenizer, state: dict, fingerprint: dict, keep: int) -> Path:
@@ -277,8 +433,8 @@ class RayPolicy:
         staged = _Staged(root / f".model-{step:08d}", root / f".deepspeed-{step:08d}")
         for folder in (staged.model_dir, staged.deepspeed_dir):
             shutil.rmtree(folder, ignore_errors=True)
-        ray.get([t.save_deepspeed.remote(str(staged.deepspeed_dir)) for t in self.trainers])
-        ray.get([t.save_model.remote(str(staged.model_dir)) for t in self.trainers])
+        self._trainer_get([t.save_deepspeed.remote(str(staged.deepspeed_dir)) for t in self.trainers])
+        self._trainer_get([t.save_model.remote(str(staged.model_dir)) for t in self.trainers])
         state = {**state, "scheduler": ray.get(self.trainers[0].scheduler_state.remote())}
         return save_checkpoint(root, step, staged, tokenizer, state, fingerprint, keep=keep)
 

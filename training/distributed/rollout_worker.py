@@ -3,9 +3,17 @@ over the weight-sync group (broadcast) or CUDA IPC handles.
 
 The engine is any `orchestrator.engines` kind ("hf", or "vllm" with `tensor_parallel_size`
 GPUs); it starts from the initial weights and is updated in place after every step.
+
+Restarts: the driver starts these actors with `max_restarts` (distributed.rollout_restarts).  Ray
+restarts a dead one by running its constructor again, i.e. with the weights it started from, not
+the policy's current ones; so every engine carries the policy `version` its weights are (the
+constructor's, then each sync's), and `generate` refuses a call for another version with
+`StaleWeights` instead of sampling from old weights.  The driver then sends it the current
+weights (training/distributed/group.py `RayPolicy.refresh`) and retries the call.
 """
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -20,8 +28,13 @@ def can_sleep(engine) -> bool:
     return bool(config is not None and config.model_config.enable_sleep_mode and torch.cuda.is_available())
 
 
+class StaleWeights(RuntimeError):
+    """A generate call for a policy version this engine does not hold (it restarted since)."""
+
+
 class RolloutWorker:
-    def __init__(self, kind: str, model_path: str, engine_kwargs: dict, *, device: str, threads: int = 0):
+    def __init__(self, kind: str, model_path: str, engine_kwargs: dict, *, device: str, threads: int = 0,
+                 version: int = 0):
         from orchestrator.engines import make_engine
 
         if threads:
@@ -33,6 +46,8 @@ class RolloutWorker:
         self.engine = make_engine(kind, model_path, **engine_kwargs)
         self.sync_group: SyncGroup | None = None
         self.asleep = False
+        self.version = version            # the policy version of the weights `model_path` holds
+        self.incarnation = (os.getpid(), time.time())   # a restarted actor has another
 
     def sleep(self) -> None:
         """Colocated: free the engine's weights and KV cache while the trainer updates
@@ -51,25 +66,30 @@ class RolloutWorker:
             self.engine.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> dict:
+        """Answers once the engine is loaded: which process this is and the weights' version."""
+        return {"incarnation": self.incarnation, "version": self.version}
 
-    def generate(self, prompts: list[list[int]], params, seeds: list[int | None]):
+    def generate(self, prompts: list[list[int]], params, seeds: list[int | None], version: int | None = None):
+        if version is not None and version != self.version:
+            raise StaleWeights(f"this engine holds policy version {self.version}, the call is for {version} "
+                               f"(restarted since: pid {self.incarnation[0]})")
         return self.engine.generate(prompts, params, seeds=seeds)
 
     def join_sync_group(self, host: str, port: int, rank: int, world: int, backend: str) -> None:
         self.sync_group = SyncGroup(host, port, rank, world, backend)
 
-    def receive_weights(self, plan: list[Bucket]) -> float:
+    def receive_weights(self, plan: list[Bucket], version: int) -> float:
         """Receive every bucket from trainer rank 0, then load them into the engine; seconds."""
         started = time.perf_counter()
         weights: dict[str, torch.Tensor] = {}
         for bucket, flat in self.sync_group.receive(plan):
             weights.update(unpack(bucket, flat))      # views: `flat` stays alive through them
         self._load(weights)
+        self.version = version
         return time.perf_counter() - started
 
-    def receive_ipc(self, handles: list) -> float:
+    def receive_ipc(self, handles: list, version: int) -> float:
         """Colocated on one GPU: copy the trainer's buckets from CUDA IPC handles; seconds."""
         started = time.perf_counter()
         weights: dict[str, torch.Tensor] = {}
@@ -77,6 +97,7 @@ class RolloutWorker:
             weights.update({n: t.clone() for n, t in unpack(bucket, flat)})
         self._load(weights)
         torch.cuda.synchronize()
+        self.version = version
         return time.perf_counter() - started
 
     def weights_digest(self) -> str:

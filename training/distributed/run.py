@@ -10,6 +10,7 @@ SIGTERM -> checkpoint + exit 143 are one piece of code.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,24 @@ class RayLearner:
             raise
 
     def update(self, samples: list, step: int) -> dict[str, float]:
-        """ZeRO data-parallel PPO step, then the timed weight sync; one LR step either way."""
+        """ZeRO data-parallel PPO step, then the timed weight sync; one LR step either way.
+        A trainer rank dying raises `TrainerWorkerDead`, restartable when this learner started
+        the actors (training/session.py `run` then starts them again from the last checkpoint)."""
+        with self._restartable():
+            return self._update(samples, step)
+
+    @contextmanager
+    def _restartable(self):
+        from training.distributed.group import TrainerWorkerDead
+
+        try:
+            yield
+        except TrainerWorkerDead as exc:
+            exc.restartable = self.owned
+            exc.restarts_allowed = self.dist.trainer_restarts
+            raise
+
+    def _update(self, samples: list, step: int) -> dict[str, float]:
         if not samples:
             self.policy.skip_update()   # the LR schedule advances once per step, as in train.py
             return {}
@@ -91,8 +109,9 @@ class RayLearner:
         from training.config import fingerprint
 
         state = {**state, "backend": self.backend, "distributed": self.layout}
-        return self.policy.save(Path(self.cfg.run.dir) / "checkpoints", step, self.tokenizer, state,
-                                fingerprint(self.cfg), keep=self.cfg.trainer.keep_checkpoints)
+        with self._restartable():
+            return self.policy.save(Path(self.cfg.run.dir) / "checkpoints", step, self.tokenizer, state,
+                                    fingerprint(self.cfg), keep=self.cfg.trainer.keep_checkpoints)
 
     def close(self) -> None:
         self.engine.close()

@@ -146,7 +146,9 @@ class TrainWorker:
             engine_kwargs = {"device": str(self.device), **engine_kwargs}
         self.rollout = make_engine(kind, model_path, **engine_kwargs)
 
-    def generate(self, prompts: list[list[int]], params, seeds: list[int | None]):
+    def generate(self, prompts: list[list[int]], params, seeds: list[int | None], version: int | None = None):
+        """Colocated: this rank's engine (it lives and dies with the rank, so `version`, which
+        guards restarted rollout engines, is not checked)."""
         return self.rollout.generate(prompts, params, seeds=seeds)
 
     def sync_inprocess(self) -> float:
