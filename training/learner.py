@@ -18,11 +18,13 @@ from training.precision import Precision
 from training.samples import mini_batch_count
 
 
-def make_engine_for(cfg: TrainConfig, model, tokenizer, version: int = 0):
-    """The rollout engine over `model` (shared, or a copy), behind a BatchingEngine.  Asynchronous
-    training (`algorithm.max_staleness > 0`): an hf engine gets a copy of `model` (it generates
-    while the trainer updates), another kind the model's current weights, and a `VersionedEngine`
-    stamps each generation with the weights' version (`version` = updates applied so far)."""
+def make_engine_for(cfg: TrainConfig, model, tokenizer, folder: str | Path, version: int = 0):
+    """The rollout engine over `model` (shared, or a copy), behind a BatchingEngine.  `folder`: the
+    saved model `model` was loaded from (model.path, or a checkpoint's or a trained run's model
+    folder); an engine with its own weights loads them from there, so it starts from `model`'s
+    weights, not model.path's.  Asynchronous training (`algorithm.max_staleness > 0`): an hf engine
+    gets a copy of `model` (it generates while the trainer updates), and a `VersionedEngine` stamps
+    each generation with the weights' version (`version` = updates applied so far)."""
     from orchestrator.engines import make_engine
 
     versioned = cfg.algorithm.max_staleness > 0
@@ -33,9 +35,7 @@ def make_engine_for(cfg: TrainConfig, model, tokenizer, version: int = 0):
         engine = make_engine("hf", source, tokenizer=tokenizer, device=cfg.run.device, max_batch=cfg.engine.max_batch,
                              compute_dtype=Precision.of(cfg.model.dtype).compute)
     else:   # weights in the dtype the training forward computes in (not the engine's own default)
-        engine = make_engine(cfg.engine.kind, cfg.model.path, dtype=Precision.of(cfg.model.dtype).rollout)
-        if versioned and version:   # resumed: the checkpoint's weights, not model.path's
-            engine.update_weights(model.state_dict())
+        engine = make_engine(cfg.engine.kind, str(folder), dtype=Precision.of(cfg.model.dtype).rollout)
     if versioned:
         from training.async_rollouts import VersionedEngine
         engine = VersionedEngine(engine, version)
@@ -57,8 +57,8 @@ class LocalLearner:
         if checkpoint:
             ckpt.require_backend(checkpoint, state, self.backend, reference_path=reference_path(cfg))
         self.cfg = cfg
-        self.model, self.tokenizer = load_policy(str(checkpoint.model_dir) if checkpoint else cfg.model.path,
-                                                 cfg.model.dtype, cfg.run.device)
+        folder = str(checkpoint.model_dir) if checkpoint else cfg.model.path
+        self.model, self.tokenizer = load_policy(folder, cfg.model.dtype, cfg.run.device)
         model = self.model
         check_logprob_path(model, model.get_input_embeddings().weight.shape[0], torch.device(cfg.run.device))
         self.reference = None
@@ -81,7 +81,7 @@ class LocalLearner:
         self.loss_fn = PPOClipLoss(cfg.algorithm.eps_low, cfg.algorithm.eps_high, cfg.algorithm.dual_clip,
                                    cfg.algorithm.kl_coef, cfg.algorithm.kl_type,
                                    behav_weight_cap=cfg.algorithm.behav_weight_cap)
-        self.engine = make_engine_for(cfg, model, self.tokenizer, version=checkpoint.step if checkpoint else 0)
+        self.engine = make_engine_for(cfg, model, self.tokenizer, folder, version=checkpoint.step if checkpoint else 0)
         self.description = f"on {cfg.run.device} ({cfg.model.dtype})"
 
     def update(self, samples: list, step: int) -> dict[str, float]:

@@ -148,7 +148,7 @@ def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judg
     from training.session import _strip_tokens, rollout_loop_config
 
     model, tokenizer = load_policy(str(model_dir), cfg.model.dtype, cfg.run.device)
-    engine = make_engine_for(cfg, model, tokenizer)
+    engine = make_engine_for(cfg, model, tokenizer, model_dir)
     loop = rollout_loop_config(cfg, temperature)
     try:
         groups = collect_rollouts(tasks, engine, runtime, loop, rollouts_per_task=samples, seed=cfg.run.seed,
