@@ -31,9 +31,10 @@ def make_engine_for(cfg: TrainConfig, model, tokenizer, version: int = 0):
         if versioned:
             source = copy.deepcopy(model).requires_grad_(False)
         engine = make_engine("hf", source, tokenizer=tokenizer, device=cfg.run.device, max_batch=cfg.engine.max_batch,
-                             compute_dtype=Precision.of(cfg.model.dtype).compute)
+                             compute_dtype=Precision.of(cfg.model.dtype).compute, **cfg.engine.hf_kwargs())
     else:   # weights in the dtype the training forward computes in (not the engine's own default)
-        engine = make_engine(cfg.engine.kind, cfg.model.path, dtype=Precision.of(cfg.model.dtype).rollout)
+        engine = make_engine(cfg.engine.kind, cfg.model.path, dtype=Precision.of(cfg.model.dtype).rollout,
+                             **cfg.engine.hf_kwargs())
         if versioned and version:   # resumed: the checkpoint's weights, not model.path's
             engine.update_weights(model.state_dict())
     if versioned:
