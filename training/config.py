@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
+from orchestrator.engines.common import STATIC_MEMORY_FRACTION, check_memory_fraction
 from orchestrator.toolcall import ARG_MAX_CHARS
 from training.distributed.config import DistributedConfig
 
@@ -71,6 +72,12 @@ class EngineConfig:
     kind: Literal["hf", "vllm"] = "hf"
     max_batch: int = 32                 # rows per batched forward (BatchingEngine)
     share_weights: bool = True          # hf only: the engine uses the trained model object itself
+    static_memory_fraction: float = STATIC_MEMORY_FRACTION   # hf only: most of the free GPU memory one batch
+                                        # shape's static KV cache may take, (0, 1]; more: the slow loop (warned)
+
+    def hf_kwargs(self) -> dict[str, Any]:
+        """The HFEngine arguments these settings give (none for another kind)."""
+        return {"static_memory_fraction": self.static_memory_fraction} if self.kind == "hf" else {}
 
 
 @dataclass
@@ -328,6 +335,10 @@ def validate(cfg: TrainConfig) -> None:
     for key, v in positive.items():
         if v < 1:
             raise ConfigError(f"{key}: must be >= 1, got {v}")
+    try:
+        check_memory_fraction(cfg.engine.static_memory_fraction, "engine.static_memory_fraction")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if cfg.optim.lr <= 0 or cfg.optim.grad_clip <= 0:
         raise ConfigError(f"optim.lr and optim.grad_clip must be > 0, got {cfg.optim.lr}, {cfg.optim.grad_clip}")
     if len(cfg.optim.betas) != 2 or not all(0 <= b < 1 for b in cfg.optim.betas):

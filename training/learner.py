@@ -33,9 +33,10 @@ def make_engine_for(cfg: TrainConfig, model, tokenizer, folder: str | Path, vers
         if versioned:
             source = copy.deepcopy(model).requires_grad_(False)
         engine = make_engine("hf", source, tokenizer=tokenizer, device=cfg.run.device, max_batch=cfg.engine.max_batch,
-                             compute_dtype=Precision.of(cfg.model.dtype).compute)
+                             compute_dtype=Precision.of(cfg.model.dtype).compute, **cfg.engine.hf_kwargs())
     else:   # weights in the dtype the training forward computes in (not the engine's own default)
-        engine = make_engine(cfg.engine.kind, str(folder), dtype=Precision.of(cfg.model.dtype).rollout)
+        engine = make_engine(cfg.engine.kind, str(folder), dtype=Precision.of(cfg.model.dtype).rollout,
+                             **cfg.engine.hf_kwargs())
     if versioned:
         from training.async_rollouts import VersionedEngine
         engine = VersionedEngine(engine, version)

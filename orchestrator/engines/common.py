@@ -16,6 +16,19 @@ from pathlib import Path
 
 from orchestrator.engine import SamplingParams
 
+# HFEngine's static-cache decoder: the most of the free GPU memory one batch shape's KV cache may
+# take (else the step-by-step loop serves the call, with a warning).  The default leaves room for
+# the trainer beside a shared engine; at 8B a 64 x 8k-token shape needs ~78 GB (docs/engines.md).
+STATIC_MEMORY_FRACTION = 0.25
+
+
+def check_memory_fraction(value, name: str) -> float:
+    """`value` as a float in (0, 1]; else ValueError naming `name` (the setting that holds it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{name}: must be a number in (0, 1] (the share of free GPU memory one batch "
+                         f"shape's KV cache may take; docs/engines.md), got {value!r}")
+    return float(value)
+
 
 def validate_request(prompts: list[list[int]], params: SamplingParams, vocab_size: int,
                      max_len: int | None = None) -> None:

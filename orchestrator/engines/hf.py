@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from orchestrator.engine import Generation, SamplingParams
-from orchestrator.engines.common import completes_stop, decode, eos_token_ids, row_seeds, validate_request
+from orchestrator.engines.common import (STATIC_MEMORY_FRACTION, check_memory_fraction, completes_stop, decode, eos_token_ids, row_seeds,
+                                         validate_request)
 from orchestrator.engines.sampling import top_p_filter
 
 log = logging.getLogger(__name__)
@@ -96,11 +97,13 @@ class HFEngine:
         decode: "auto" (static KV cache + compiled CUDA-graph steps on CUDA for requests without
             a constraint, orchestrator/engines/hf_static.py; the step-by-step loop otherwise),
             "static" (that path on any device: eager on the CPU) or "eager" (always the loop).
+        static_memory_fraction: most of the free GPU memory one batch shape's static KV cache may
+            take, in (0, 1]; a shape needing more takes the loop, with a warning once per shape.
     """
 
     def __init__(self, model, tokenizer=None, *, device: str | None = None, dtype=None,
                  max_batch: int = 32, seed: int | None = None, compute_dtype: torch.dtype | None = None,
-                 decode: str = "auto"):
+                 decode: str = "auto", static_memory_fraction: float = STATIC_MEMORY_FRACTION):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -126,10 +129,11 @@ class HFEngine:
         if decode not in ("auto", "static", "eager"):
             raise ValueError(f"HFEngine(decode={decode!r}): choose 'auto', 'static' or 'eager'")
         self.decode = decode
+        check_memory_fraction(static_memory_fraction, "HFEngine(static_memory_fraction)")
         self._static = None
         if decode == "static" or (decode == "auto" and self.device.type == "cuda"):
             from orchestrator.engines.hf_static import StaticDecoder
-            self._static = StaticDecoder(self)
+            self._static = StaticDecoder(self, memory_fraction=static_memory_fraction)
         self._rng = torch.Generator(device=self.device)
         self._rng.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
         # generate and update_weights never interleave (the batcher is one caller; others may not be)

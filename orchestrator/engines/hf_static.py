@@ -35,14 +35,14 @@ import contextlib
 import copy
 import importlib.util
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from orchestrator.engine import Generation, SamplingParams
-from orchestrator.engines.common import completes_stop, decode
+from orchestrator.engines.common import STATIC_MEMORY_FRACTION, check_memory_fraction, completes_stop, decode
 
 log = logging.getLogger(__name__)
 
@@ -261,8 +261,10 @@ class StaticDecoder:
     fuse_projections: run q/k/v and gate/up as one GEMM each (`fusable_groups`; default: on
         CUDA), from concatenated copies of those weights (extra memory: their size),
         refreshed from the model at each generation.
-    memory_fraction: most of the free GPU memory one shape's KV cache may take (else the
-        engine's step-by-step loop serves the request).
+    memory_fraction: most of the free GPU memory one shape's KV cache may take, in (0, 1]
+        (`HFEngine(static_memory_fraction=)`, train.py's `engine.static_memory_fraction`).  A
+        shape whose cache needs more is served by the engine's step-by-step loop: warned once
+        per shape (bytes needed vs allowed) and counted in `fallbacks` (shape -> calls).
     prefill_tokens: most prompt tokens (rows x columns) one prefill forward takes; wider
         prompts are prefilled in column chunks of a multiple of len_multiple, each attending
         to the cache written so far, so the prefill's activations stay bounded (at 8B, 64 rows
@@ -289,7 +291,7 @@ class StaticDecoder:
     """
 
     def __init__(self, engine, *, graphs: bool | None = None, compile: bool | None = None, check_every: int = 16,
-                 len_multiple: int = 128, max_shapes: int = 2, memory_fraction: float = 0.25,
+                 len_multiple: int = 128, max_shapes: int = 2, memory_fraction: float = STATIC_MEMORY_FRACTION,
                  steps_per_graph: int = 8, attention: str = "auto", fuse_projections: bool | None = None,
                  shared_pool: bool = True, prefill_tokens: int = 1 << 16):
         cuda = engine.device.type == "cuda"
@@ -304,7 +306,9 @@ class StaticDecoder:
         self._groups: list[_FusedGroup] | None = None
         self.graphs = cuda if graphs is None else graphs
         self.compile = cuda if compile is None else compile
-        self.max_shapes, self.memory_fraction = max_shapes, memory_fraction
+        self.max_shapes = max_shapes
+        self.memory_fraction = check_memory_fraction(memory_fraction, "StaticDecoder(memory_fraction)")
+        self.fallbacks: Counter[tuple[int, int]] = Counter()   # calls the loop served because the cache did not fit
         self.prefill_tokens = prefill_tokens
         config = engine.model.config.get_text_config(decoder=True)
         self.types = sorted(set(getattr(config, "layer_types", None) or ["full_attention"]))
@@ -390,10 +394,33 @@ class StaticDecoder:
         if params.choices or getattr(params, "grammar", None) or self.attn != "sdpa" or self.types != ["full_attention"]:
             return False
         rows, length = self.shape(prompts, params)
-        if (rows, length) in self._shapes or self.engine.device.type != "cuda":
+        if (rows, length) in self._shapes:
+            return True
+        free = self._free_bytes()
+        if free is None:
             return True
         need = 2 * self.layers * rows * self.kv_heads * length * self.head_dim * self._kv_dtype().itemsize
-        return need <= self.memory_fraction * torch.cuda.mem_get_info(self.engine.device)[0]
+        if need <= self.memory_fraction * free:
+            return True
+        if not self.fallbacks[(rows, length)]:
+            self._warn_too_large(rows, length, need, free)
+        self.fallbacks[(rows, length)] += 1
+        return False
+
+    def _warn_too_large(self, rows: int, length: int, need: int, free: int) -> None:
+        fix = (f"raise engine.static_memory_fraction (train.py's config) or HFEngine(static_memory_fraction=) "
+               f"to at least {need / free:.2f}" if need <= free else
+               "it exceeds the free memory itself: lower engine.max_batch (rows) or the prompt + max_tokens length")
+        log.warning(f"HFEngine: static-cache decoding skipped for shape {rows} rows x {length} slots: its KV cache "
+                    f"needs {need:,} bytes ({need / 1e9:.1f} GB), more than memory_fraction={self.memory_fraction:g} "
+                    f"of the {free:,} bytes free allows ({int(self.memory_fraction * free):,}); this shape takes the "
+                    f"step-by-step loop, many times slower (warned once per shape): {fix} (docs/engines.md)")
+
+    def _free_bytes(self) -> int | None:
+        """Free memory on the engine's GPU (None on other devices: no limit is applied)."""
+        if self.engine.device.type != "cuda":
+            return None
+        return torch.cuda.mem_get_info(self.engine.device)[0]
 
     @contextlib.contextmanager
     def _decode_attention(self):

@@ -62,6 +62,8 @@ def test_overrides_parse_as_yaml_and_are_type_checked():
     ("optim.lr.x=1", "optim.lr.x: optim.lr is a value, not a section"),
     ("data.default_preference={cost: cheap}", "data.default_preference.cost: expected a number"),
     ("rollout.rollouts_per_task=0", "rollout.rollouts_per_task: must be >= 1"),
+    ("engine.static_memory_fraction=0", "engine.static_memory_fraction: must be a number in (0, 1]"),
+    ("engine.static_memory_fraction=1.5", "engine.static_memory_fraction: must be a number in (0, 1]"),
 ])
 def test_bad_overrides_name_the_key(override, message):
     with pytest.raises(ConfigError) as err:
@@ -119,3 +121,30 @@ def test_training_reads_the_profiles_train_sections(tmp_path):
     assert runtime.prompts.style == "upstream-train" and runtime.qa.retrieval.topk == 30
     assert (loop.max_turns, loop.max_tokens, loop.temperature) == (30, 8768, 1.0)           # rollout.*
     assert (loop.tau2_user_model, loop.tau2_max_steps) == (paper.section("tau2", "train").user.model, 40)
+
+
+@pytest.mark.parametrize("share_weights", [True, False])
+def test_engine_static_memory_fraction_reaches_the_hf_engines_train_py_builds(train_world, tmp_path, monkeypatch,
+                                                                              share_weights):
+    """The local learner's engine (shared model or its own copy from model.path) and the Ray rollout
+    engines get `engine.static_memory_fraction`; an explicit distributed.engine_args value wins."""
+    import orchestrator.engines as engines
+    from _train_world import overrides
+    from training.distributed.config import DistributedConfig
+    from training.distributed.group import rollout_engine_kwargs
+    from training.learner import make_engine_for
+    from training.policy_setup import load_policy
+
+    policy, tasks = train_world
+    cfg = load_config(None, overrides(tmp_path, policy, tasks, **{"engine.static_memory_fraction": 0.6,
+                                                                  "engine.share_weights": share_weights}))
+    seen, make = [], engines.make_engine
+    monkeypatch.setattr(engines, "make_engine", lambda kind, path, **kw: seen.append(kw) or make(kind, path, **kw))
+    model, tokenizer = load_policy(str(policy), cfg.model.dtype, "cpu")
+    make_engine_for(cfg, model, tokenizer, str(policy)).close()
+    assert [kw["static_memory_fraction"] for kw in seen] == [0.6]
+    assert rollout_engine_kwargs(cfg, DistributedConfig(backend="ray"), ipc=False)["static_memory_fraction"] == 0.6
+    assert rollout_engine_kwargs(cfg, DistributedConfig(backend="ray", engine_args={"static_memory_fraction": 0.9}),
+                                 ipc=False)["static_memory_fraction"] == 0.9
+    vllm = load_config(None, overrides(tmp_path, policy, tasks, **{"engine.kind": "vllm"}))
+    assert "static_memory_fraction" not in rollout_engine_kwargs(vllm, DistributedConfig(backend="ray"), ipc=False)

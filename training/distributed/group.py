@@ -44,6 +44,8 @@ def rollout_engine_kwargs(cfg, dist: DistributedConfig, ipc: bool) -> dict[str, 
 
     kwargs = dict(dist.engine_args)
     kwargs.setdefault("dtype", Precision.of(cfg.model.dtype).rollout)
+    for key, value in cfg.engine.hf_kwargs().items():
+        kwargs.setdefault(key, value)
     if cfg.engine.kind == "vllm":
         if dist.mode == "split" and dist.tensor_parallel > 1:
             kwargs.setdefault("tensor_parallel_size", dist.tensor_parallel)

@@ -98,6 +98,49 @@ def test_constrained_requests_take_the_step_by_step_loop(static):
         HFEngine(static.model, static.tokenizer, device="cpu", decode="fast")
 
 
+def _cache_bytes(decoder, rows: int, length: int) -> int:
+    """K and V of every layer for rows x length slots, float32 (the CPU engine's dtype)."""
+    return 2 * decoder.layers * rows * decoder.kv_heads * length * decoder.head_dim * 4
+
+
+def test_a_shape_whose_cache_does_not_fit_takes_the_loop_with_one_warning_naming_the_setting(
+        static, reference, monkeypatch, caplog):  # noqa: F811
+    """On CUDA a shape's KV cache may take memory_fraction of the free GPU memory (0.25 by
+    default); a larger one is served by the step-by-step loop, warned once per shape and counted."""
+    decoder = static._static
+    prompts, params = prompts_of(static.tokenizer), SamplingParams(temperature=0, max_tokens=13)
+    rows, length = decoder.shape(prompts, params)
+    need = _cache_bytes(decoder, rows, length)
+    free = int(need / 0.4)                                   # 0.25 of it: too little; 0.6: enough
+    monkeypatch.setattr(decoder, "_free_bytes", lambda: free)
+    monkeypatch.setattr(decoder, "generate", lambda *a, **k: pytest.fail("the static path ran"))
+    with caplog.at_level("WARNING", logger="orchestrator.engines.hf_static"):
+        for _ in range(2):
+            for prompt, gen in zip(prompts, static.generate(prompts, params)):
+                assert gen.token_ids == hf_greedy(reference["A"], prompt, 13)
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and decoder.fallbacks == {(rows, length): 2}
+    assert f"shape {rows} rows x {length} slots" in warned[0] and f"needs {need:,} bytes" in warned[0]
+    assert f"of the {free:,} bytes free allows ({int(0.25 * free):,})" in warned[0]
+    assert "engine.static_memory_fraction" in warned[0] and "at least 0.40" in warned[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="orchestrator.engines.hf_static"):
+        static.generate(prompts, SamplingParams(temperature=0, max_tokens=40))   # a longer shape: warned too
+    assert len(caplog.records) == 1 and len(decoder.fallbacks) == 2
+    decoder.memory_fraction = 0.6
+    assert decoder.supports(prompts, params)
+
+
+def test_static_memory_fraction_reaches_the_decoder_and_is_checked(folders):  # noqa: F811
+    from orchestrator.engines import make_engine
+
+    engine = make_engine("hf", folders["A"], device="cpu", decode="static", static_memory_fraction=0.6)
+    assert engine._static.memory_fraction == 0.6
+    for bad in (0, 1.5, -0.1):
+        with pytest.raises(ValueError, match=r"HFEngine\(static_memory_fraction\): must be a number in \(0, 1\]"):
+            make_engine("hf", folders["A"], device="cpu", decode="eager", static_memory_fraction=bad)
+
+
 def test_fused_projections_give_the_same_greedy_tokens_and_restore_the_model(folders, reference):  # noqa: F811
     from orchestrator.engines import make_engine
     from orchestrator.engines.hf_static import StaticDecoder
