@@ -113,7 +113,7 @@ def _graph_ms(fn, calls: int = 28, repeats: int = 20) -> float:
 
 def static_parts(engine) -> dict:
     """Where a static step's time goes: one graph replay alone (per step), the sampling alone."""
-    from orchestrator.engines.hf_static import row_keys, sample_rows
+    from orchestrator.engines.sampling import row_keys, sample_rows
 
     static = engine._static
     (rows, length), state = next(reversed(static._shapes.items()))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from orchestrator.engines.sampling import top_p_filter
-from orchestrator.engines.hf_static import hash_uniforms, row_keys, sample_rows
+from orchestrator.engines.sampling import hash_uniforms, row_keys, sample_rows
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0, 1.5])
 ROWS = 40_000
