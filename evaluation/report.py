@@ -139,7 +139,7 @@ def run_label(run_dir: Path, config: dict) -> str:
 
 
 def judge_label(config: dict) -> str:
-    """Who judged the run: "o3-mini (hle)", "gpt-5 (upstream)", "exact (lenient)", "tau2 evaluator"."""
+    """Who judged the run: "<judge model> (<judge style>)", "exact (lenient)", "tau2 evaluator"."""
     if config.get("benchmark") == "tau2":
         return "tau2 evaluator"
     model, kind = config.get("judge_model"), config.get("judge") or config.get("judge_style")
