@@ -181,7 +181,7 @@ def run_setting(args, policy: Path, staleness: int, root: Path) -> dict:
             "rollout.constrained": "false", "rollout.concurrency": args.tasks * args.group,
             "algorithm.max_staleness": staleness, "algorithm.micro_batch_size": args.micro_batch,
             "trainer.total_steps": args.steps, "trainer.save_every": 10_000, "logging.wandb": "disabled",
-            "logging.console": "false", "optim.lr": "1e-6"}
+            "logging.console": "true", "optim.lr": "1e-6"}
     if staleness:
         over.update({"algorithm.old_logprobs": "engine", "engine.share_weights": "false"})
     cfg = load_config(None, [f"{k}={v}" for k, v in over.items()])
@@ -236,11 +236,16 @@ def main() -> int:
     parser.add_argument("--context-tokens", type=int, default=8192)
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--workdir", type=Path, help="keep the policy and each setting's run folder (metrics.jsonl) "
+                                                    "here (default: a temporary folder)")
     args = parser.parse_args()
     results: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "torch": torch.__version__, "settings": []}
     if args.device.startswith("cuda"):
         results["card"] = torch.cuda.get_device_name(0)
     with tempfile.TemporaryDirectory() as tmp:
+        if args.workdir:
+            args.workdir.mkdir(parents=True, exist_ok=True)
+            tmp = str(args.workdir)
         policy = build_policy(Path(tmp) / "policy", args.tiny)
         for s in args.staleness:
             r = run_setting(args, policy, s, Path(tmp))
