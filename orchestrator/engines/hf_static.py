@@ -445,7 +445,9 @@ class StaticDecoder:
         graph = torch.cuda.CUDAGraph()
         if self.shared_pool and self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self._pool if self.shared_pool else None):
+        # thread_local: another thread's CUDA work during the capture (the trainer's update while an
+        # asynchronous run's rollouts capture a new shape) neither invalidates it nor is refused
+        with torch.cuda.graph(graph, pool=self._pool if self.shared_pool else None, capture_error_mode="thread_local"):
             for _ in range(steps):
                 self._step(s, temperature, top_p, span)
         return graph
