@@ -307,8 +307,10 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
     A trainer rank that dies (Ray: `TrainerWorkerDead`, restartable when the learner started its
     actors) ends this attempt: the actors are stopped, and the run starts them again and resumes
     from the newest checkpoint in run.dir (`run.resume: auto`), up to distributed.trainer_restarts
-    times; then the error ends the job (resubmitted, it resumes the same way)."""
-    restarts = 0
+    times; then the error ends the job (resubmitted, it resumes the same way).  A restart resumes
+    only from a checkpoint this call saved (`saved_since`); with none, from what run.resume said
+    (`never`: start over), so a restart never picks up an older run's checkpoint in run.dir."""
+    restarts, before = 0, _checkpoint_stamps(cfg)
     while True:
         try:
             return _run_once(cfg, runtime=runtime, judge=judge, make_learner=make_learner)
@@ -318,7 +320,20 @@ def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
             restarts += 1
             print(f"{exc}; restart {restarts} of {exc.restarts_allowed}: resuming from the newest checkpoint",
                   file=sys.stderr)
-            cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, resume="auto"))
+            saved = saved_since(before, _checkpoint_stamps(cfg))
+            if saved is not None:
+                cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, resume=str(saved)))
+
+
+def _checkpoint_stamps(cfg: TrainConfig) -> dict[Path, int]:
+    """Each checkpoint under run.dir with its manifest's modification time (ns)."""
+    return {p: (p / ckpt.MANIFEST).stat().st_mtime_ns for p in ckpt.list_checkpoints(Path(cfg.run.dir) / "checkpoints")}
+
+
+def saved_since(before: dict[Path, int], now: dict[Path, int]) -> Path | None:
+    """The newest checkpoint in `now` that is not in `before` or was written again since (None: none)."""
+    new = [p for p, stamp in now.items() if before.get(p) != stamp]
+    return max(new, key=lambda p: p.name) if new else None
 
 
 def _run_once(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,

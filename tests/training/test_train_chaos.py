@@ -409,3 +409,49 @@ def test_retrieval_down_past_the_clients_budget_counts_tool_errors_and_training_
     assert failed, outages.retrievals
     assert sum(m["tools/errors"] for m in metrics) == len(failed)
     assert all(m["train/samples"] > 0 for m in metrics)
+
+
+def test_a_trainer_death_restart_resumes_only_from_this_runs_checkpoints(tmp_path, train_world):
+    """`run.resume: never` in a run.dir holding an older run's steps 1-3: the rank dies in step 2's
+    update, and the in-job restart must resume from the step 1 this run saved, not from the older
+    run's step 3 (which would end the job with steps 2-3 never trained)."""
+    from training.distributed.group import TrainerWorkerDead
+    from training.learner import LocalLearner
+    from training.session import run
+
+    policy, tasks = train_world
+    cfg = load_config(None, overrides(tmp_path, policy, tasks, **SETTINGS, **{"run.resume": "never"}))
+    run(cfg, runtime=fake_runtime())                                   # the older run: steps 1-3 saved
+    older = _weights(tmp_path / "run")
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")][-1] == "step-00000003"
+    deaths = []
+
+    def make_learner(*args):
+        learner = LocalLearner(*args)
+        update = learner.update
+
+        def dying(samples, step):
+            if step == 1 and not deaths:                                 # step index 1 = the second step
+                deaths.append(step)
+                exc = TrainerWorkerDead("trainer rank 0 died (test)", rank=0)
+                exc.restartable, exc.restarts_allowed = True, 1
+                raise exc
+            return update(samples, step)
+        learner.update = dying
+        return learner
+
+    run(cfg, runtime=fake_runtime(), make_learner=make_learner)
+    assert deaths == [1]
+    assert [m["step"] for m in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
+    _assert_same_weights(older, _weights(tmp_path / "run"))
+
+
+def test_saved_since_names_the_newest_checkpoint_written_during_the_call(tmp_path):
+    from training.session import saved_since
+
+    a, b, c = (tmp_path / f"step-0000000{k}" for k in (1, 2, 3))
+    before = {a: 10, b: 20, c: 30}
+    assert saved_since(before, dict(before)) is None                   # nothing new: keep run.resume
+    assert saved_since(before, {a: 11, b: 20, c: 30}) == a             # step 1 written again
+    assert saved_since({}, {a: 1, b: 2}) == b                          # the newest by step
+    assert saved_since(before, {a: 11, b: 21, c: 30}) == b             # c is the older run's
