@@ -11,7 +11,6 @@ import threading
 import time
 
 import pytest
-import yaml
 
 from orchestrator import serve_experts
 from orchestrator.gateway.errors import GatewayConfigError

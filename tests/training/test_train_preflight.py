@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "orchestrator" / "gateway"))
 from test_gateway_fakes import FakeServer, dead_url, write_registry  # noqa: E402

@@ -48,7 +48,6 @@ from training.quickstart.env import (
     with_preference,
 )
 from training.rollouts import collect_rollouts
-from training.scoring import make_judge
 from training.tasks import load_tasks
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"

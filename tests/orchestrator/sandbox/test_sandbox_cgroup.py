@@ -9,7 +9,6 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from orchestrator.sandbox import cgroup, run_python
 
