@@ -27,7 +27,11 @@ def utf8_problem(path: str | Path, exc: UnicodeDecodeError, line_offset: int = 0
 
 def read_utf8(path: str | Path) -> str:
     """The file's text; NotUTF8 when it is not UTF-8 (OSError as `Path.read_text` raises it)."""
-    data = Path(path).read_bytes()
+    return decode_utf8(Path(path).read_bytes(), path)
+
+
+def decode_utf8(data: bytes, path: str | Path) -> str:
+    """`data` (read from `path`) as text; NotUTF8 naming `path` when it is not UTF-8."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

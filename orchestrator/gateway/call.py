@@ -20,17 +20,17 @@ from orchestrator.records import LLMResponse
 from orchestrator.toolcall import parse_tool_calls
 
 log = logging.getLogger("toolorchestra.gateway")
-_catalog_cache: dict[str, tuple[float, Catalog]] = {}
+_catalog_cache: dict[str, tuple[bytes, Catalog]] = {}
 _catalog_lock = threading.Lock()
 
 
 def default_catalog() -> Catalog:
-    """The repository's tools.json, re-read only when it changes."""
-    mtime = Path(DEFAULT_CATALOG).stat().st_mtime
+    """The repository's tools.json, parsed again only when its contents change."""
+    data = Path(DEFAULT_CATALOG).read_bytes()
     with _catalog_lock:
         hit = _catalog_cache.get("default")
-        if hit is None or hit[0] != mtime:
-            hit = (mtime, load_catalog())
+        if hit is None or hit[0] != data:
+            hit = (data, load_catalog())
             _catalog_cache["default"] = hit
         return hit[1]
 

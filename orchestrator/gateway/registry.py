@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from orchestrator.gateway.errors import GatewayConfigError, UnknownModelError
 from orchestrator.gateway.rules import ProviderRules
-from orchestrator.textfile import NotUTF8, read_utf8
+from orchestrator.textfile import NotUTF8, decode_utf8
 
 DEFAULT_MODELS = Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
 EMBEDDED_PREFIX = "embedded:"
@@ -198,7 +198,7 @@ def parse_registry(data: object, source: str) -> Registry:
     return registry
 
 
-_cache: dict[Path, tuple[tuple[int, int], Registry]] = {}
+_cache: dict[Path, tuple[bytes, Registry]] = {}
 _cache_lock = threading.Lock()
 
 
@@ -207,28 +207,28 @@ def registry_path(path: str | Path | None = None) -> Path:
 
 
 def load_registry(path: str | Path | None = None) -> Registry:
-    """Load and validate the registry (cached until the file's mtime or size changes)."""
+    """Load and validate the registry (cached until the file's contents change: an edit that keeps
+    the size within the file system's timestamp granularity is seen too)."""
     path = registry_path(path)
     try:
-        st = path.stat()
-        stamp = (st.st_mtime_ns, st.st_size)
+        data = path.read_bytes()
     except OSError as exc:
         raise GatewayConfigError(f"{path}: cannot read: {exc.strerror}; set TOOLORCHESTRA_MODELS or create it") from None
     with _cache_lock:
         hit = _cache.get(path)
-        if hit and hit[0] == stamp:
+        if hit and hit[0] == data:
             return hit[1]
     try:
-        data = yaml.safe_load(read_utf8(path))
+        parsed = yaml.safe_load(decode_utf8(data, path))
     except NotUTF8 as exc:
         raise GatewayConfigError(str(exc)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "(unknown place)"
         raise GatewayConfigError(f"{path}: {where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    registry = parse_registry(data, str(path))
+    registry = parse_registry(parsed, str(path))
     with _cache_lock:
-        _cache[path] = (stamp, registry)
+        _cache[path] = (data, registry)
     return registry
 
 

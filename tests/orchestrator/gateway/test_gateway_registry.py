@@ -89,6 +89,18 @@ def test_edits_to_the_registry_apply_without_restart(tmp_path):
     assert list(load().models) == ["a", "bb"]
 
 
+def test_an_edit_keeping_size_and_modification_time_is_seen(tmp_path):
+    import os
+
+    path, load = _load(tmp_path, "models:\n  a: {backend: vllm}\n")
+    assert list(load().models) == ["a"]
+    stamp = path.stat()
+    path.write_text("models:\n  b: {backend: vllm}\n")                 # same size
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))            # same mtime (a coarse clock)
+    assert path.stat().st_size == stamp.st_size
+    assert list(load().models) == ["b"]
+
+
 def test_model_without_price_fails_before_calling(tmp_path, monkeypatch):
     path, _ = _load(tmp_path, "models:\n  free: {backend: vllm, base_url: 'http://127.0.0.1:9/v1'}\n")
     monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(path))
