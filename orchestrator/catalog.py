@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -257,8 +257,15 @@ def parse_catalog(data: object, source: str = "<tools.json>") -> Catalog:
 
 
 def load_catalog(path: str | Path | None = None) -> Catalog:
-    """Load and validate a tools.json (default: the repository's)."""
+    """Load and validate a tools.json (default: the repository's).  A catalog with
+    `"extends": "<path>"` (relative to its own file) takes that catalog's prices, fees and
+    orchestrator_price_model; its own `prices` may only add models the base does not price (one
+    price per model), and its own fees / orchestrator_price_model replace the base's."""
     path = Path(path) if path else DEFAULT_CATALOG
+    return parse_catalog(_with_base(_read_json(path), path), str(path))
+
+
+def _read_json(path: Path) -> Any:
     try:
         text = read_utf8(path)
     except OSError as exc:
@@ -266,10 +273,39 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     except NotUTF8 as exc:
         raise CatalogError(str(exc)) from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise CatalogError(f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from None
-    return parse_catalog(data, str(path))
+
+
+def _with_base(data: Any, path: Path, seen: tuple[Path, ...] = ()) -> Any:
+    """`data` with its `extends` catalog's prices, fees and orchestrator_price_model merged in."""
+    if not isinstance(data, dict) or "extends" not in data:
+        return data
+    data = dict(data)
+    ref = data.pop("extends")
+    if not isinstance(ref, str) or not ref:
+        raise CatalogError(f"{path}: $.extends: expected the path of a catalog (relative to this file), got {ref!r}")
+    base_path = (path.parent / ref).resolve()
+    if base_path in seen or base_path == path.resolve():
+        raise CatalogError(f"{path}: $.extends: {ref!r} extends this catalog again (a cycle)")
+    if not base_path.is_file():
+        raise CatalogError(f"{path}: $.extends: {ref!r} is not a file (resolved to {base_path})")
+    base = _with_base(_read_json(base_path), base_path, (*seen, path.resolve()))
+    if not isinstance(base, dict):
+        raise CatalogError(f"{base_path}: expected a JSON object (extended by {path})")
+    own = data.get("prices", {})
+    if not isinstance(own, dict):
+        return data                                     # parse_catalog names the wrong type
+    repeated = sorted(set(own) & set(base.get("prices", {})))
+    if repeated:
+        raise CatalogError(f"{path}: $.prices: {repeated} priced in {ref} already (one price per model); "
+                           "remove them here, or edit them there")
+    data["prices"] = {**base.get("prices", {}), **own}
+    for key in ("fees", "orchestrator_price_model"):
+        if key not in data and key in base:
+            data[key] = base[key]
+    return data
 
 
 def main(argv: list[str] | None = None) -> int:

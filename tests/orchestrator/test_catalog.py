@@ -148,3 +148,41 @@ def test_a_catalog_that_is_not_utf8_is_one_line_naming_file_place_and_fix(tmp_pa
     res = run_cli(str(bad))
     assert res.returncode == 1 and res.stderr.strip().count("\n") == 0, res.stderr
     assert f"{bad}: line 1 column 27: not UTF-8 text (byte 0xe9); save it as UTF-8" in res.stderr
+
+
+def _extending(tmp_path, **fields) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    base = json.loads((REPO / "tools.json").read_text())
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    own = {"version": 1, "tools": base["tools"][:1], **fields}
+    path = tmp_path / "sub" / "child.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**own, "extends": "../base.json"}))
+    return path
+
+
+def test_a_catalog_that_extends_another_takes_its_prices_and_fees_and_may_only_add(tmp_path):
+    base = load_catalog()
+    child = load_catalog(_extending(tmp_path, prices={"new-model": {"input": 1.0, "output": 2.0}}))
+    assert child.prices["new-model"].input == 1.0
+    assert {m: (p.input, p.output) for m, p in child.prices.items() if m != "new-model"} == \
+        {m: (p.input, p.output) for m, p in base.prices.items()}
+    assert child.fees == base.fees and child.orchestrator_price_model == base.orchestrator_price_model
+    with pytest.raises(CatalogError, match=r"\$\.prices: \['gpt-5'\] priced in \.\./base\.json already"):
+        load_catalog(_extending(tmp_path / "r", prices={"gpt-5": {"input": 9.0, "output": 9.0}}))
+
+
+@pytest.mark.parametrize("extends, expected", [("missing.json", "is not a file"), ("child.json", "a cycle"),
+                                               (3, "expected the path of a catalog")])
+def test_a_bad_extends_is_one_error_naming_the_file(tmp_path, extends, expected):
+    path = tmp_path / "child.json"
+    path.write_text(json.dumps({"version": 1, "extends": extends, "tools": []}))
+    with pytest.raises(CatalogError, match=rf"child\.json: \$\.extends: .*{expected}"):
+        load_catalog(path)
+
+
+def test_the_unseen_example_catalog_repeats_no_price_of_tools_json():
+    raw = json.loads((REPO / "configs" / "catalogs" / "unseen_example.json").read_text())
+    assert raw["extends"] == "../../tools.json" and "prices" not in raw
+    unseen = load_catalog(REPO / "configs" / "catalogs" / "unseen_example.json")
+    assert unseen.prices.keys() == load_catalog().prices.keys()
