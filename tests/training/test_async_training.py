@@ -32,7 +32,7 @@ def _sample(version):
     ({**ASYNC, "algorithm.old_logprobs": "recompute"}, "algorithm.old_logprobs: algorithm.max_staleness=1"),
     ({**ASYNC, "engine.share_weights": "true"}, "engine.share_weights: algorithm.max_staleness=1"),
     ({**ASYNC, "engine.kind": "vllm", "rollout.constrained": "true"}, "engine.kind: algorithm.max_staleness=1"),
-    ({**ASYNC, "distributed.backend": "ray"}, "distributed.backend: algorithm.max_staleness=1"),
+    ({**ASYNC, "distributed.backend": "ray"}, "distributed.mode: algorithm.max_staleness=1 (asynchronous training) on Ray needs mode=split"),
 ])
 def test_async_settings_that_conflict_are_one_error_naming_the_field(extra, field):
     with pytest.raises(ConfigError) as err:
@@ -43,6 +43,9 @@ def test_async_settings_that_conflict_are_one_error_naming_the_field(extra, fiel
 def test_max_staleness_defaults_to_synchronous_and_an_async_config_loads():
     assert load_config(None, []).algorithm.max_staleness == 0
     assert load_config(None, [f"{k}={v}" for k, v in ASYNC.items()]).algorithm.max_staleness == 1
+    on_ray = load_config(None, [f"{k}={v}" for k, v in {**ASYNC, "distributed.backend": "ray",
+                                                         "distributed.mode": "split"}.items()])
+    assert (on_ray.algorithm.max_staleness, on_ray.distributed.mode) == (1, "split")
 
 
 # ---------------------------------------------------------------------------- versions
@@ -122,6 +125,23 @@ def test_hf_engine_reports_log_probs_before_the_constraint_when_asked(train_worl
     expected = logits.log_softmax(-1)[free.token_ids[0]].item()
     assert free.logprobs[0] == pytest.approx(expected, abs=1e-5)
     assert sampled.logprobs[0] > free.logprobs[0] + 1e-3         # renormalised: larger
+
+
+def test_a_ray_rollout_engine_serves_the_version_it_holds_and_stamps_it_only_when_asynchronous(train_world):
+    """The rollout actor's class, called directly (no Ray): synchronous calls are for its version
+    exactly (issue 28's StaleWeights for a restarted engine) and come back unstamped; asynchronous
+    ones (`at_least`) are served by an engine at that version or newer and stamped with its own."""
+    from training.distributed.rollout_worker import RolloutWorker, StaleWeights
+
+    worker = RolloutWorker("hf", str(train_world[0]), {}, device="cpu", version=3)
+    prompt, params = [[5, 6, 7]], SamplingParams(max_tokens=2, seed=1)
+    assert worker.generate(prompt, params, [1], 3)[0].policy_version is None
+    with pytest.raises(StaleWeights, match="holds policy version 3, the call is for 2"):
+        worker.generate(prompt, params, [1], 2)
+    assert worker.generate(prompt, params, [1], 3, True)[0].policy_version == 3
+    assert worker.generate(prompt, params, [1], 2, True)[0].policy_version == 3   # newer than asked: serves
+    with pytest.raises(StaleWeights, match="holds policy version 3, the call is for at least 4"):
+        worker.generate(prompt, params, [1], 4, True)                             # older: refused
 
 
 # ---------------------------------------------------------------------------- the bound
