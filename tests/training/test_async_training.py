@@ -240,6 +240,51 @@ def test_async_run_trains_on_turns_within_the_bound_and_logs_their_versions(tmp_
             assert row["step"] - 1 - turn["policy_version"] in (0, 1), (row["step"], turn["policy_version"])
 
 
+def test_an_engine_call_failing_mid_step_ends_one_episode_and_the_step_counts_it_once(tmp_path, train_world):
+    """In one process the engine is part of the trainer (it cannot die alone: a killed process
+    resumes from its checkpoint, test_async_resume_* and test_train_chaos.py).  An engine call that
+    raises mid-step is retried request by request (the BatchingEngine looks for the culprit: the
+    episodes merged into the call with it go on), the batch is not made again, and the episode
+    whose request fails again ends there ("error: policy: ...", as in synchronous training),
+    unfinished, so the filter keeps it out of the update; the batch still holds its tasks x
+    rollouts once each, and the run goes on."""
+    from _train_world import logged_batches, sampled_batches
+
+    from training.learner import LocalLearner
+    from training.session import run
+
+    policy, tasks = train_world
+    cfg = load_config(None, overrides(tmp_path, policy, tasks, **ASYNC, **{"trainer.total_steps": 3,
+                                                                           "logging.rollouts_every": 1}))
+    failed = []
+
+    def failing_learner(*args):   # on version 1 (after step 1's update) one episode's turn keeps failing
+        learner = LocalLearner(*args)
+        versioned, generate = learner.engine.engine, learner.engine.engine.generate
+
+        def generate_or_fail(prompts, params, *, seeds, **kw):
+            if versioned.version == 1 and not failed:
+                failed.append(seeds[0])            # the victim: the first row's seed (one turn of one rollout)
+            if failed and failed[0] in seeds:
+                raise RuntimeError(f"engine failed mid-step ({len(seeds)} rows)")
+            return generate(prompts, params, seeds=seeds, **kw)
+        versioned.generate = generate_or_fail
+        update = learner.update
+        learner.update = lambda samples, step: (time.sleep(0.5), update(samples, step))[1]
+        return learner
+
+    run(cfg, runtime=fake_runtime(), make_learner=failing_learner)
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert failed and [m["step"] for m in metrics] == [1, 2, 3]
+    assert logged_batches(tmp_path / "run") == sampled_batches(cfg, 3)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()]
+    broken = [r for r in rows if "engine failed mid-step" in (r.get("stop_reason") or "")]
+    assert len(broken) == 1 and not broken[0]["finished"] and broken[0]["step"] in (2, 3)
+    assert "(1 rows)" in broken[0]["stop_reason"]                  # it failed alone, after the retry
+    m = metrics[broken[0]["step"] - 1]
+    assert m["rollout/count"] == 8 and m["rollout/finished"] < 1 and m["filter/rollouts_kept"] <= 7
+
+
 def test_with_every_sample_fresh_the_async_path_learns_what_the_synchronous_one_does(tmp_path, train_world,
                                                                                     monkeypatch):
     """A producer that waits for each update (bound 0) makes every turn fresh: pi_behav = pi_prox,
