@@ -76,3 +76,23 @@ def overrides(root: Path, policy: Path, tasks: Path, **extra) -> list[str]:
             "optim.lr": "1e-3", "reward.judge": "exact", "algorithm.micro_batch_size": 4}
     base.update(extra)
     return [f"{k}={v}" for k, v in base.items()]
+
+
+def logged_batches(run_dir: Path) -> dict[int, dict[str, int]]:
+    """{step: {question: rollouts}} as rollouts.jsonl logged them (logging.rollouts_every: 1)."""
+    out: dict[int, dict[str, int]] = {}
+    for line in (Path(run_dir) / "rollouts.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        step = out.setdefault(row["step"], {})
+        step[row["question"]] = step.get(row["question"], 0) + 1
+    return out
+
+
+def sampled_batches(cfg, steps: int) -> dict[int, dict[str, int]]:
+    """{step: {question: rollouts}} each step should train: the task sampler's order from the start."""
+    from training.tasks import TaskSampler, load_tasks
+
+    tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
+    sampler = TaskSampler(len(tasks), cfg.run.seed, cfg.data.shuffle)
+    return {k + 1: {tasks[i].question: cfg.rollout.rollouts_per_task for i in sampler.take(cfg.rollout.tasks_per_step)}
+            for k in range(steps)}

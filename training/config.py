@@ -385,9 +385,11 @@ def _validate_async(cfg: TrainConfig) -> None:
     if cfg.engine.kind == "vllm" and cfg.rollout.constrained:
         raise ConfigError(f"engine.kind: {why} with rollout.constrained needs the log-probs before the constraint, "
                           f"which only engine.kind=hf reports; use engine.kind=hf or rollout.constrained=false")
-    if cfg.distributed.backend == "ray":
-        raise ConfigError(f"distributed.backend: {why} runs in one process only for now (the Ray placement trains "
-                          f"synchronously); use distributed.backend=none or algorithm.max_staleness=0")
+    if cfg.distributed.backend == "ray" and cfg.distributed.mode != "split":
+        raise ConfigError(f"distributed.mode: {why} on Ray needs mode=split: the rollout engines generate on "
+                          f"resources of their own while the trainer ranks update (colocated engines share the "
+                          f"ranks' process or GPU and wait for the update); set distributed.mode=split or "
+                          f"algorithm.max_staleness=0")
 
 
 def to_dict(cfg: TrainConfig) -> dict[str, Any]:

@@ -32,7 +32,7 @@ def _sample(version):
     ({**ASYNC, "algorithm.old_logprobs": "recompute"}, "algorithm.old_logprobs: algorithm.max_staleness=1"),
     ({**ASYNC, "engine.share_weights": "true"}, "engine.share_weights: algorithm.max_staleness=1"),
     ({**ASYNC, "engine.kind": "vllm", "rollout.constrained": "true"}, "engine.kind: algorithm.max_staleness=1"),
-    ({**ASYNC, "distributed.backend": "ray"}, "distributed.backend: algorithm.max_staleness=1"),
+    ({**ASYNC, "distributed.backend": "ray"}, "distributed.mode: algorithm.max_staleness=1 (asynchronous training) on Ray needs mode=split"),
 ])
 def test_async_settings_that_conflict_are_one_error_naming_the_field(extra, field):
     with pytest.raises(ConfigError) as err:
@@ -43,6 +43,9 @@ def test_async_settings_that_conflict_are_one_error_naming_the_field(extra, fiel
 def test_max_staleness_defaults_to_synchronous_and_an_async_config_loads():
     assert load_config(None, []).algorithm.max_staleness == 0
     assert load_config(None, [f"{k}={v}" for k, v in ASYNC.items()]).algorithm.max_staleness == 1
+    on_ray = load_config(None, [f"{k}={v}" for k, v in {**ASYNC, "distributed.backend": "ray",
+                                                         "distributed.mode": "split"}.items()])
+    assert (on_ray.algorithm.max_staleness, on_ray.distributed.mode) == (1, "split")
 
 
 # ---------------------------------------------------------------------------- versions
@@ -122,6 +125,23 @@ def test_hf_engine_reports_log_probs_before_the_constraint_when_asked(train_worl
     expected = logits.log_softmax(-1)[free.token_ids[0]].item()
     assert free.logprobs[0] == pytest.approx(expected, abs=1e-5)
     assert sampled.logprobs[0] > free.logprobs[0] + 1e-3         # renormalised: larger
+
+
+def test_a_ray_rollout_engine_serves_the_version_it_holds_and_stamps_it_only_when_asynchronous(train_world):
+    """The rollout actor's class, called directly (no Ray): synchronous calls are for its version
+    exactly (issue 28's StaleWeights for a restarted engine) and come back unstamped; asynchronous
+    ones (`at_least`) are served by an engine at that version or newer and stamped with its own."""
+    from training.distributed.rollout_worker import RolloutWorker, StaleWeights
+
+    worker = RolloutWorker("hf", str(train_world[0]), {}, device="cpu", version=3)
+    prompt, params = [[5, 6, 7]], SamplingParams(max_tokens=2, seed=1)
+    assert worker.generate(prompt, params, [1], 3)[0].policy_version is None
+    with pytest.raises(StaleWeights, match="holds policy version 3, the call is for 2"):
+        worker.generate(prompt, params, [1], 2)
+    assert worker.generate(prompt, params, [1], 3, True)[0].policy_version == 3
+    assert worker.generate(prompt, params, [1], 2, True)[0].policy_version == 3   # newer than asked: serves
+    with pytest.raises(StaleWeights, match="holds policy version 3, the call is for at least 4"):
+        worker.generate(prompt, params, [1], 4, True)                             # older: refused
 
 
 # ---------------------------------------------------------------------------- the bound
@@ -218,6 +238,51 @@ def test_async_run_trains_on_turns_within_the_bound_and_logs_their_versions(tmp_
     for row in rows:
         for turn in row["turns"]:
             assert row["step"] - 1 - turn["policy_version"] in (0, 1), (row["step"], turn["policy_version"])
+
+
+def test_an_engine_call_failing_mid_step_ends_one_episode_and_the_step_counts_it_once(tmp_path, train_world):
+    """In one process the engine is part of the trainer (it cannot die alone: a killed process
+    resumes from its checkpoint, test_async_resume_* and test_train_chaos.py).  An engine call that
+    raises mid-step is retried request by request (the BatchingEngine looks for the culprit: the
+    episodes merged into the call with it go on), the batch is not made again, and the episode
+    whose request fails again ends there ("error: policy: ...", as in synchronous training),
+    unfinished, so the filter keeps it out of the update; the batch still holds its tasks x
+    rollouts once each, and the run goes on."""
+    from _train_world import logged_batches, sampled_batches
+
+    from training.learner import LocalLearner
+    from training.session import run
+
+    policy, tasks = train_world
+    cfg = load_config(None, overrides(tmp_path, policy, tasks, **ASYNC, **{"trainer.total_steps": 3,
+                                                                           "logging.rollouts_every": 1}))
+    failed = []
+
+    def failing_learner(*args):   # on version 1 (after step 1's update) one episode's turn keeps failing
+        learner = LocalLearner(*args)
+        versioned, generate = learner.engine.engine, learner.engine.engine.generate
+
+        def generate_or_fail(prompts, params, *, seeds, **kw):
+            if versioned.version == 1 and not failed:
+                failed.append(seeds[0])            # the victim: the first row's seed (one turn of one rollout)
+            if failed and failed[0] in seeds:
+                raise RuntimeError(f"engine failed mid-step ({len(seeds)} rows)")
+            return generate(prompts, params, seeds=seeds, **kw)
+        versioned.generate = generate_or_fail
+        update = learner.update
+        learner.update = lambda samples, step: (time.sleep(0.5), update(samples, step))[1]
+        return learner
+
+    run(cfg, runtime=fake_runtime(), make_learner=failing_learner)
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert failed and [m["step"] for m in metrics] == [1, 2, 3]
+    assert logged_batches(tmp_path / "run") == sampled_batches(cfg, 3)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()]
+    broken = [r for r in rows if "engine failed mid-step" in (r.get("stop_reason") or "")]
+    assert len(broken) == 1 and not broken[0]["finished"] and broken[0]["step"] in (2, 3)
+    assert "(1 rows)" in broken[0]["stop_reason"]                  # it failed alone, after the retry
+    m = metrics[broken[0]["step"] - 1]
+    assert m["rollout/count"] == 8 and m["rollout/finished"] < 1 and m["filter/rollouts_kept"] <= 7
 
 
 def test_with_every_sample_fresh_the_async_path_learns_what_the_synchronous_one_does(tmp_path, train_world,

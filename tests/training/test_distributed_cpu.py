@@ -34,17 +34,6 @@ from training.distributed.config import DistributedConfig, DistributedConfigErro
 from training.samples import TurnSample  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    from training.distributed.placement import connect
-
-    connect("local", num_cpus=2)
-    yield ray
-    ray.shutdown()
-
-
 def _samples(vocab: int, n: int = 7, seed: int = 0) -> list[TurnSample]:
     rng = random.Random(seed)
     out = []

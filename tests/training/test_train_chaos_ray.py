@@ -39,17 +39,6 @@ DIST = DistributedConfig(backend="ray", mode="split", trainer_workers=2, rollout
                          cpus_per_worker=0.5, bucket_mb=1, restart_wait_s=120)
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    from training.distributed.placement import connect
-
-    connect("local", num_cpus=2)
-    yield ray
-    ray.shutdown()
-
-
 def _config(root: Path, train_world):
     policy, tasks = train_world
     return load_config(None, overrides(root, policy, tasks, **SETTINGS))

@@ -16,11 +16,21 @@ come back alone (its optimizer partition and the ranks' process group die with i
 is `TrainerWorkerDead`, and training/session.py `run` starts every actor again from the last
 checkpoint (distributed.trainer_restarts times; after that the job fails and the babysitter's
 resubmission resumes the same way).
+
+Asynchronous training (`algorithm.max_staleness > 0`, split mode): the engines generate later
+steps' rollouts while the trainer ranks update (training/session.py `async_train_loop`); the
+sync runs between two engine calls (training/distributed/run.py), engines serve the version they
+hold if it is not older than the last one synced (`RayEngine.at_least`) and stamp each generation
+with it; a restarted engine is refreshed with the trainer's weights labelled with the version
+they are (`RayPolicy.trainer_ahead`: an update the engines have not been sent yet counts).
+Calls to all trainer ranks are submitted as one block (`_submitting`), so the ranks run
+collectives in one order whichever thread (trainer loop, engine refresh) sent them.
 """
 from __future__ import annotations
 
 import logging
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +91,9 @@ class RayEngine:
     serves again.  Calls carry `version` (when set): an engine that holds another one refuses
     with `StaleWeights`, is refreshed, and the chunk is retried, so a restarted engine never
     samples from the weights it was started with.  An engine whose actor is gone for good
-    (restarts used up, or none allowed) is `dead`; when all are, `RolloutWorkersDead`."""
+    (restarts used up, or none allowed) is `dead`; when all are, `RolloutWorkersDead`.
+    `at_least` (asynchronous training): an engine holding a newer version than `version`
+    serves too, and every generation comes back stamped with its engine's version."""
 
     def __init__(self, workers: list, names: list[str], tokenizer, *, refresh=None, restart_wait_s: float = 300.0):
         self.workers, self.names, self.tokenizer = list(workers), list(names), tokenizer
@@ -90,6 +102,7 @@ class RayEngine:
         self.restarted: list[str] = []        # each time a down engine answered again
         self.refresh, self.restart_wait_s = refresh, restart_wait_s
         self.version: int | None = None       # the policy version calls are for (None: not checked)
+        self.at_least = False                 # asynchronous: calls are for `version` or newer
 
     def _alive(self) -> list[tuple[str, Any]]:
         return [(n, w) for n, w in zip(self.names, self.workers) if n not in self.dead and n not in self.down]
@@ -121,7 +134,8 @@ class RayEngine:
                 self.restarted.append(name)
                 log.warning("rollout engine %s is back (pid %s, policy version %s)", name,
                             info["incarnation"][0], info["version"])
-                if self.version is not None and info["version"] != self.version:
+                if self.version is not None and (info["version"] < self.version if self.at_least
+                                                 else info["version"] != self.version):
                     stale.append(name)
                 break
         if stale:
@@ -153,7 +167,7 @@ class RayEngine:
             if pending is None:
                 pending = _split(0, len(prompts), len(alive))
             calls = [(alive[i % len(alive)], c) for i, c in enumerate(pending)]
-            version = () if self.version is None else (self.version,)
+            version = () if self.version is None else (self.version, True) if self.at_least else (self.version,)
             refs = [w.generate.remote(prompts[a:b], params, seeds[a:b], *version) for (_, w), (a, b) in calls]
             pending, stale = [], []
             for ((name, _), (a, b)), ref in zip(calls, refs):
@@ -203,20 +217,24 @@ class RayPolicy:
     """Trainer ranks + engines for one run.  Build with `RayPolicy.start`."""
 
     def __init__(self, dist: DistributedConfig, trainers: list, rollouts: list, engine: RayEngine,
-                 sync: str, placement_group, bucket_mb: int, comm_backend: str):
+                 sync: str, placement_group, bucket_mb: int, comm_backend: str, version: int = 0):
         self.dist, self.trainers, self.rollouts, self.engine = dist, trainers, rollouts, engine
         self.sync_kind, self.pg, self.bucket_mb, self.comm_backend = sync, placement_group, bucket_mb, comm_backend
         self._plan = None
-        self.version = 0                 # the policy version: weights synced to the engines so far
+        self.version = version           # the policy version: the updates the engines' weights hold
+        self.trainer_ahead = False       # the trainer ranks hold (or are making) an update not yet synced
+        self._submitting = threading.Lock()   # one thread's round of calls to the ranks at a time
         self._group: list | None = None  # incarnation of each engine in trainer rank 0's sync group
 
     # ------------------------------------------------------------------ start
     @classmethod
-    def start(cls, cfg, dist: DistributedConfig, model_path: str, tokenizer, *, total_steps: int = 1) -> "RayPolicy":
+    def start(cls, cfg, dist: DistributedConfig, model_path: str, tokenizer, *, total_steps: int = 1,
+              version: int = 0) -> "RayPolicy":
         """Validate, connect to Ray, check resources, place and start every actor.
 
         cfg: the TrainConfig (run, model, engine, optim, algorithm sections are read).
-        model_path: the weights to start from (the initial policy or a checkpoint's model/).
+        model_path: the weights to start from (the initial policy or a checkpoint's model/);
+        `version`: the updates they hold (a checkpoint's step), the engines' start-up version.
         Anything started is stopped again when a later part fails.
         """
         import ray
@@ -230,7 +248,7 @@ class RayPolicy:
         placement.check(ray.cluster_resources())
         pg = placement.reserve()
         policy = cls(dist, [], [], None, resolved_sync(dist, on_gpu), pg, dist.bucket_mb,
-                     dist.comm_backend if dist.comm_backend != "auto" else ("nccl" if on_gpu else "gloo"))
+                     dist.comm_backend if dist.comm_backend != "auto" else ("nccl" if on_gpu else "gloo"), version)
         try:
             policy._start_actors(cfg, placement, model_path, tokenizer, total_steps)
         except BaseException:
@@ -258,15 +276,16 @@ class RayPolicy:
             i, n, device=device, threads=threads) for i in range(n)]
         engine_kwargs = rollout_engine_kwargs(cfg, dist, ipc)
         # engines start while the trainer ranks load; Ray restarts a dead one (with these arguments:
-        # the start-up weights, version 0; RayEngine brings it up to date before it serves)
+        # the start-up weights and version; RayEngine brings it up to date before it serves)
         engine = ray.remote(RolloutWorker)
         restarts = {"max_restarts": dist.rollout_restarts}
         if ipc:
             self.rollouts = [engine.options(**on(i, placement.trainer_bundles[i], 0.5), **restarts).remote(
-                cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads) for i in range(n)]
+                cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads, version=self.version)
+                for i in range(n)]
         elif dist.mode == "split":
             self.rollouts = [engine.options(**on(n + j, placement.rollout_bundles[j]), **restarts).remote(
-                cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads)
+                cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads, version=self.version)
                 for j in range(dist.rollout_workers)]
         master = ray.get(self.trainers[0].address.remote())
         from training.policy_setup import reference_path
@@ -329,23 +348,37 @@ class RayPolicy:
         return out
 
     def refresh(self, names: list[str]) -> None:
-        """Send the current weights (policy version `self.version`) to the named engines only
-        (restarted ones), while the others generate: a weight-sync group of trainer rank 0 and
-        them (broadcast), or CUDA IPC from their ranks.  The full group is re-formed at the next sync."""
+        """Send the trainer's current weights to the named engines only (restarted ones), while the
+        others generate: a weight-sync group of trainer rank 0 and them (broadcast), or CUDA IPC
+        from their ranks.  The full group is re-formed at the next sync.  They are policy version
+        `self.version`, or the next one while an update not yet synced is made (asynchronous
+        training: the ranks send after the update they are running)."""
         import ray
 
         engines = [int(n.rsplit("-", 1)[1]) for n in names]
         plan = self._weight_plan()
         if self.sync_kind == "cuda_ipc":
-            handles = self._trainer_get([t.export_ipc.remote(plan) for t in self.trainers])
-            ray.get([self.rollouts[j].receive_ipc.remote(handles[j], self.version) for j in engines])
-            self._trainer_get([t.release_ipc.remote() for t in self.trainers])
+            with self._submitting:
+                version = self.version + self.trainer_ahead
+                handles = [t.export_ipc.remote(plan) for t in self.trainers]
+            handles = self._trainer_get(handles)
+            ray.get([self.rollouts[j].receive_ipc.remote(handles[j], version) for j in engines])
+            self._on_ranks(lambda t: t.release_ipc.remote())
             return
         self._group = None
         self._join_sync_group(engines)
-        receives = [self.rollouts[j].receive_weights.remote(plan, self.version) for j in engines]
-        self._trainer_get([t.send_weights.remote(plan) for t in self.trainers])
+        with self._submitting:
+            version = self.version + self.trainer_ahead
+            receives = [self.rollouts[j].receive_weights.remote(plan, version) for j in engines]
+            sends = [t.send_weights.remote(plan) for t in self.trainers]
+        self._trainer_get(sends)
         ray.get(receives)
+
+    def _on_ranks(self, call) -> list:
+        """`call(rank)` on every trainer rank, sent as one block (see `_submitting`); the results."""
+        with self._submitting:
+            refs = [call(t) for t in self.trainers]
+        return self._trainer_get(refs)
 
     def _weight_plan(self):
         if self._plan is None:
@@ -363,7 +396,10 @@ class RayPolicy:
         shards = shard_samples(samples, len(self.trainers), mini_batches, micro_batch_size)
         settings = {"pad_id": pad_id, "temperature": temperature, "ppo_epochs": ppo_epochs,
                     "old_logprobs": old_logprobs, "seed": seed, "loss": loss}
-        per_rank = self._trainer_get([t.update.remote(s, settings) for t, s in zip(self.trainers, shards)])
+        with self._submitting:
+            self.trainer_ahead = True
+            refs = [t.update.remote(s, settings) for t, s in zip(self.trainers, shards)]
+        per_rank = self._trainer_get(refs)
         out = combine_metrics(per_rank)
         out["time/update"] = max(r["seconds"] for r in per_rank)
         out["train/lr"] = per_rank[0]["lr"]
@@ -371,30 +407,34 @@ class RayPolicy:
 
     def skip_update(self) -> None:
         """A step without samples: only the LR schedule advances."""
-        self._trainer_get([t.scheduler_step.remote() for t in self.trainers])
+        self._on_ranks(lambda t: t.scheduler_step.remote())
 
-    def sync(self) -> float:
-        """Push the trainer's weights to every engine (the next policy version); returns seconds
-        (logged per step).  Engines restarting are waited for; the sync group is re-formed when
-        one of its members restarted (or a refresh replaced it)."""
+    def sync(self, version: int | None = None) -> float:
+        """Push the trainer's weights to every engine as policy `version` (default: the next one);
+        returns seconds (logged per step).  Engines restarting are waited for; the sync group is
+        re-formed when one of its members restarted (or a refresh replaced it)."""
         import ray
 
         if self.sync_kind == "inprocess":
-            return max(self._trainer_get([t.sync_inprocess.remote() for t in self.trainers]))
+            seconds = max(self._on_ranks(lambda t: t.sync_inprocess.remote()))
+            self.trainer_ahead = False
+            return seconds
         incarnations = self._engines_back()
-        plan, version = self._weight_plan(), self.version + 1
+        plan, version = self._weight_plan(), self.version + 1 if version is None else version
         if self.sync_kind == "cuda_ipc":   # trainer rank i -> the engine on the same GPU
-            handles = self._trainer_get([t.export_ipc.remote(plan) for t in self.trainers])
+            handles = self._on_ranks(lambda t: t.export_ipc.remote(plan))
             seconds = max(ray.get([w.receive_ipc.remote(h, version) for w, h in zip(self.rollouts, handles)]))
-            self._trainer_get([t.release_ipc.remote() for t in self.trainers])
+            self._on_ranks(lambda t: t.release_ipc.remote())
         else:
             if self._group != incarnations:
                 log.warning("re-forming the weight-sync group (a rollout engine restarted since it was formed)")
                 self._group = self._join_sync_group(range(len(self.rollouts)))
-            receives = [w.receive_weights.remote(plan, version) for w in self.rollouts]
-            seconds = max(self._trainer_get([t.send_weights.remote(plan) for t in self.trainers])
-                          + ray.get(receives))
+            with self._submitting:
+                receives = [w.receive_weights.remote(plan, version) for w in self.rollouts]
+                sends = [t.send_weights.remote(plan) for t in self.trainers]
+            seconds = max(self._trainer_get(sends) + ray.get(receives))
         self.version = self.engine.version = version
+        self.trainer_ahead = False
         self.engine.down.clear()          # every engine answered and holds this version
         return seconds
 
@@ -435,8 +475,8 @@ class RayPolicy:
         staged = _Staged(root / f".model-{step:08d}", root / f".deepspeed-{step:08d}")
         for folder in (staged.model_dir, staged.deepspeed_dir):
             shutil.rmtree(folder, ignore_errors=True)
-        self._trainer_get([t.save_deepspeed.remote(str(staged.deepspeed_dir)) for t in self.trainers])
-        self._trainer_get([t.save_model.remote(str(staged.model_dir)) for t in self.trainers])
+        self._on_ranks(lambda t: t.save_deepspeed.remote(str(staged.deepspeed_dir)))
+        self._on_ranks(lambda t: t.save_model.remote(str(staged.model_dir)))
         state = {**state, "scheduler": ray.get(self.trainers[0].scheduler_state.remote())}
         return save_checkpoint(root, step, staged, tokenizer, state, fingerprint, keep=keep)
 

@@ -10,6 +10,11 @@ the policy's current ones; so every engine carries the policy `version` its weig
 constructor's, then each sync's), and `generate` refuses a call for another version with
 `StaleWeights` instead of sampling from old weights.  The driver then sends it the current
 weights (training/distributed/group.py `RayPolicy.refresh`) and retries the call.
+
+Asynchronous training (`algorithm.max_staleness > 0`) calls with `at_least=True`: the engine
+serves the version it holds when it is not older than the call's (a refreshed engine may already
+hold the update the others are about to receive) and stamps every generation with it
+(`Generation.policy_version`, training/async_rollouts.py); an older one is refused as above.
 """
 from __future__ import annotations
 
@@ -70,11 +75,18 @@ class RolloutWorker:
         """Answers once the engine is loaded: which process this is and the weights' version."""
         return {"incarnation": self.incarnation, "version": self.version}
 
-    def generate(self, prompts: list[list[int]], params, seeds: list[int | None], version: int | None = None):
-        if version is not None and version != self.version:
-            raise StaleWeights(f"this engine holds policy version {self.version}, the call is for {version} "
-                               f"(restarted since: pid {self.incarnation[0]})")
-        return self.engine.generate(prompts, params, seeds=seeds)
+    def generate(self, prompts: list[list[int]], params, seeds: list[int | None], version: int | None = None,
+                 at_least: bool = False):
+        """`version`: the policy version the call is for, exactly (synchronous training) or at least
+        (`at_least`, asynchronous: each generation is then stamped with the version that made it)."""
+        if version is not None and (self.version < version if at_least else self.version != version):
+            raise StaleWeights(f"this engine holds policy version {self.version}, the call is for "
+                               f"{'at least ' if at_least else ''}{version} (restarted since: pid {self.incarnation[0]})")
+        out = self.engine.generate(prompts, params, seeds=seeds)
+        if at_least:
+            for gen in out:
+                gen.policy_version = self.version
+        return out
 
     def join_sync_group(self, host: str, port: int, rank: int, world: int, backend: str) -> None:
         self.sync_group = SyncGroup(host, port, rank, world, backend)

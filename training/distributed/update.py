@@ -81,7 +81,7 @@ def rank_update(engine, reference, shard: RankShard, loss_fn: PPOClipLoss, *, wo
         if reference_offload:
             reference.to("cpu")
     old_lp = ([micro_logprobs(model, m, pad_id, temperature, device) for m in shard.micro]
-              if old_logprobs == "recompute" and steps > 1 else None)
+              if old_logprobs in ("recompute", "decoupled") and steps > 1 else None)
 
     def step() -> float:
         engine.step()
