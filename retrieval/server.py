@@ -221,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu-search", choices=("auto", "faiss", "torch"), default="auto",
                    help="on cuda, who searches a flat index: faiss-gpu, torch (exact top-k from the fp16 shards, "
                         "no faiss-gpu needed), or auto (faiss when it sees a GPU, else torch)")
+    p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
+                   help="on cuda, run the query encoder eagerly instead of replaying CUDA graphs of bucketed shapes")
     p.add_argument("--threads", type=int, default=1,
                    help="torch/FAISS threads (default 1: batching gives the throughput; 0 = all cores)")
     p.add_argument("--encoder-runtime", choices=("auto", "torch", "onnx", "onnx-int8"), default="auto",
@@ -361,7 +363,7 @@ def _load_service(args) -> RetrievalService:
 
     set_cpu_threads(args.threads)
     searcher = Searcher(args.index, method=args.method, device=args.device, eid_file=args.eid_file,
-                        encoder_runtime=args.encoder_runtime, gpu_search=args.gpu_search)
+                        encoder_runtime=args.encoder_runtime, gpu_search=args.gpu_search, cuda_graphs=args.cuda_graphs)
     web = web_search_from_env(min_docs=args.web_min_docs)
     log.info("loaded %s (%s, %d documents); web fallback %s", args.index, searcher.method,
              len(searcher.store), "on" if web else "off (no TAVILY_API_KEY)")
