@@ -13,6 +13,9 @@ Sections (all on one synthetic index folder, built once into --work):
           p50/p99 of one query, queries/s at batch 16/64/256, and the fraction of the bound reached
           (bound per batch = max(bytes of vectors / bandwidth, 2 x b x N x dim / peak fp16 FLOP/s)), for
           each --topk-groups value (64: the two-stage top-k per chunk, the default; 0: plain torch.topk).
+  topk    the index's per-chunk work alone, on random data: for each batch b, the chunk the index uses
+          (min(N, 2^28 / b) columns), torch.topk over a [b x chunk] fp16 score block against chunk_topk
+          (k = 26, as for a top-10), and the [b x dim] x [dim x chunk] fp16 GEMM that makes the block.
   recall  recall@10 of the server's index against an exact float32 search over the same vectors, on
           --recall-queries queries (half near stored rows, half random).
   encoder the query encoder alone (tokenise, forward, pool) at batch 1/16/64/256, eager and replaying CUDA
@@ -157,6 +160,41 @@ def bench_index(folder: Path, n: int, dim: int, device: str, reps: int, groups: 
     index.group = groups[0]
     out["rows"] = rows
     return out, index
+
+
+def bench_topk(n: int, dim: int, device: str, reps: int) -> list[dict]:
+    """Milliseconds per [b x chunk] score block: the GEMM, torch.topk, chunk_topk (median of reps)."""
+    import torch
+
+    from retrieval.torch_flat import GROUP, MAX_SCORES, candidates, chunk_topk
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    keep, rows = candidates(10), []
+
+    def timed(fn) -> float:
+        fn()
+        sync()
+        times = []
+        for _ in range(max(3, reps // 10)):
+            t = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times) * 1e3
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    for b in (1, 16, 64, 256):
+        c = min(n, MAX_SCORES // b) // GROUP * GROUP
+        vectors = torch.randn((c, dim), generator=gen, device=device, dtype=torch.float16)
+        q = torch.randn((b, dim), generator=gen, device=device, dtype=torch.float16)
+        block = q @ vectors.T
+        row = {"batch": b, "chunk": c, "gemm_ms": timed(lambda: q @ vectors.T),
+               "torch_topk_ms": timed(lambda: block.topk(keep, dim=1)),
+               "chunk_topk_ms": timed(lambda: chunk_topk(block, keep, GROUP)),
+               "same_values": bool(torch.equal(block.topk(keep, dim=1).values, chunk_topk(block, keep, GROUP)[0]))}
+        rows.append(row)
+        print(row, flush=True)
+        del vectors, block
+    return rows
 
 
 def bench_recall(index, folder: Path, n: int, count: int, device: str) -> dict:
@@ -336,7 +374,7 @@ def main() -> int:
     p.add_argument("--tokenizer", type=Path, help="a BERT uncased tokenizer folder (default: the shipped MiniLM's)")
     p.add_argument("--work", type=Path, default=Path("/tmp/retrieval-gpu"))
     p.add_argument("--device", default="cuda")
-    p.add_argument("--sections", default="build,index,recall,encoder,server,cpu")
+    p.add_argument("--sections", default="build,index,recall,topk,encoder,server,cpu")
     p.add_argument("--reps", type=int, default=50, help="single-query repetitions (batches: a tenth)")
     p.add_argument("--recall-queries", type=int, default=200)
     p.add_argument("--levels", default="1,16,64,256", help="server client counts")
@@ -378,6 +416,12 @@ def main() -> int:
             print(results["recall"], flush=True)
             save()
         del index
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    if "topk" in sections:
+        log("top-k per score chunk")
+        results["topk"] = bench_topk(args.n, args.dim, args.device, args.reps)
+        save()
         if args.device == "cuda":
             torch.cuda.empty_cache()
     if "encoder" in sections:

@@ -188,6 +188,18 @@ def test_worker_errors_reach_the_client_as_one_process_answers_them(index_dir):
     assert health.status_code == 200 and health.json()["requests_per_frontend"] == [len(texts) + 1]
 
 
+def test_errors_cross_the_pipe_as_their_own_kind():
+    from retrieval.batcher import Overloaded
+    from retrieval.frontends import WorkerError, decode_error, encode_error
+    from retrieval.searcher import QueryError
+    back = decode_error(*encode_error(QueryError("eid", "unknown eid 'x'")))
+    assert isinstance(back, QueryError) and back.field == "eid" and str(back) == "eid: unknown eid 'x'"
+    back = decode_error(*encode_error(Overloaded("4096 requests already waiting")))
+    assert isinstance(back, Overloaded) and str(back) == "4096 requests already waiting"
+    back = decode_error(*encode_error(KeyError("gone")))
+    assert type(back) is WorkerError and str(back) == "KeyError: 'gone'"
+
+
 def test_a_dead_worker_turns_health_and_requests_into_503_then_the_server_exits(index_dir):
     with server(index_dir, 2) as (url, proc):
         worker = httpx.get(url + "/health").json()["worker_pid"]
