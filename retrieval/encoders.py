@@ -180,7 +180,12 @@ class Encoder:
     def _bucket_queries(self) -> None:
         import time
 
-        from retrieval.encoder_graphs import MIN_LENGTH, WARM_MAX_LENGTH, BucketedForward, buckets
+        from retrieval.encoder_graphs import (
+            MIN_LENGTH,
+            WARM_MAX_LENGTH,
+            BucketedForward,
+            buckets,
+        )
 
         self._batches, self._lengths = buckets(self.batch_size), buckets(self.max_length, MIN_LENGTH)
         keys = tuple(self.tokenizer(["x"]).keys())
