@@ -2,6 +2,8 @@
 
     python bench/retrieval_gpu.py --n 21000000 --json gpu-retrieval.json   # one H200: ~32 GB of fp16 vectors
     python bench/retrieval_gpu.py --n 20000 --dim 64 --device cpu --layers 1 --requests 40   # a check of the script
+    python bench/retrieval_gpu.py --n 200000 --dim 64 --device cpu --layers 1 --sections build,server \
+        --frontends 1,2 --levels 1,16,64 --client-procs 2      # the front ends on a CPU box
 
 Sections (all on one synthetic index folder, built once into --work):
   build   N x dim clustered unit vectors (float16 shards, as retrieval.build_index writes them), a docstore of
@@ -9,13 +11,20 @@ Sections (all on one synthetic index folder, built once into --work):
           tokenizer from --tokenizer) saved as a local folder: seconds to write, bytes on disk.
   index   TorchFlatIndex alone (queries pre-encoded): seconds to load the shards onto the GPU, GPU memory,
           p50/p99 of one query, queries/s at batch 16/64/256, and the fraction of the bound reached
-          (bound per batch = max(bytes of vectors / bandwidth, 2 x b x N x dim / peak fp16 FLOP/s)).
+          (bound per batch = max(bytes of vectors / bandwidth, 2 x b x N x dim / peak fp16 FLOP/s)), for
+          each --topk-groups value (64: the two-stage top-k per chunk, the default; 0: plain torch.topk).
+  topk    the index's per-chunk work alone, on random data: for each batch b, the chunk the index uses
+          (min(N, 2^28 / b) columns), torch.topk over a [b x chunk] fp16 score block against chunk_topk
+          (k = 26, as for a top-10), and the [b x dim] x [dim x chunk] fp16 GEMM that makes the block.
   recall  recall@10 of the server's index against an exact float32 search over the same vectors, on
           --recall-queries queries (half near stored rows, half random).
-  encoder the query encoder alone (tokenise, forward, pool) at batch 1/16/64/256, with sdpa and eager attention.
-  server  `python -m retrieval.server --device cuda --gpu-search torch` as a subprocess: seconds until
-          /health answers (encoder + vectors loaded), p50/p99 at 1 client, queries/s and p50/p99 at
-          16/64/256 clients (one-query requests, top-5), load spread over --client-procs processes.
+  encoder the query encoder alone (tokenise, forward, pool) at batch 1/16/64/256, eager and replaying CUDA
+          graphs of bucketed shapes (the server's default on cuda), and how far the two sets of vectors differ.
+  server  `python -m retrieval.server --device cuda --gpu-search torch --frontends F` as a subprocess, for each
+          F in --frontends (1: one process; F > 1: F HTTP processes feeding one batch-worker process):
+          seconds until /health answers (encoder + vectors loaded), GPU memory in use, p50/p99 at 1 client,
+          queries/s and p50/p99 at 16/64/256 clients (one-query requests, top-5), load spread over
+          --client-procs processes.
   cpu     the Search-R1-style baseline's search on this machine's CPUs: faiss IndexFlatIP over the same
           vectors in RAM (float32, as Search-R1 serves a flat index), one request's search of 1 query and
           of a batch of 64; the baseline server can answer no faster than these.
@@ -46,6 +55,10 @@ PEAK_FP16 = 790e12             # FLOP/s, H200 dense bf16/fp16 (the device README
 E5_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
                "vocab_size": 30522, "max_position_embeddings": 512}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+
+
+def log(message: str) -> None:
+    print(f"[retrieval_gpu {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def pct(values, q) -> float:
@@ -110,7 +123,9 @@ def unit_queries(folder: Path, n: int, count: int, seed: int = 1) -> np.ndarray:
 
 
 # ---- index alone -----------------------------------------------------------------------------
-def bench_index(folder: Path, n: int, dim: int, device: str, reps: int) -> tuple[dict, object]:
+def bench_index(folder: Path, n: int, dim: int, device: str, reps: int, groups: list[int]) -> tuple[dict, object]:
+    """Per top-k group size (0: plain torch.topk per chunk), the index's time per batch; the
+    rows of every setting must equal the first one's (all are exact)."""
     import torch
 
     from retrieval.dense import ShardVectors
@@ -118,27 +133,69 @@ def bench_index(folder: Path, n: int, dim: int, device: str, reps: int) -> tuple
     meta = json.loads((folder / "meta.json").read_text())
     t0 = time.perf_counter()
     index = TorchFlatIndex(ShardVectors(folder, n, meta["shard_size"]).shards, n,
-                           devices=None if device == "cuda" else [device], progress=True)
+                           devices=None if device == "cuda" else [device], progress=True, group=groups[0])
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     sync()
     out = {"load_s": time.perf_counter() - t0,
            "gpu_gb": torch.cuda.memory_allocated() / 1e9 if device == "cuda" else None}
+    log(f"index loaded in {out['load_s']:.1f} s, {out['gpu_gb']} GB on the GPU")
     queries = unit_queries(folder, n, 256)
-    rows = []
-    for b in (1, 16, 64, 256):
-        index.search(queries[:b], 10)                     # warm (kernels, allocator)
-        times = []
-        for r in range(reps if b == 1 else max(3, reps // 10)):
-            t = time.perf_counter()
-            index.search(np.roll(queries, r, 0)[:b], 10)
-            times.append(time.perf_counter() - t)
-        med = statistics.median(times)
-        bound = max(n * dim * 2 / BANDWIDTH, 2 * b * n * dim / PEAK_FP16)
-        rows.append({"batch": b, "p50_ms": pct(times, 50), "p99_ms": pct(times, 99), "qps": b / med,
-                     "bound_ms": bound * 1e3, "of_bound": bound / med})
-        print(rows[-1], flush=True)
+    rows, first = [], {}
+    for group in groups:
+        index.group = group
+        for b in (1, 16, 64, 256):
+            _, got = index.search(queries[:b], 10)            # warm (kernels, allocator)
+            same = bool(np.array_equal(got, first.setdefault(b, got)))
+            times = []
+            for r in range(reps if b == 1 else max(3, reps // 10)):
+                t = time.perf_counter()
+                index.search(np.roll(queries, r, 0)[:b], 10)
+                times.append(time.perf_counter() - t)
+            med = statistics.median(times)
+            bound = max(n * dim * 2 / BANDWIDTH, 2 * b * n * dim / PEAK_FP16)
+            rows.append({"topk_group": group, "batch": b, "p50_ms": pct(times, 50), "p99_ms": pct(times, 99),
+                         "qps": b / med, "bound_ms": bound * 1e3, "of_bound": bound / med,
+                         "rows_equal_first_setting": same})
+            print(rows[-1], flush=True)
+    index.group = groups[0]
     out["rows"] = rows
     return out, index
+
+
+def bench_topk(n: int, dim: int, device: str, reps: int) -> list[dict]:
+    """Milliseconds per [b x chunk] score block: the GEMM, torch.topk, chunk_topk (median of reps)."""
+    import torch
+
+    from retrieval.torch_flat import GROUP, MAX_SCORES, candidates, chunk_topk
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    keep, rows = candidates(10), []
+
+    def timed(fn) -> float:
+        fn()
+        sync()
+        times = []
+        for _ in range(max(3, reps // 10)):
+            t = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times) * 1e3
+
+    def chunk_row(b: int, gen) -> dict:
+        c = min(n, MAX_SCORES // b) // GROUP * GROUP
+        vectors = torch.randn((c, dim), generator=gen, device=device, dtype=torch.float16)
+        q = torch.randn((b, dim), generator=gen, device=device, dtype=torch.float16)
+        block = q @ vectors.T
+        return {"batch": b, "chunk": c, "gemm_ms": timed(lambda: q @ vectors.T),
+                "torch_topk_ms": timed(lambda: block.topk(keep, dim=1)),
+                "chunk_topk_ms": timed(lambda: chunk_topk(block, keep, GROUP)),
+                "same_values": bool(torch.equal(block.topk(keep, dim=1).values, chunk_topk(block, keep, GROUP)[0]))}
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    for b in (1, 16, 64, 256):
+        rows.append(chunk_row(b, gen))       # its tensors are freed on return
+        print(rows[-1], flush=True)
+    return rows
 
 
 def bench_recall(index, folder: Path, n: int, count: int, device: str) -> dict:
@@ -162,19 +219,20 @@ def bench_recall(index, folder: Path, n: int, count: int, device: str) -> dict:
 
 
 # ---- encoder alone -------------------------------------------------------------------------
-def bench_encoder(folder: Path, device: str, reps: int) -> list[dict]:
-    """The query encoder alone (tokenise + forward + pool) per batch size and attention kernel."""
+def bench_encoder(folder: Path, device: str, reps: int) -> dict:
+    """The query encoder alone (tokenise + forward + pool) per batch size: eager, and replaying
+    CUDA graphs of bucketed shapes (as the server does on cuda); the largest difference between
+    the two sets of vectors and whether each query's nearest text (by cosine) is the same."""
     import torch
 
     from retrieval.encoders import Encoder
     meta = json.loads((folder / "meta.json").read_text())
     texts = query_texts(256, seed=3)
-    rows = []
-    for attn in ("sdpa", "eager"):
-        enc = Encoder(meta["encoder_path"], profile="e5", device=device, batch_size=256)
-        enc.model.config._attn_implementation = attn
-        for layer in enc.model.encoder.layer:
-            layer.attention.self.config._attn_implementation = attn
+    rows, vectors = [], {}
+    for mode in ("eager", "graphs"):
+        t0 = time.perf_counter()
+        enc = Encoder(meta["encoder_path"], profile="e5", device=device, query_graphs=mode == "graphs")
+        log(f"encoder ({mode}) ready in {time.perf_counter() - t0:.1f} s")
         for b in (1, 16, 64, 256):
             enc.encode_queries(texts[:b])
             times = []
@@ -184,10 +242,17 @@ def bench_encoder(folder: Path, device: str, reps: int) -> list[dict]:
                 if device == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t)
-            rows.append({"attention": attn, "batch": b, "p50_ms": pct(times, 50), "qps": b / statistics.median(times)})
+            rows.append({"mode": mode, "batch": b, "p50_ms": pct(times, 50), "qps": b / statistics.median(times)})
             print(rows[-1], flush=True)
+        vectors[mode] = enc.encode_queries(texts)
         del enc
-    return rows
+    eager, graphs = vectors["eager"], vectors["graphs"]
+    nearest = lambda v: np.argsort(-(v @ v.T) + 2 * np.eye(len(v)), axis=1)[:, 0]
+    agreement = {"max_abs_diff": float(np.abs(eager - graphs).max()),
+                 "min_cosine": float((eager * graphs).sum(1).min()),
+                 "same_nearest_text": float(np.mean(nearest(eager) == nearest(graphs)))}
+    print(agreement, flush=True)
+    return {"rows": rows, "graphs_vs_eager": agreement}
 
 
 # ---- server --------------------------------------------------------------------------------
@@ -221,32 +286,43 @@ def load(url: str, clients: int, requests: int, procs: int) -> dict:
 
 
 def bench_server(folder: Path, port: int, levels: list[int], requests: int, procs: int, device: str,
-                 py_spy: Path | None = None) -> dict:
+                 frontends: int = 1, py_spy: Path | None = None) -> dict:
     """The server as a subprocess under load; with `py_spy`, the last level is sampled by py-spy
-    (collapsed stacks per thread, `--format raw`) to show where a request's time goes."""
+    (collapsed stacks per thread, `--format raw`; with front ends, the batch worker's process)
+    to show where a request's time goes."""
     import signal
 
     import httpx
     cmd = [sys.executable, "-m", "retrieval.server", "--index", str(folder), "--port", str(port),
-           "--device", device, "--gpu-search", "torch", "--threads", "0"]
+           "--device", device, "--gpu-search", "torch", "--threads", "0", "--frontends", str(frontends)]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server_log = folder.parent / f"server-{frontends}.log"
+    with server_log.open("wb") as sink:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"{cmd} exited: {proc.stderr.read().decode()[-3000:]}")
+                raise RuntimeError(f"{cmd} exited: {server_log.read_text(errors='replace')[-3000:]}")
             try:
                 if httpx.get(url + "/health", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.5)
-        out = {"start_s": time.perf_counter() - t0, "health": httpx.get(url + "/health").json(), "rows": []}
+        out = {"frontends": frontends, "start_s": time.perf_counter() - t0,
+               "health": httpx.get(url + "/health").json(), "rows": []}
+        if device == "cuda":
+            import torch
+            free, total = torch.cuda.mem_get_info()
+            out["gpu_used_gb"] = (total - free) / 1e9
+        log(f"server with {frontends} front end(s) answered /health after {out['start_s']:.1f} s: {out['health']}")
         load(url, 4, 64, 1)                                                    # warm-up
+        load(url, 64, 512, procs)                                              # every batch shape once
         for n, clients in enumerate(levels):
             spy = None
             if py_spy and n == len(levels) - 1:
-                spy = subprocess.Popen(["py-spy", "record", "--pid", str(proc.pid), "--threads", "--rate", "200",
+                pid = out["health"].get("worker_pid", proc.pid)
+                spy = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--threads", "--rate", "200",
                                         "--format", "raw", "--output", str(py_spy), "--nonblocking"],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)
@@ -256,6 +332,7 @@ def bench_server(folder: Path, port: int, levels: list[int], requests: int, proc
                 spy.wait(60)
             out["rows"].append(row)
             print(row, flush=True)
+        out["log_tail"] = server_log.read_text(errors="replace")[-2000:]
         return out
     finally:
         proc.terminate()
@@ -298,10 +375,12 @@ def main() -> int:
     p.add_argument("--tokenizer", type=Path, help="a BERT uncased tokenizer folder (default: the shipped MiniLM's)")
     p.add_argument("--work", type=Path, default=Path("/tmp/retrieval-gpu"))
     p.add_argument("--device", default="cuda")
-    p.add_argument("--sections", default="build,index,recall,encoder,server,cpu")
+    p.add_argument("--sections", default="build,index,recall,topk,encoder,server,cpu")
     p.add_argument("--reps", type=int, default=50, help="single-query repetitions (batches: a tenth)")
     p.add_argument("--recall-queries", type=int, default=200)
     p.add_argument("--levels", default="1,16,64,256", help="server client counts")
+    p.add_argument("--frontends", default="1,8", help="server runs: HTTP processes per run (1: one process)")
+    p.add_argument("--topk-groups", default="64,0", help="index runs: chunk_topk group sizes (0: plain top-k)")
     p.add_argument("--requests", type=int, default=400, help="requests per level (at least 8 per client)")
     p.add_argument("--client-procs", type=int, default=8)
     p.add_argument("--port", type=int, default=8790)
@@ -322,30 +401,51 @@ def main() -> int:
     def save():
         if args.json:
             args.json.write_text(json.dumps(results, indent=1))
+    log(f"build {args.n} x {args.dim} into {args.work} (reused when there)")
     results["build"] = build(args.work, args.n, args.dim, args.shard, args.tokenizer, args.layers, args.device)
     print(results["build"], flush=True)
     save()
     folder = Path(results["build"]["folder"])
     if sections & {"index", "recall"}:
-        results["index"], index = bench_index(folder, args.n, args.dim, args.device, args.reps)
+        log("index alone")
+        results["index"], index = bench_index(folder, args.n, args.dim, args.device, args.reps,
+                                              [int(g) for g in args.topk_groups.split(",")])
         save()
         if "recall" in sections:
+            log("recall against exact float32 search")
             results["recall"] = bench_recall(index, folder, args.n, args.recall_queries, args.device)
             print(results["recall"], flush=True)
             save()
         del index
         if args.device == "cuda":
             torch.cuda.empty_cache()
+    if "topk" in sections:
+        log("top-k per score chunk")
+        results["topk"] = bench_topk(args.n, args.dim, args.device, args.reps)
+        save()
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
     if "encoder" in sections:
+        log("encoder alone")
         results["encoder"] = bench_encoder(folder, args.device, args.reps)
         save()
     if "server" in sections:
-        results["server"] = bench_server(folder, args.port, [int(x) for x in args.levels.split(",")],
-                                         args.requests, args.client_procs, args.device, args.py_spy)
-        save()
+        results["server"] = []
+        for frontends in (int(f) for f in args.frontends.split(",")):
+            log(f"server, {frontends} front end(s)")
+            try:
+                results["server"].append(bench_server(
+                    folder, args.port, [int(x) for x in args.levels.split(",")], args.requests, args.client_procs,
+                    args.device, frontends, args.py_spy and args.py_spy.with_stem(f"{args.py_spy.stem}-{frontends}")))
+            except Exception as err:   # noqa: BLE001 -- one failed setting must not lose the others
+                log(f"server with {frontends} front end(s) failed: {err}")
+                results["server"].append({"frontends": frontends, "error": str(err)[-3000:]})
+            save()
     if "cpu" in sections:
+        log("Search-R1-style baseline on the CPUs")
         results["cpu"] = bench_cpu(folder, args.n, args.dim)
         save()
+    log("done" + (f": {args.json}" if args.json else ""))
     print(json.dumps(results, indent=1))
     return 0
 

@@ -15,6 +15,7 @@ work wherever the Hub (or a local copy) is reachable.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import numpy as np
 
 from retrieval.pooling import pool  # noqa: F401  (re-exported: Encoder pools with it)
 
+log = logging.getLogger(__name__)
 DEFAULT_ENCODER = "minilm"
 QWEN3_INSTRUCTION = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 
@@ -127,12 +129,17 @@ class Encoder:
     exported once and run in ONNX Runtime (retrieval/onnx_encoder.py; "onnx" gives torch's
     vectors within 2e-7 in less time, "onnx-int8" quantises the weights: its recall is measured
     in docs/benchmarks.md). `threads` sizes ONNX Runtime's pool (default: torch's thread count).
+
+    `query_graphs` (torch runtime): queries go through forward passes padded to bucketed shapes
+    (retrieval/encoder_graphs.py), replayed as CUDA graphs on cuda: the Python dispatch of each
+    layer is paid once per shape instead of once per batch. On the CPU the same bucketed forward
+    runs eagerly (only tests ask for that; the server sets it on cuda alone). Passages never use it.
     """
 
     def __init__(self, name_or_path: str | None = None, profile: str | None = None,
                  device: str | None = None, fp16: bool | None = None, batch_size: int = 64,
                  max_length: int | None = None, max_batch_tokens: int | None = None, runtime: str = "torch",
-                 threads: int | None = None):
+                 threads: int | None = None, query_graphs: bool = False):
         import torch
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
@@ -166,16 +173,46 @@ class Encoder:
             self._onnx = OnnxForward(self.path, self.tokenizer, self.profile.pooling, runtime,
                                      threads=threads or torch.get_num_threads())
         self.dim = int(AutoConfig.from_pretrained(self.path).hidden_size)
+        self._bucketed = None
+        if query_graphs and runtime == "torch":
+            self._bucket_queries()
+
+    def _bucket_queries(self) -> None:
+        import time
+
+        from retrieval.encoder_graphs import (
+            MIN_LENGTH,
+            WARM_MAX_LENGTH,
+            BucketedForward,
+            buckets,
+        )
+
+        self._batches, self._lengths = buckets(self.batch_size), buckets(self.max_length, MIN_LENGTH)
+        keys = tuple(self.tokenizer(["x"]).keys())
+        self._bucketed = BucketedForward(self._forward, self.device, self.device.startswith("cuda"), keys)
+        t0 = time.perf_counter()
+        graphs = self._bucketed.warm(self._batches, [n for n in self._lengths if n <= WARM_MAX_LENGTH])
+        if graphs:
+            log.info("query encoder: %d CUDA graphs captured in %.1f s (batches %s x lengths <= %d; longer "
+                     "lengths on first use)", graphs, time.perf_counter() - t0, self._batches, WARM_MAX_LENGTH)
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
         """[n] query strings -> [n, dim] float32, with the profile's query prefix."""
-        return self._encode([self.profile.query_prefix + t for t in texts])
+        return self._encode([self.profile.query_prefix + t for t in texts], bucketed=self._bucketed is not None)
 
     def encode_passages(self, texts: list[str]) -> np.ndarray:
         """[n] passages -> [n, dim] float32, with the profile's passage prefix."""
         return self._encode([self.profile.passage_prefix + t for t in texts])
 
-    def _encode(self, texts: list[str]) -> np.ndarray:
+    def _forward(self, batch: dict):
+        """Token ids (tensors on the device) -> [b, dim] L2-normalised float32 vectors."""
+        import torch
+
+        hidden = self.model(**batch).last_hidden_state          # [b, L, dim]
+        vecs = pool(hidden, batch["attention_mask"], self.profile.pooling)
+        return torch.nn.functional.normalize(vecs.float(), dim=-1)
+
+    def _encode(self, texts: list[str], bucketed: bool = False) -> np.ndarray:
         import torch
 
         out = np.empty((len(texts), self.dim), dtype=np.float32)
@@ -184,17 +221,26 @@ class Encoder:
         lengths = [len(ids) for ids in enc["input_ids"]]
         with torch.inference_mode():
             for idx in self._passes(lengths):
+                if bucketed:
+                    out[idx] = self._run_bucketed({k: [v[i] for i in idx] for k, v in enc.items()})
+                    continue
                 with self._tokenizer_lock:
                     batch = self.tokenizer.pad({k: [v[i] for i in idx] for k, v in enc.items()},
                                                return_tensors="np" if self._onnx is not None else "pt")
                 if self._onnx is not None:
                     out[idx] = self._onnx(batch)
                     continue
-                batch = batch.to(self.device)
-                hidden = self.model(**batch).last_hidden_state          # [b, L, dim]
-                vecs = pool(hidden, batch["attention_mask"], self.profile.pooling)
-                out[idx] = torch.nn.functional.normalize(vecs.float(), dim=-1).cpu().numpy()
+                out[idx] = self._forward(batch.to(self.device)).cpu().numpy()
         return out
+
+    def _run_bucketed(self, rows: dict[str, list[list[int]]]) -> np.ndarray:
+        """One pass padded to its bucket shape -> [n, dim]."""
+        from retrieval.encoder_graphs import bucket_of, pad_to_bucket
+
+        n = len(rows["input_ids"])
+        arrays = pad_to_bucket(rows, bucket_of(n, self._batches), bucket_of(max(map(len, rows["input_ids"])), self._lengths),
+                               self.tokenizer.pad_token_id or 0, left=self.tokenizer.padding_side == "left")
+        return self._bucketed.run(arrays)[:n]
 
     def _passes(self, lengths: list[int]) -> list[list[int]]:
         """Text indices grouped into forward passes, shortest first (sorted: little padding)."""

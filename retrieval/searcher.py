@@ -52,10 +52,13 @@ class Searcher:
     `eid_file` is a JSON object {eid: [doc_id, ...]} of per-question whitelists.
     `encoder_runtime`: the query encoder's runtime ("torch", "onnx", "onnx-int8", or "auto":
     onnx on the CPU when onnxruntime is installed; retrieval/encoders.py).
+    `cuda_graphs`: on cuda, the query encoder replays CUDA graphs of bucketed shapes
+    (retrieval/encoder_graphs.py); no effect on the CPU.
     """
 
     def __init__(self, folder: str | Path, method: str | None = None, device: str | None = None,
-                 eid_file: str | Path | None = None, encoder=None, encoder_runtime: str = "torch", **index_options):
+                 eid_file: str | Path | None = None, encoder=None, encoder_runtime: str = "torch",
+                 cuda_graphs: bool = True, **index_options):
         self.folder = Path(folder)
         meta_path = self.folder / META_FILE
         if not meta_path.exists():
@@ -67,7 +70,7 @@ class Searcher:
         self.encoder = None
         self.device = "cpu"               # where encoder and index run (cuda: one batch worker)
         if self.method == "dense":
-            self._load_dense(device, encoder, encoder_runtime, index_options)
+            self._load_dense(device, encoder, encoder_runtime, cuda_graphs, index_options)
         elif self.method == "bm25":
             if not self.meta.get("bm25"):
                 raise FileNotFoundError(f"{self.folder}: built without --bm25; rebuild with --bm25 to serve BM25")
@@ -78,7 +81,7 @@ class Searcher:
         self.whitelists = load_whitelists(eid_file, self.store) if eid_file else None
         self._index_lock = threading.Lock() if self.device.startswith("cuda") else contextlib.nullcontext()
 
-    def _load_dense(self, device, encoder, runtime, index_options) -> None:
+    def _load_dense(self, device, encoder, runtime, cuda_graphs, index_options) -> None:
         if not self.meta.get("index"):
             raise FileNotFoundError(f"{self.folder}: built with --index none; rebuild with a dense index kind")
         from retrieval.dense import DenseIndex
@@ -88,9 +91,13 @@ class Searcher:
         # so an index built on another machine still finds its encoder.
         path = self.meta.get("encoder_path")
         name = path if path and Path(path).is_dir() else self.meta["encoder"]
+        if device is None:
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
         self.encoder = encoder or Encoder(name, profile=self.meta.get("profile"), device=device,
                                           max_length=self.meta.get("max_length"),
-                                          runtime=resolve_runtime(runtime, device))
+                                          runtime=resolve_runtime(runtime, device),
+                                          query_graphs=cuda_graphs and device.startswith("cuda"))
         if self.encoder.dim != self.meta["dim"]:
             raise ValueError(f"encoder gives {self.encoder.dim}-d vectors but {self.folder} holds {self.meta['dim']}-d ones")
         self.device = self.encoder.device

@@ -17,6 +17,9 @@ or chunked); a body not received within --body-timeout 408 (the connection is cl
 request line and headers not received within --header-timeout 408 and closed (nothing sent:
 closed), headers past 16 KiB without ending 431; a full queue or a request slower than --request-timeout 503,
 so a client never waits forever and none can hold a connection.
+
+`--frontends N` (N > 1) runs N HTTP processes feeding one batch-worker process that holds the
+encoder and the index (retrieval/frontends.py); /health answers 503 when that worker is gone.
 """
 # No `from __future__ import annotations`: FastAPI must see the real request model class.
 import argparse
@@ -39,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from starlette.exceptions import HTTPException
 
 from retrieval.batcher import Overloaded
+from retrieval.frontends import WorkerGone
 from retrieval.searcher import Query, QueryError
 from retrieval.service import RetrievalService
 
@@ -107,7 +111,8 @@ def create_app(service: RetrievalService, limits: Limits = Limits(), default_min
 
     @app.get("/health")
     def health() -> dict:
-        return service.health()
+        state = service.health()
+        return JSONResponse(status_code=503, content=state) if state.get("status") == "down" else state
 
     @app.post("/retrieve")
     async def retrieve(body: Body) -> dict:  # type: ignore[valid-type]
@@ -115,15 +120,18 @@ def create_app(service: RetrievalService, limits: Limits = Limits(), default_min
         min_length = body.min_length if body.min_length is not None else default_min_length
         min_score = body.min_score if body.min_score is not None else default_min_score
         queries = [Query(q, topk, body.eid, min_score, min_length) for q in body.queries]
+        # With --frontends the worker checks and queues in another process: its QueryError and
+        # Overloaded arrive through the Future, and are answered as when submit raises them here.
         try:
             fut = service.submit(queries)
+            hits = await asyncio.wait_for(asyncio.wrap_future(fut), timeout=limits.request_timeout_s)
         except QueryError as err:
             return JSONResponse(status_code=422, content={"error": str(err), "detail": [
                 {"loc": ["body", err.field], "msg": str(err), "type": "value_error"}]})
         except Overloaded as err:
             return _unavailable(f"server busy ({err}); retry later")
-        try:
-            hits = await asyncio.wait_for(asyncio.wrap_future(fut), timeout=limits.request_timeout_s)
+        except WorkerGone as err:
+            return _unavailable(str(err))
         except asyncio.TimeoutError:
             return _unavailable(f"retrieval took longer than {limits.request_timeout_s:g} s; retry later")
         if service.web is None:          # nothing to fetch: skip a thread hop (ms on a busy CPU)
@@ -213,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu-search", choices=("auto", "faiss", "torch"), default="auto",
                    help="on cuda, who searches a flat index: faiss-gpu, torch (exact top-k from the fp16 shards, "
                         "no faiss-gpu needed), or auto (faiss when it sees a GPU, else torch)")
+    p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
+                   help="on cuda, run the query encoder eagerly instead of replaying CUDA graphs of bucketed shapes")
     p.add_argument("--threads", type=int, default=1,
                    help="torch/FAISS threads (default 1: batching gives the throughput; 0 = all cores)")
     p.add_argument("--encoder-runtime", choices=("auto", "torch", "onnx", "onnx-int8"), default="auto",
@@ -226,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-wait-ms", type=float, default=0.0, help="hold a micro-batch open this long")
     p.add_argument("--workers", type=int, default=None,
                    help="batch worker threads (default: 1 on cuda, else one per CPU core)")
+    p.add_argument("--frontends", type=int, default=1,
+                   help="HTTP processes (default 1: HTTP and the batch worker share one process); N > 1 runs N "
+                        "uvicorn front ends feeding one batch-worker process that holds the encoder and index")
     p.add_argument("--request-timeout", type=float, default=60.0, help="seconds before a request answers 503")
     p.add_argument("--body-timeout", type=float, default=10.0,
                    help="seconds to receive a request's whole body before answering 408 and closing")
@@ -237,6 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--advertise-host", default=None, help="host name written to --endpoints-file")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    limits = Limits(request_timeout_s=args.request_timeout, body_timeout_s=args.body_timeout,
+                    header_timeout_s=args.header_timeout)
+    if args.frontends < 1:
+        print(f"error: --frontends {args.frontends}: give 1 (one process) or more HTTP processes", file=sys.stderr)
+        return 2
+    if args.frontends > 1:
+        from retrieval.frontends import serve
+        return serve(args, limits, lambda port: _registration(args, port))
     try:
         service = _load_service(args)
     except (FileNotFoundError, ValueError) as err:
@@ -244,8 +265,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     port = args.port or _free_port(args.host)
     register, unregister = _registration(args, port)
-    limits = Limits(request_timeout_s=args.request_timeout, body_timeout_s=args.body_timeout,
-                    header_timeout_s=args.header_timeout)
     app = create_app(service, limits, default_min_score=args.min_score,
                      default_min_length=args.min_length, on_startup=register, on_shutdown=unregister)
     import uvicorn
@@ -344,7 +363,7 @@ def _load_service(args) -> RetrievalService:
 
     set_cpu_threads(args.threads)
     searcher = Searcher(args.index, method=args.method, device=args.device, eid_file=args.eid_file,
-                        encoder_runtime=args.encoder_runtime, gpu_search=args.gpu_search)
+                        encoder_runtime=args.encoder_runtime, gpu_search=args.gpu_search, cuda_graphs=args.cuda_graphs)
     web = web_search_from_env(min_docs=args.web_min_docs)
     log.info("loaded %s (%s, %d documents); web fallback %s", args.index, searcher.method,
              len(searcher.store), "on" if web else "off (no TAVILY_API_KEY)")

@@ -30,8 +30,7 @@ class RetrievalService:
 
     def finish(self, queries: list[Query], hits: list[list[dict]]) -> tuple[list[list[dict]], dict]:
         """Add web hits where too few index hits survived (blocking network I/O when `web`)."""
-        searches, pages = add_web_hits(self.web, [q.text for q in queries], [q.topk for q in queries], hits)
-        return hits, {"web_searches": searches, "pages": pages}
+        return web_finish(self.web, queries, hits)
 
     def retrieve(self, queries: list[Query], timeout_s: float | None = None) -> tuple[list[list[dict]], dict]:
         """Blocking call: (hits per query, usage)."""
@@ -48,3 +47,9 @@ class RetrievalService:
 
     def close(self) -> None:
         self.batcher.close()
+
+
+def web_finish(web: WebSearch | None, queries: list[Query], hits: list[list[dict]]) -> tuple[list[list[dict]], dict]:
+    """`hits` with web hits added where too few index hits survived, and the request's usage."""
+    searches, pages = add_web_hits(web, [q.text for q in queries], [q.topk for q in queries], hits)
+    return hits, {"web_searches": searches, "pages": pages}

@@ -3,7 +3,9 @@
 The passage vectors (float16, as the shards hold them) are split into contiguous row ranges,
 one per device. A search multiplies the batch of queries with each range in chunks (the
 [batch, chunk] score block is bounded by `max_scores`), keeps the best `k + max(k, 16)`
-candidates per chunk, and re-scores the survivors in float32 from the same float16 vectors:
+candidates per chunk (`chunk_topk`: in two stages, through the maxima of groups of `group`
+columns, so that the full-size top-k never runs; exact, see its docstring), and re-scores
+the survivors in float32 from the same float16 vectors:
 the scores are then those of a float32 flat index over the shards (faiss IndexFlatIP built by
 retrieval.dense), up to summation order. A true top-k row is missed only if float16 rounding of
 the candidate scores (|error| ~1e-4 for unit vectors) pushes it below k + max(k, 16) others,
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 MAX_SCORES = 1 << 28            # entries of one [batch, chunk] float16 score block (512 MiB)
+GROUP = 64                      # columns per group in chunk_topk's first stage (0: plain top-k)
 
 
 def candidates(k: int) -> int:
@@ -36,7 +39,7 @@ class TorchFlatIndex:
     """
 
     def __init__(self, shards: Sequence[np.ndarray], n: int, devices: Sequence[str] | None = None,
-                 max_scores: int = MAX_SCORES, progress: bool = False):
+                 max_scores: int = MAX_SCORES, progress: bool = False, group: int = GROUP):
         import torch
         from tqdm import tqdm
 
@@ -46,7 +49,7 @@ class TorchFlatIndex:
             count = torch.cuda.device_count()
             devices = [f"cuda:{i}" for i in range(count)] if count else ["cpu"]
         self.devices = [torch.device(d) for d in devices]
-        self.n, self.dim, self.max_scores = n, int(shards[0].shape[1]), max_scores
+        self.n, self.dim, self.max_scores, self.group = n, int(shards[0].shape[1]), max_scores, group
         per = math.ceil(n / len(self.devices))
         self.starts = [min(n, j * per) for j in range(len(self.devices))]
         self.parts = [torch.empty((min(n, s + per) - s, self.dim), dtype=torch.float16, device=d)
@@ -91,10 +94,12 @@ class TorchFlatIndex:
         keep = min(m, candidates(k))
         q16 = q32.to(torch.float16)
         chunk = max(keep, min(m, self.max_scores // max(1, b)))
+        if self.group > 1 and chunk < m:
+            chunk = max(self.group, chunk // self.group * self.group)    # only the last chunk has a tail
         vals, idx = [], []
         for c0 in range(0, m, chunk):
             block = q16 @ part[c0:c0 + chunk].T                       # [b, c] float16 scores
-            v, i = block.topk(min(keep, block.shape[1]), dim=1)
+            v, i = chunk_topk(block, min(keep, block.shape[1]), self.group)
             vals.append(v)
             idx.append(i + c0)
         vals, idx = torch.cat(vals, 1), torch.cat(idx, 1)
@@ -103,3 +108,32 @@ class TorchFlatIndex:
             idx = idx.gather(1, sel)
         exact = torch.einsum("bkd,bd->bk", part[idx].float(), q32)     # float32 re-score
         return exact, idx
+
+
+def chunk_topk(block, keep: int, group: int = GROUP):
+    """(values, columns) of the `keep` largest entries of each row of a [b, c] score block, best first.
+
+    Two stages when it pays: the maximum of each group of `group` consecutive columns, the
+    `keep` groups with the largest maxima, then the top `keep` of those groups' columns (plus
+    the last c mod group columns). Exact: every entry above the keep-th largest value t lies in
+    a group whose maximum exceeds t, and fewer than `keep` groups can; the groups with maximum t
+    that are chosen hold at least as many entries equal to t as the top-k needs (which of equal
+    entries is returned is unspecified, as with torch.topk). The full-size top-k (a radix select
+    over all b x c scores on a GPU) becomes one max-reduction, a top-k over c / group maxima and
+    one over keep x group gathered scores. `group` <= 1, or too few groups: plain `torch.topk`.
+    """
+    import torch
+
+    b, c = block.shape
+    groups = c // group if group > 1 else 0
+    if groups <= keep:
+        return block.topk(keep, dim=1)
+    full = groups * group
+    block = block if block.stride(1) == 1 else block.contiguous()
+    maxima = block.as_strided((b, groups, group), (block.stride(0), group, 1)).amax(dim=2)   # [b, groups]
+    best = maxima.topk(keep, dim=1).indices                                                  # [b, keep]
+    cols = (best.unsqueeze(2) * group + torch.arange(group, device=block.device)).view(b, keep * group)
+    if full < c:
+        cols = torch.cat([cols, torch.arange(full, c, device=block.device).expand(b, c - full)], 1)
+    values, pick = block.gather(1, cols).topk(keep, dim=1)
+    return values, cols.gather(1, pick)

@@ -31,14 +31,14 @@ def _run(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[
 def test_server_registers_in_the_endpoints_file_llm_call_reads(tmp_path):
     endpoints = tmp_path / "shared" / "endpoints.json"
     proc, argv = _run(tmp_path, INDEX_DIR="/idx", TOOLORCHESTRA_ENDPOINTS=str(endpoints), PORT="8123",
-                      EXTRA_ARGS="--min-length 100 --max-batch 64")
+                      EXTRA_ARGS="--min-length 100 --max-batch 64", FRONTENDS="4")
     assert proc.returncode == 0, proc.stderr
     assert argv[:2] == ["-m", "retrieval.server"]
     flags = dict(zip(argv[2::2], argv[3::2]))
     assert flags["--endpoints-file"] == str(endpoints)
     assert flags["--index"] == "/idx" and flags["--port"] == "8123" and flags["--device"] == "cpu"
     assert flags["--advertise-host"] == socket.gethostname()
-    assert flags["--min-length"] == "100" and flags["--max-batch"] == "64"
+    assert flags["--min-length"] == "100" and flags["--max-batch"] == "64" and flags["--frontends"] == "4"
 
 
 def test_missing_endpoints_file_is_named_and_the_old_variable_is_explained(tmp_path):

@@ -15,7 +15,7 @@ faiss = pytest.importorskip("faiss")
 pytest.importorskip("torch")
 
 from retrieval.dense import DenseIndex, write_shard  # noqa: E402
-from retrieval.torch_flat import TorchFlatIndex, candidates  # noqa: E402
+from retrieval.torch_flat import GROUP, TorchFlatIndex, candidates, chunk_topk  # noqa: E402
 
 
 def unit(rng, n, dim):
@@ -33,21 +33,50 @@ def faiss_flat(vectors):
     return index
 
 
-@pytest.mark.parametrize("devices,max_scores", [(["cpu"], 1 << 28), (["cpu", "cpu", "cpu"], 500)])
+@pytest.mark.parametrize("devices,max_scores,group", [
+    (["cpu"], 1 << 28, GROUP),           # one chunk of 2,000 columns: 31 groups of 64 and a tail of 16
+    (["cpu"], 1 << 28, 0),               # plain top-k
+    (["cpu"], 2_000, 4),                 # chunks of 220 columns (55 groups of 4), then a last one of 20
+    (["cpu", "cpu", "cpu"], 500, GROUP),
+])
 @pytest.mark.parametrize("k", [1, 10])
-def test_same_rows_and_scores_as_faiss_flat(devices, max_scores, k):
+def test_same_rows_and_scores_as_faiss_flat(devices, max_scores, group, k):
     rng = np.random.default_rng(0)
     vectors = unit(rng, 2_000, 32)
     # queries near stored rows (as real queries are near their passages) and plain random ones
     queries = np.concatenate([vectors[:5].astype(np.float32) + 0.3 * rng.normal(size=(5, 32)),
                               rng.normal(size=(4, 32))]).astype(np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    index = TorchFlatIndex(shards_of(vectors, 300), len(vectors), devices=devices, max_scores=max_scores)
+    index = TorchFlatIndex(shards_of(vectors, 300), len(vectors), devices=devices, max_scores=max_scores,
+                           group=group)
     scores, rows = index.search(queries, k)
     want_scores, want_rows = faiss_flat(vectors).search(queries, k)
     assert rows.dtype == np.int64 and scores.dtype == np.float32 and rows.shape == (9, k)
     np.testing.assert_array_equal(rows, want_rows)
     np.testing.assert_allclose(scores, want_scores, rtol=0, atol=2e-6)
+
+
+def test_two_stage_topk_by_hand():
+    import torch
+    block = torch.tensor([[1, 9, 2, 8, 3, 3, 3, 3, 7, 0, 0, 6, 5],     # groups of 4: maxima 9, 3, 7; tail 5
+                          [0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 9]],    # maxima 1, 2, 3; the best is the tail
+                         dtype=torch.float32)
+    values, cols = chunk_topk(block, 2, group=4)   # 3 groups > keep 2: two stages
+    assert values.tolist() == [[9, 8], [9, 3]] and cols.tolist() == [[1, 3], [12, 11]]
+
+
+@pytest.mark.parametrize("group", [2, 4, 7])
+def test_two_stage_topk_gives_plain_topk_values_under_ties(group):
+    """Scores from a handful of values (many ties) and a non-contiguous block: the same values as
+    torch.topk, and the columns returned hold them, each once."""
+    import torch
+    gen = torch.Generator().manual_seed(group)
+    block = torch.randint(0, 6, (8, 205), generator=gen).half().T.contiguous().T[:, :203]
+    for keep in (1, 5, 17):
+        values, cols = chunk_topk(block, keep, group)
+        assert torch.equal(values, block.topk(keep, dim=1).values)
+        assert torch.equal(block.gather(1, cols), values)
+        assert all(len(set(row)) == keep for row in cols.tolist())
 
 
 def test_rows_split_over_devices_keep_their_global_numbers():

@@ -1,0 +1,352 @@
+"""Several HTTP front-end processes feeding one batch worker: `python -m retrieval.server --frontends N`.
+
+One process per role, all started (spawn) by the server's main process, the supervisor:
+
+- the **batch worker** loads the index and the encoder once (one copy of the index on the GPU) and
+  runs the usual `RetrievalService` (micro-batcher + Searcher); one reader thread per front end
+  feeds it, and a sender thread per front end writes the answers back;
+- **N front ends** each run uvicorn + the same FastAPI app (`create_app`: limits, 422/413/408/503)
+  on one shared listening socket; their service is a `RemoteService`, which forwards each
+  request's queries to the worker over a duplex pipe (multiprocessing.Pipe: pickled tuples) and
+  resolves the request's Future when the answer comes back. The web fallback runs in the front ends.
+
+With one process, the HTTP event loop and the batch thread took turns on one GIL (~1.6 ms of
+Python per request capped the server near 600 requests/s at any index size; docs/benchmarks.md).
+Here the HTTP work spreads over N processes and the worker keeps its GIL for batching.
+
+Messages: front end -> worker ("retrieve", id, [Query]) | ("cancel", id, None) | ("health", id, None);
+worker -> front end ("result", id, payload) | ("error", id, (kind, message, field)). Errors cross
+as text, rebuilt as the same exception classes (QueryError -> 422, Overloaded -> 503, anything
+else -> the 500 a single-process server gives). When the worker dies, each front end fails its
+pending requests and answers 503 (and /health 503, status "down") with the reason; the
+supervisor then stops the front ends after WORKER_GONE_GRACE_S and exits with status 1, so a
+babysitter or Slurm restarts it. A front end that dies stops the server the same way.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import multiprocessing as mp
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+from concurrent.futures import Future, InvalidStateError
+from multiprocessing.connection import wait
+
+from retrieval.batcher import Overloaded
+from retrieval.searcher import QueryError
+
+log = logging.getLogger("retrieval.frontends")
+WORKER_GONE_GRACE_S = 5.0    # front ends answer 503 "worker gone" this long before the server exits
+HEALTH_TIMEOUT_S = 5.0       # a worker that does not answer /health within this is reported down
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+class WorkerGone(RuntimeError):
+    """The batch worker process is no longer there: the server answers 503 until it stops."""
+
+
+class WorkerError(RuntimeError):
+    """An exception raised in the worker by a request (the front end answers 500, as one process does)."""
+
+
+def encode_error(err: BaseException) -> tuple[str, str, str | None]:
+    """An exception as (kind, message, field): plain text, so it always crosses the pipe."""
+    if isinstance(err, QueryError):
+        return "query", str(err).removeprefix(f"{err.field}: "), err.field
+    if isinstance(err, Overloaded):
+        return "overloaded", str(err), None
+    return "error", f"{type(err).__name__}: {err}", None
+
+
+def decode_error(kind: str, message: str, field: str | None) -> Exception:
+    if kind == "query":
+        return QueryError(field, message)
+    if kind == "overloaded":
+        return Overloaded(message)
+    return WorkerError(message)
+
+
+# ---- front end -------------------------------------------------------------------------------
+class RemoteService:
+    """The RetrievalService interface (submit / finish / health / close / web) over a pipe to the
+    batch worker. Thread-safe: the event loop submits, a reader thread resolves the Futures."""
+
+    def __init__(self, conn, web=None):
+        from retrieval.service import web_finish
+
+        self.conn, self.web, self._finish = conn, web, web_finish
+        self._pending: dict[int, Future] = {}
+        self._ids = itertools.count()
+        self._send_lock = threading.Lock()
+        self.gone: str | None = None
+        self.closed = False
+        threading.Thread(target=self._read, name="retrieval-frontend-reader", daemon=True).start()
+
+    def submit(self, queries) -> Future:
+        """Forward one request's queries; the Future gives their hits, or raises what the worker raised."""
+        if self.gone:
+            raise WorkerGone(self.gone)
+        rid, fut = next(self._ids), Future()
+        self._pending[rid] = fut
+        fut.add_done_callback(lambda f: f.cancelled() and self._cancel(rid))   # a request that timed out
+        self._send(("retrieve", rid, list(queries)))
+        return fut
+
+    def finish(self, queries, hits):
+        return self._finish(self.web, queries, hits)
+
+    def health(self) -> dict:
+        if self.gone:
+            return {"status": "down", "error": self.gone}
+        rid, fut = next(self._ids), Future()
+        self._pending[rid] = fut
+        try:
+            self._send(("health", rid, None))
+            return {**fut.result(timeout=HEALTH_TIMEOUT_S), "frontend_pid": os.getpid()}
+        except WorkerGone as err:
+            return {"status": "down", "error": str(err)}
+        except TimeoutError:
+            self._pending.pop(rid, None)
+            return {"status": "down", "error": f"the batch worker did not answer within {HEALTH_TIMEOUT_S:g} s"}
+
+    def close(self) -> None:
+        self.closed = True
+        self.conn.close()
+
+    def _send(self, message) -> None:
+        try:
+            with self._send_lock:
+                self.conn.send(message)
+        except (OSError, ValueError) as err:       # the pipe is broken or closed: the worker is gone
+            self._worker_gone(f"the batch worker is gone ({type(err).__name__}); the server is stopping")
+            raise WorkerGone(self.gone) from None
+
+    def _cancel(self, rid: int) -> None:
+        self._pending.pop(rid, None)
+        try:
+            self._send(("cancel", rid, None))
+        except WorkerGone:
+            pass
+
+    def _read(self) -> None:
+        while True:
+            try:
+                kind, rid, payload = self.conn.recv()
+            except (EOFError, OSError, TypeError, ValueError):   # TypeError/ValueError: closed under recv
+                if self.closed:
+                    return
+                self._worker_gone("the batch worker exited; the server is stopping (retry on another replica)")
+                return
+            fut = self._pending.pop(rid, None)
+            try:
+                if fut is not None:
+                    fut.set_result(payload) if kind == "result" else fut.set_exception(decode_error(*payload))
+            except InvalidStateError:             # cancelled meanwhile
+                pass
+
+    def _worker_gone(self, reason: str) -> None:
+        if self.gone is None:
+            self.gone = reason
+            log.error("%s", reason)
+        for rid in list(self._pending):
+            fut = self._pending.pop(rid, None)
+            if fut is not None and not fut.done():
+                try:
+                    fut.set_exception(WorkerGone(reason))
+                except InvalidStateError:
+                    pass
+
+
+def frontend_main(sock: socket.socket, conn, settings: dict) -> None:
+    """One front-end process: uvicorn + the app over a RemoteService on the shared socket."""
+    import uvicorn
+
+    from retrieval.server import create_app, server_config
+    from retrieval.web import web_search_from_env
+
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    limits = settings["limits"]
+    service = RemoteService(conn, web_search_from_env(min_docs=settings["web_min_docs"]))
+    app = create_app(service, limits, default_min_score=settings["min_score"],
+                     default_min_length=settings["min_length"])
+    config = server_config(app, settings["host"], sock.getsockname()[1], limits)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+# ---- batch worker ----------------------------------------------------------------------------
+def serve_connection(service, conn, index: int, counts: list[int]) -> None:
+    """Answer one front end's messages until its pipe closes (`counts[index]`: requests taken)."""
+    outbox: queue.SimpleQueue = queue.SimpleQueue()
+    pending: dict[int, Future] = {}
+
+    def send_all():                 # a slow front end never blocks the batch thread
+        while (message := outbox.get()) is not None:
+            try:
+                conn.send(message)
+            except (OSError, ValueError):
+                return
+
+    sender = threading.Thread(target=send_all, name=f"retrieval-worker-send-{index}", daemon=True)
+    sender.start()
+
+    def reply(rid: int, fut: Future) -> None:
+        pending.pop(rid, None)
+        if fut.cancelled():
+            return                  # the front end gave up on it and dropped its Future
+        err = fut.exception()
+        outbox.put(("error", rid, encode_error(err)) if err else ("result", rid, fut.result()))
+
+    while True:
+        try:
+            kind, rid, payload = conn.recv()
+        except (EOFError, OSError):
+            break
+        if kind == "retrieve":
+            counts[index] += 1
+            try:
+                fut = service.submit(payload)
+            except Exception as err:        # noqa: BLE001 -- QueryError, Overloaded, ...: to the client
+                outbox.put(("error", rid, encode_error(err)))
+                continue
+            pending[rid] = fut
+            fut.add_done_callback(lambda f, rid=rid: reply(rid, f))
+        elif kind == "cancel":
+            fut = pending.pop(rid, None)
+            if fut is not None:
+                fut.cancel()                # skipped by the batcher unless already running
+        elif kind == "health":
+            health = {**service.health(), "frontends": len(counts), "requests_per_frontend": list(counts),
+                      "worker_pid": os.getpid()}
+            outbox.put(("result", rid, health))
+    outbox.put(None)
+    sender.join(5)
+
+
+def worker_main(args, conns: list, ready) -> None:
+    """The batch-worker process: load the service, report to the supervisor, serve every front end."""
+    from retrieval.server import _load_service
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C reaches the supervisor, which stops us
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    try:
+        service = _load_service(args)
+    except (FileNotFoundError, ValueError) as err:
+        ready.send(("error", str(err)))
+        return
+    ready.send(("ok", None))
+    ready.close()
+    counts = [0] * len(conns)
+    threads = [threading.Thread(target=serve_connection, args=(service, conn, i, counts),
+                                name=f"retrieval-worker-recv-{i}", daemon=True) for i, conn in enumerate(conns)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    service.close()
+
+
+# ---- supervisor ------------------------------------------------------------------------------
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket every front end accepts on (port 0: a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(args, limits, registration) -> int:
+    """Run the worker and `args.frontends` front ends until a signal (0) or a child's death (1).
+    `registration(port) -> (on_started, on_stopped)`: the endpoints-file hooks."""
+    ctx = mp.get_context("spawn")
+    pipes = [ctx.Pipe(duplex=True) for _ in range(args.frontends)]
+    ready_recv, ready_send = ctx.Pipe(duplex=False)
+    worker = ctx.Process(target=worker_main, args=(args, [w for w, _ in pipes], ready_send),
+                         name="retrieval-worker")
+    worker.start()
+    ready_send.close()
+    for w, _ in pipes:
+        w.close()                   # only the worker holds these: its death closes the front ends' pipes
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    status = _wait_ready(worker, ready_recv, stop)
+    if status is not None:
+        for _, f in pipes:
+            f.close()
+        return status
+    sock = listen(args.host, args.port)
+    port = sock.getsockname()[1]
+    settings = {"limits": limits, "host": args.host, "min_score": args.min_score, "min_length": args.min_length,
+                "web_min_docs": args.web_min_docs}
+    fronts = [ctx.Process(target=frontend_main, args=(sock, f, settings), name=f"retrieval-frontend-{i}")
+              for i, (_, f) in enumerate(pipes)]
+    for p in fronts:
+        p.start()
+    for _, f in pipes:
+        f.close()
+    sock.close()
+    started, stopped = registration(port)
+    log.info("batch worker pid %d; %d front-end processes", worker.pid, len(fronts))
+    started()
+    code = _supervise(worker, fronts, stop)
+    _stop(fronts + [worker])
+    if stopped:
+        stopped()
+    return code
+
+
+def _wait_ready(worker, ready_recv, stop: threading.Event) -> int | None:
+    """None once the worker has loaded the index; else the exit status (2: bad index or flags)."""
+    while not stop.is_set():
+        ready = wait([ready_recv, worker.sentinel], timeout=0.5)
+        if ready_recv in ready:
+            try:
+                status, message = ready_recv.recv()
+            except EOFError:
+                worker.join(10)
+                status, message = "error", f"the batch worker exited while loading (exit code {worker.exitcode})"
+            if status == "ok":
+                return None
+            print(f"error: {message}", file=sys.stderr, flush=True)
+            worker.join(10)
+            return 2
+        if worker.sentinel in ready:
+            worker.join(1)
+            print(f"error: the batch worker exited while loading (exit code {worker.exitcode})",
+                  file=sys.stderr, flush=True)
+            return 1
+    _stop([worker])
+    return 0
+
+
+def _supervise(worker, fronts, stop: threading.Event) -> int:
+    sentinels = {worker.sentinel: worker, **{p.sentinel: p for p in fronts}}
+    while not stop.is_set():
+        dead = wait(list(sentinels), timeout=0.5)
+        if not dead or stop.is_set():
+            continue
+        proc = sentinels[dead[0]]
+        proc.join(1)                # reap it: its exit code
+        if proc is worker:
+            log.error("the batch worker exited (exit code %s); front ends answer 503 for %g s, then the server stops",
+                      worker.exitcode, WORKER_GONE_GRACE_S)
+            stop.wait(WORKER_GONE_GRACE_S)
+        else:
+            log.error("front end %s exited (exit code %s); stopping the server", proc.name, proc.exitcode)
+        return 1
+    return 0
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()           # SIGTERM: uvicorn finishes the requests in flight
+    for p in procs:
+        p.join(15)
+        if p.is_alive():
+            p.kill()
+            p.join(5)

@@ -1,0 +1,240 @@
+"""`python -m retrieval.server --frontends N`: N HTTP processes feeding one batch-worker process.
+
+Real processes over real HTTP (uvicorn, FastAPI, MiniLM, FAISS flat on the tiny corpus): the
+answers equal the single-process server's, concurrent clients spread over the front ends are all
+answered from shared micro-batches, worker errors reach the client as one process reports them,
+a dead worker turns /health and /retrieve into 503 and stops the server, SIGTERM stops it cleanly.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from _retrieval_world import TINY, live, write_jsonl
+
+from retrieval.build_index import build
+from retrieval.encoders import Encoder
+from retrieval.frontends import RemoteService, serve_connection
+from retrieval.searcher import Searcher
+from retrieval.server import Limits, create_app
+from retrieval.service import RetrievalService
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")   # conftest.py
+ROOT = Path(__file__).resolve().parents[2]
+QUESTIONS = {"What is the capital of Japan?": "tokyo", "Who created the Python language?": "python",
+             "highest mountain in the Himalayas": "everest", "music from New Orleans": "jazz",
+             "city on the Seine": "paris", "How do plants store light energy?": "photosynthesis"}
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("frontends")
+    corpus = write_jsonl(folder / "corpus.jsonl", TINY)
+    (folder / "eids.json").write_text(json.dumps({"q-music": ["jazz", "python"]}))
+    build(corpus, folder / "index", encoder=Encoder(), progress=False)
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def server(index_dir: Path, frontends: int, *extra: str):
+    """`python -m retrieval.server` as a subprocess; yields (base URL, process) once /health is 200."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "retrieval.server", "--index", str(index_dir / "index"), "--port", str(port),
+           "--eid-file", str(index_dir / "eids.json"), "--frontends", str(frontends), *extra]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "the server did not answer /health"
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture(scope="module")
+def multi(index_dir):
+    with server(index_dir, 2, "--max-wait-ms", "50") as (url, _):
+        yield url
+
+
+BODIES = [   # answered alike by one process and by front ends: hits, filters, errors
+    {"queries": list(QUESTIONS), "topk": 2, "return_scores": True},
+    {"queries": ["What is the capital of Japan?"]},
+    {"queries": ["jazz in New Orleans", "the capital of Japan"], "topk": 5, "eid": "q-music", "return_scores": True},
+    {"queries": ["volcano"], "topk": 2, "min_length": 20, "return_scores": True},
+    {"queries": ["volcano"], "topk": 3, "min_score": 0.3, "return_scores": True},
+    {"queries": ["x"], "eid": "q-nope"},                       # 422 from the worker's check
+    {"queries": [], "topk": 3},                                # 422 from the front end's schema
+    {"queries": ["q"], "topk": 201},
+]
+
+
+def test_front_ends_answer_exactly_as_one_process(index_dir, multi):
+    with server(index_dir, 1) as (single, _):
+        want = [httpx.post(single + "/retrieve", json=b, timeout=30) for b in BODIES]
+        raw = httpx.post(single + "/retrieve", content=b"{not json", timeout=30)
+    got = [httpx.post(multi + "/retrieve", json=b, timeout=30) for b in BODIES]
+    assert [r.status_code for r in got] == [r.status_code for r in want] == [200] * 5 + [422] * 3
+    for g, w in zip(got, want):
+        assert g.json() == w.json()
+    assert want[5].json()["error"].startswith("eid: unknown eid 'q-nope'")
+    bad = httpx.post(multi + "/retrieve", content=b"{not json", timeout=30)
+    assert (bad.status_code, bad.json()) == (raw.status_code, raw.json())
+
+
+def test_concurrent_clients_on_every_front_end_are_answered_from_shared_batches(multi):
+    before = httpx.get(multi + "/health").json()
+    sent = 0
+
+    def ask(pair):      # a new connection per request, so that both front ends accept some
+        r = httpx.post(multi + "/retrieve", json={"queries": [pair[0]], "topk": 1}, timeout=60)
+        return r.json()["result"][0][0]["id"], pair[1]
+
+    for _ in range(5):  # which process accepts a connection is the kernel's choice: ask until both did
+        questions = list(QUESTIONS.items()) * 8
+        with ThreadPoolExecutor(len(questions)) as pool:
+            answers = list(pool.map(ask, questions))
+        assert all(got == want for got, want in answers)
+        sent += len(questions)
+        health = httpx.get(multi + "/health").json()
+        served = [a - b for a, b in zip(health["requests_per_frontend"], before["requests_per_frontend"])]
+        if min(served) > 0:
+            break
+    assert health["frontends"] == 2 and sum(served) == sent and min(served) > 0, served
+    assert health["batches"] - before["batches"] < sent      # one worker batched across the front ends
+
+
+@contextmanager
+def piped(service: RetrievalService, limits: Limits | None = None):
+    """A front-end app over a real pipe to `serve_connection` (the worker's loop) in this process."""
+    front, back = mp.Pipe(duplex=True)
+    worker = threading.Thread(target=serve_connection, args=(service, back, 0, [0]), daemon=True)
+    worker.start()
+    remote = RemoteService(front)
+    try:
+        with live(create_app(remote, limits or Limits())) as url:     # its shutdown closes `remote`: the worker loop ends
+            yield url
+    finally:
+        remote.close()
+        worker.join(10)
+        back.close()
+
+
+def test_worker_errors_reach_the_client_as_one_process_answers_them(index_dir):
+    searcher = Searcher(index_dir / "index", eid_file=index_dir / "eids.json")
+    real, seen = searcher.search, []
+
+    def fragile(queries):
+        seen.extend(q.text for q in queries)
+        if any(q.text == "POISON" for q in queries):
+            raise RuntimeError("index exploded")
+        if any(q.text == "SLOW" for q in queries):
+            time.sleep(2.0)
+        return real(queries)
+
+    searcher.search = fragile
+    with piped(RetrievalService(searcher, max_wait_s=0.05)) as url:
+        texts = ["POISON"] + list(QUESTIONS)
+        with ThreadPoolExecutor(len(texts)) as pool:
+            codes = list(pool.map(lambda t: httpx.post(url + "/retrieve", json={"queries": [t]}, timeout=30), texts))
+        unknown = httpx.post(url + "/retrieve", json={"queries": ["x"], "eid": "q-nope"}, timeout=30)
+        health = httpx.get(url + "/health", timeout=30)
+    with piped(RetrievalService(searcher), Limits(request_timeout_s=0.5)) as url, ThreadPoolExecutor(2) as pool:
+        # SLOW holds the worker for 2 s; LATE, queued behind it, times out and is cancelled
+        slow = pool.submit(httpx.post, url + "/retrieve", json={"queries": ["SLOW"]}, timeout=30)
+        deadline = time.monotonic() + 10
+        while "SLOW" not in seen:          # SLOW's batch is being searched
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        late = pool.submit(httpx.post, url + "/retrieve", json={"queries": ["LATE"]}, timeout=30).result()
+        slow = slow.result()
+    assert codes[0].status_code == 500 and codes[0].text == "Internal Server Error"     # as in one process
+    assert [c.status_code for c in codes[1:]] == [200] * len(QUESTIONS)
+    assert unknown.status_code == 422 and unknown.json()["error"].startswith("eid: unknown eid 'q-nope'")
+    assert unknown.json()["detail"][0]["loc"] == ["body", "eid"]
+    assert slow.status_code == late.status_code == 503 and "longer than 0.5 s" in late.json()["error"]
+    assert "LATE" not in seen          # its cancellation reached the worker before the batcher took it
+    assert health.status_code == 200 and health.json()["requests_per_frontend"] == [len(texts) + 1]
+
+
+def test_errors_cross_the_pipe_as_their_own_kind():
+    from retrieval.batcher import Overloaded
+    from retrieval.frontends import WorkerError, decode_error, encode_error
+    from retrieval.searcher import QueryError
+    back = decode_error(*encode_error(QueryError("eid", "unknown eid 'x'")))
+    assert isinstance(back, QueryError) and back.field == "eid" and str(back) == "eid: unknown eid 'x'"
+    back = decode_error(*encode_error(Overloaded("4096 requests already waiting")))
+    assert isinstance(back, Overloaded) and str(back) == "4096 requests already waiting"
+    back = decode_error(*encode_error(KeyError("gone")))
+    assert type(back) is WorkerError and str(back) == "KeyError: 'gone'"
+
+
+def test_a_dead_worker_turns_health_and_requests_into_503_then_the_server_exits(index_dir):
+    with server(index_dir, 2) as (url, proc):
+        worker = httpx.get(url + "/health").json()["worker_pid"]
+        os.kill(worker, signal.SIGKILL)
+        deadline = time.monotonic() + 3
+        while (health := httpx.get(url + "/health", timeout=10)).status_code == 200:
+            assert time.monotonic() < deadline, "the front end did not notice the worker's death"
+            time.sleep(0.05)
+        r = httpx.post(url + "/retrieve", json={"queries": ["city on the Seine"]}, timeout=10)
+        assert proc.wait(30) == 1
+    assert health.status_code == 503 and health.json()["status"] == "down"
+    assert r.status_code == 503 and r.json()["error"].startswith("the batch worker exited")
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/health", timeout=5)
+
+
+def test_sigterm_stops_every_process_and_unregisters(index_dir, tmp_path):
+    endpoints = tmp_path / "endpoints.json"
+    with server(index_dir, 2, "--endpoints-file", str(endpoints)) as (url, proc):
+        health = httpx.get(url + "/health").json()
+        assert [r["base_url"] for r in json.loads(endpoints.read_text())["retrieval"]] == [url]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    assert json.loads(endpoints.read_text()).get("retrieval", []) == []
+    for pid in (health["worker_pid"], health["frontend_pid"]):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--index", "/nonexistent/index", "--frontends", "2"], "/nonexistent/index: no meta.json"),
+    (["--index", "/nonexistent/index", "--frontends", "0"], "--frontends 0: give 1"),
+])
+def test_bad_flags_exit_2_naming_them(argv, message):
+    done = subprocess.run([sys.executable, "-m", "retrieval.server", *argv, "--port", "0"], cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
