@@ -71,19 +71,25 @@ class ScriptedCalls:
         self.engine.update_weights(weights)
 
 
-def build_engine(args, device: torch.device):
-    from gpu_train_step import qwen3_config
-    from transformers import Qwen3ForCausalLM
-
-    from orchestrator.engines import make_engine
-    from orchestrator.engines.batcher import BatchingEngine
+def policy_tokenizer():
+    """A small BPE tokenizer (1,200 tokens) trained on the prompts and tool calls."""
     from training.tiny_policy import tiny_tokenizer
 
     catalog = task_catalog(load_catalog(), Task("x", "q", tools=TOOLS))
     texts = [json.dumps(catalog.openai_tools(tools=catalog.tools))] * 5
     texts += allowed_call_strings({t: list(a) for t, a in TOOLS.items()}) * 50
     texts += [(ROOT / "orchestrator/prompts" / f).read_text() * 5 for f in ("system.txt", "user.txt")]
-    tok = tiny_tokenizer(texts, vocab_size=1200)
+    return tiny_tokenizer(texts, vocab_size=1200)
+
+
+def build_engine(args, device: torch.device):
+    from gpu_train_step import qwen3_config
+    from transformers import Qwen3ForCausalLM
+
+    from orchestrator.engines import make_engine
+    from orchestrator.engines.batcher import BatchingEngine
+
+    tok = policy_tokenizer()
     cfg = qwen3_config(args.tiny)
     cfg.vocab_size, cfg.eos_token_id, cfg.pad_token_id = len(tok), tok.eos_token_id, tok.pad_token_id
     torch.manual_seed(0)

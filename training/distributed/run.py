@@ -35,7 +35,7 @@ class RayLearner:
 
         self.cfg, self.dist, self.policy, self.tokenizer, self.owned = cfg, dist, policy, tokenizer, owned
         self.layout = {"trainer_workers": dist.trainer_workers, "zero_stage": dist.zero_stage}
-        self.engine = BatchingEngine(policy.engine, max_batch=cfg.engine.max_batch)
+        self.engine = BatchingEngine(policy.engine, max_batch=cfg.engine.max_batch, linger_ms=cfg.engine.linger_ms)
         self.description = (f"on Ray: {dist.trainer_workers} trainer rank(s) (ZeRO-{dist.zero_stage}), {dist.mode} "
                             f"engines, weight sync {policy.sync_kind}")
 
