@@ -2,7 +2,7 @@
 `BatchingEngine` (threads, 1 s tool sleeps) over an engine that sleeps what the H200's static
 decoder takes for each call.
 
-    python bench/rollout_schedule.py                       # 128 rollouts x 8 turns, max_batch 32, linger 0 vs 50 ms
+    python bench/rollout_schedule.py                       # 128 rollouts x 8 turns, max_batch 32, linger 0 vs 250 ms
     python bench/rollout_schedule.py --linger-ms 0 20 50 100 --repeats 3
 
 Everything but the GPU is real: one thread per rollout, the episode loop and its prompts
@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from gpu_grpo_e2e import ForcedLengths  # noqa: E402
-from gpu_rollouts import ScriptedCalls, measure, policy_tokenizer  # noqa: E402
+from gpu_rollouts import ScriptedCalls, measure, policy_tokenizer, workload_args  # noqa: E402
 from rollout_overlap import TimedEngine  # noqa: E402
 
 from orchestrator.engine import Generation  # noqa: E402
@@ -135,19 +135,8 @@ def run_setting(args, tok, linger_ms: float) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rollouts", type=int, default=128)
-    parser.add_argument("--turns", type=int, default=8)
-    parser.add_argument("--tokens", type=int, default=64, help="most tokens per turn (max_tokens)")
-    parser.add_argument("--tool-seconds", type=float, default=1.0)
-    parser.add_argument("--context-tokens", type=int, default=8192)
-    parser.add_argument("--max-batch", type=int, default=32, help="the trainer's engine.max_batch")
+    workload_args(parser, repeats=3)
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="BatchingEngine(max_wait_ms=)")
-    parser.add_argument("--linger-ms", type=float, nargs="+", default=[0.0, 50.0],
-                        help="BatchingEngine(linger_ms=) settings to compare (0: no lingering, the old policy)")
-    parser.add_argument("--lengths", choices=["geometric", "cap"], default="geometric")
-    parser.add_argument("--median-frac", type=float, default=0.4)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     tok = policy_tokenizer()
     results = {"args": vars(args) | {"json": str(args.json)}, "settings": []}

@@ -7,7 +7,6 @@ decision masks of constrained turns.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import threading
@@ -101,9 +100,10 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
                      unconstrained_logprobs: bool = False) -> list[list[Rollout]]:
     """G = `rollouts_per_task` episodes of every task, run concurrently; groups in task order.
 
-    Threads overlap generation (batched by a BatchingEngine) with tool calls; each episode runs
-    inside the engine's `episode()` where it has one (BatchingEngine: a partial batch may linger
-    for episodes coming back from their tools, `engine.linger_ms`).  Raises
+    Threads overlap generation (batched by a BatchingEngine) with tool calls; every episode is
+    registered with the engine's `episodes()` where it has one, before the first starts
+    (BatchingEngine: a short batch may linger for episodes coming back from their tools,
+    `engine.linger_ms`).  Raises
     `Preempted` soon after `should_stop()` turns true (running episodes are abandoned).
     `price_model` None: the catalog's `orchestrator_price_model` (tools.json).
     `unconstrained_logprobs`: see `SeededEngine` (asynchronous training).
@@ -115,12 +115,16 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
     jobs = [(i, j) for j in range(rollouts_per_task) for i in range(len(tasks))]
     groups: list[list[Rollout | None]] = [[None] * rollouts_per_task for _ in tasks]
 
-    in_flight = getattr(engine, "episode", contextlib.nullcontext)
+    register = getattr(engine, "episodes", None)          # BatchingEngine: all of them, before any starts
+    in_flight = register(len(jobs)) if register else None
 
     def one(i: int, j: int) -> Rollout:
         policy = TokenPolicy(SeededEngine(engine, rollout_seed(seed, step, i, j), unconstrained_logprobs), price_model)
-        with in_flight():
+        try:
             return run_episode(tasks[i], policy, runtime, config)
+        finally:
+            if in_flight is not None:
+                in_flight.end()
 
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="rollout")
     try:
@@ -136,6 +140,8 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
                     on_done(i, groups[i][j])
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+        if in_flight is not None:
+            in_flight.close()
     return groups  # type: ignore[return-value]
 
 

@@ -24,8 +24,8 @@ Semantics (what a caller can rely on):
 The batch is formed between engine calls (no joining a generation already running).
 
 Lingering (multi-turn rollouts): callers that will come back (an episode between two turns,
-away in a tool call) say so with `with batcher.episode(): ...` (training.rollouts.collect_rollouts
-does, per episode).  While any such episode is away (registered, no request waiting) and the
+away in a tool call) register (`batcher.episodes(n)`, each `.end()`s; `with batcher.episode():`
+for one); training.rollouts.collect_rollouts registers all of a collection's episodes up front.  While any such episode is away (registered, no request waiting) and the
 batch is not full, the batch keeps gathering as long as requests keep arriving at most
 `max_wait_ms` apart, up to `linger_ms` after it began: a cohort of episodes that left for
 their tools together and comes back a few milliseconds apart (each thread's own Python work
@@ -36,7 +36,6 @@ gateway, evaluation) sees the old policy: `max_wait_ms` after the first request,
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import queue
@@ -59,6 +58,37 @@ class _Request:
 
 
 _WAKE = object()                                 # queued to wake a lingering batch; carries no request
+
+
+class Episodes:
+    """Episodes registered with a BatchingEngine (`BatchingEngine.episodes`); thread-safe."""
+
+    def __init__(self, batcher: "BatchingEngine", n: int):
+        if n < 0:
+            raise ValueError(f"BatchingEngine.episodes(n={n}): expected n >= 0")
+        self._batcher, self._left, self._lock = batcher, n, threading.Lock()
+        batcher._register(n)
+
+    def end(self) -> None:
+        """One of them has finished (or failed); after `close()` (or once all have) nothing."""
+        with self._lock:
+            if self._left == 0:
+                return
+            self._left -= 1
+        self._batcher._register(-1)
+
+    def close(self) -> None:
+        """The ones not ended are no longer coming (finished, abandoned)."""
+        with self._lock:
+            left, self._left = self._left, 0
+        if left:
+            self._batcher._register(-left)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 @dataclass
@@ -121,17 +151,21 @@ class BatchingEngine:
         return self._submit(_Request(prompts=[list(p) for p in prompts], params=params,
                                      deadline=deadline)).result()
 
-    @contextlib.contextmanager
-    def episode(self):
-        """Counts the caller as an episode in flight for the block: between its requests it is
-        away (a tool call) and will be back, which lets a partial batch linger for it."""
+    def episodes(self, n: int = 1) -> "Episodes":
+        """Registers `n` episodes in flight (started or about to start) until each `end()`s or
+        the returned handle closes: between its requests an episode is away (a tool call) and
+        will be back, which lets a short batch linger for it.  Register them all before the
+        first starts, so the first requests do not run alone while the others are starting."""
+        return Episodes(self, n)
+
+    def episode(self) -> "Episodes":
+        """One episode, for a `with` block around it."""
+        return Episodes(self, 1)
+
+    def _register(self, n: int) -> None:
         with self._lock:
-            self._episodes += 1
-        try:
-            yield self
-        finally:
-            with self._lock:
-                self._episodes -= 1
+            self._episodes += n
+        if n < 0:
             self._queue.put(_WAKE)               # a lingering batch re-checks who can still come
 
     def update_weights(self, state_dict_or_path) -> None:

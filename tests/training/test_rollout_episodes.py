@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
+
+import pytest
 
 from orchestrator.engines.batcher import BatchingEngine
 from training import rollouts
@@ -34,6 +37,43 @@ def test_each_running_episode_is_registered_with_the_engine(monkeypatch):
                                            seed=0, step=0, price_model="Qwen3-8B", concurrency=6)
         assert seen == [6] * 6 and engine._episodes == 0
     assert groups == [[0, 0], [1, 1], [2, 2]]
+
+
+def test_episodes_are_registered_before_any_starts(monkeypatch):
+    """4 episodes, 2 threads: the first two already count the two not started (their first
+    requests would otherwise find nobody away and run without the others); each that ends
+    leaves the count."""
+    seen, lock = [], threading.Lock()
+    with BatchingEngine(NoEngine(), linger_ms=100) as engine:
+        def episode(task, policy, runtime, config):
+            with lock:
+                seen.append(engine._episodes)
+            return task
+
+        monkeypatch.setattr(rollouts, "run_episode", episode)
+        rollouts.collect_rollouts(list(range(4)), engine, SimpleNamespace(), None, rollouts_per_task=1, seed=0,
+                                  step=0, price_model="Qwen3-8B", concurrency=2)
+        assert engine._episodes == 0
+    assert seen[0] == 4 and sorted(seen, reverse=True) == seen and seen[-1] >= 1, seen
+
+
+def test_abandoned_episodes_leave_the_count(monkeypatch):
+    """A collection that fails part-way (here an episode raises) unregisters the rest at once,
+    and an abandoned episode that ends later does not count twice."""
+    with BatchingEngine(NoEngine(), linger_ms=100) as engine:
+        def episode(task, policy, runtime, config):
+            if task == 0:
+                raise RuntimeError("boom")
+            time.sleep(0.3)                   # still running (or never started) when the collection fails
+            return task
+
+        monkeypatch.setattr(rollouts, "run_episode", episode)
+        with pytest.raises(RuntimeError, match="boom"):
+            rollouts.collect_rollouts(list(range(3)), engine, SimpleNamespace(), None, rollouts_per_task=1, seed=0,
+                                      step=0, price_model="Qwen3-8B", concurrency=1)
+        assert engine._episodes == 0
+        time.sleep(0.5)
+        assert engine._episodes == 0
 
 
 def test_an_engine_without_episodes_still_runs_them(monkeypatch):
