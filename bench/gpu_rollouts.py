@@ -26,7 +26,8 @@ turn's chunks run one after another, so the last chunk's rollouts start that muc
 schedule of max_batch-row calls avoids it; the floor leaves it out).
 `--lengths geometric` (the default) ends each row at a drawn length (forced EOS, median 0.4 x
 `--tokens`, bench/gpu_grpo_e2e.py's `ForcedLengths`) instead of running every row to `--tokens`.
-A first run with no tool latency warms the compiler and CUDA graphs (reported apart);
+A first run with no tool latency, then one call of 8 rows and one of 1, warm the compiler and
+CUDA graphs (reported apart);
 `--repeats` runs are measured per `--linger-ms` setting (`BatchingEngine(linger_ms=)`, train.py's
 `engine.linger_ms`: how long a short batch waits for episodes coming back from their tools; 0 is
 the old policy).  Progress is printed per run and the JSON rewritten after each.
@@ -147,6 +148,19 @@ def floor_turns(timed, groups, args, step: int) -> list[tuple[float, int]]:
     return seconds
 
 
+def warm_row_counts(timed, args, width: int = 512) -> float:
+    """Generate once for 8 rows and once for 1 (what split batches make: the warm-up run's calls
+    are mostly full), so the timed runs of every setting find the decode forward compiled for
+    any row count (torch.compile marks the dimension dynamic at its second value; 1 is
+    specialised); returns the seconds taken."""
+    from orchestrator.engine import SamplingParams
+
+    started = time.monotonic()
+    for n in (8, 1):
+        timed.engine.generate([[5] * width] * n, SamplingParams(temperature=1.0, max_tokens=args.tokens))
+    return time.monotonic() - started
+
+
 def measure(engine, timed, scripted, args, tool_seconds: float, step: int) -> dict:
     from training.rollouts import collect_rollouts
 
@@ -219,7 +233,9 @@ def main() -> int:
     started = time.monotonic()
     with BatchingEngine(scripted, max_batch=args.max_batch) as engine:
         results["warmup"] = measure(engine, timed, scripted, args, 0.0, 0)
-    print(f"warm-up ({time.monotonic() - started:.0f} s)", results["warmup"], flush=True)
+    results["warmup_row_counts_s"] = warm_row_counts(timed, args)
+    print(f"warm-up ({time.monotonic() - started:.0f} s; 8 and 1 rows: {results['warmup_row_counts_s']:.1f} s)",
+          results["warmup"], flush=True)
     save()
     results["settings"], step = [], 1
     for linger in args.linger_ms:
