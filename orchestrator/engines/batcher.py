@@ -25,14 +25,17 @@ The batch is formed between engine calls (no joining a generation already runnin
 
 Lingering (multi-turn rollouts): callers that will come back (an episode between two turns,
 away in a tool call) register (`batcher.episodes(n)`, each `.end()`s; `with batcher.episode():`
-for one); training.rollouts.collect_rollouts registers all of a collection's episodes up front.  While any such episode is away (registered, no request waiting) and the
-batch is not full, the batch keeps gathering as long as requests keep arriving at most
-`max_wait_ms` apart, up to `linger_ms` after it began: a cohort of episodes that left for
-their tools together and comes back a few milliseconds apart (each thread's own Python work
-between the tool's reply and its next request) is served in one engine call instead of being
-split into a small first batch and a second call for the rest.  It starts at once when every
-registered episode is waiting (nobody else can come).  A caller outside any episode (the
-gateway, evaluation) sees the old policy: `max_wait_ms` after the first request, no more.
+for one); training.rollouts.collect_rollouts registers all of a collection's episodes before
+the first starts.  While any registered episode is away (no request waiting) and the batch is
+not full, the batch keeps gathering until it is full, until every registered episode is
+waiting (nobody else can come; an episode that ends wakes it), or until `linger_ms` (and at
+most the last engine call's wall time) has passed since it began: a cohort of episodes that
+left for their tools together and comes back tens of milliseconds apart (each thread's own
+Python work between the tool's reply and its next request, one thread at a time under the GIL)
+is served in one engine call instead of a small first batch and a second call for the rest.
+Waiting at most one engine call is the break-even: a request that arrives during a call
+started without it waits that call out anyway.  No episode registered (the gateway,
+evaluation): the old policy, `max_wait_ms` after the first request, no more.
 """
 from __future__ import annotations
 
@@ -108,9 +111,9 @@ class BatchingEngine:
         max_wait_ms: after the first request of a batch arrives, how long (milliseconds)
             to wait for more before running it.
         seeded_alone: run every request that carries a seed in an engine call of its own.
-        linger_ms: while registered episodes are away (`episode()`), how long (milliseconds
-            after a batch began gathering) it may keep gathering requests that arrive at most
-            `max_wait_ms` apart before it runs short of `max_batch`; 0: no lingering.
+        linger_ms: while registered episodes are away (`episodes()`), how long (milliseconds
+            after a batch began gathering, and at most the last engine call's time) a batch
+            short of `max_batch` may wait for them; 0: no lingering.
     """
 
     def __init__(self, engine, max_batch: int = 32, max_wait_ms: float = 5.0, seeded_alone: bool = False,
@@ -124,7 +127,7 @@ class BatchingEngine:
         self.max_wait = max_wait_ms / 1000.0
         self.linger = linger_ms / 1000.0
         self._lock = threading.Lock()
-        self._episodes = 0                        # registered callers in flight (`episode()`)
+        self._episodes = 0                        # registered episodes in flight (`episodes()`)
         self._waiting = 0                         # generate requests submitted, not yet answered
         self._call_seconds: float | None = None   # the last engine call's wall time
         self.seeded_alone = seeded_alone
@@ -238,8 +241,8 @@ class BatchingEngine:
 
     def _gather(self) -> None:
         """Move requests from the queue to `_pending` until the batch is full or the wait is over:
-        `max_wait` after it began, or (lingering, while episodes are away) `max_wait` after the
-        last arrival, at most `linger` after it began."""
+        `max_wait` after it began or, while registered episodes are away, `linger` (at most the
+        last engine call's time) after it began."""
         began = time.monotonic()
         linger = min(self.linger, self._call_seconds if self._call_seconds is not None else self.linger)
         rows = sum(len(r.prompts) for r in self._pending if r is not None and r.prompts)
