@@ -195,7 +195,7 @@ def run_setting(args, policy: Path, staleness: int, root: Path) -> dict:
     def make_learner(*a):
         learner = LocalLearner(*a)
         learner.engine = BatchingEngine(ScriptedTurns(learner.engine.engine, args.answer_prob),
-                                        max_batch=cfg.engine.max_batch)
+                                        max_batch=cfg.engine.max_batch, linger_ms=cfg.engine.linger_ms)
         return learner
 
     with GpuBusy() as busy:

@@ -21,11 +21,16 @@ chunks of `--max-batch` rows (the trainer's engine.max_batch, 32 by default), ti
 over c_t chunks.  Every rollout waits, each turn, at least for one chunk (T_t / c_t) and its tool
 call, and the engine must do all the turns' work one chunk after another, so
 floor = max(sum_t (tool seconds + T_t / c_t), sum_t T_t): with one chunk per turn, the issue's
-turns x (tool latency + one full-batch turn).  Target: wall <= 1.2x floor.
+turns x (tool latency + one full-batch turn).  Target: wall <= 1.2x floor.  Beside it `first_turn_queue` = (c_1 - 1) x T_1 / c_1: the first
+turn's chunks run one after another, so the last chunk's rollouts start that much later (no
+schedule of max_batch-row calls avoids it; the floor leaves it out).
 `--lengths geometric` (the default) ends each row at a drawn length (forced EOS, median 0.4 x
 `--tokens`, bench/gpu_grpo_e2e.py's `ForcedLengths`) instead of running every row to `--tokens`.
-A first run with no tool latency warms the compiler and CUDA graphs (reported apart);
-`--repeats` runs are measured.
+A first run with no tool latency, then one call of 8 rows and one of 1, warm the compiler and
+CUDA graphs (reported apart);
+`--repeats` runs are measured per `--linger-ms` setting (`BatchingEngine(linger_ms=)`, train.py's
+`engine.linger_ms`: how long a short batch waits for episodes coming back from their tools; 0 is
+the old policy).  Progress is printed per run and the JSON rewritten after each.
 """
 from __future__ import annotations
 
@@ -71,19 +76,25 @@ class ScriptedCalls:
         self.engine.update_weights(weights)
 
 
-def build_engine(args, device: torch.device):
-    from gpu_train_step import qwen3_config
-    from transformers import Qwen3ForCausalLM
-
-    from orchestrator.engines import make_engine
-    from orchestrator.engines.batcher import BatchingEngine
+def policy_tokenizer():
+    """A small BPE tokenizer (1,200 tokens) trained on the prompts and tool calls."""
     from training.tiny_policy import tiny_tokenizer
 
     catalog = task_catalog(load_catalog(), Task("x", "q", tools=TOOLS))
     texts = [json.dumps(catalog.openai_tools(tools=catalog.tools))] * 5
     texts += allowed_call_strings({t: list(a) for t, a in TOOLS.items()}) * 50
     texts += [(ROOT / "orchestrator/prompts" / f).read_text() * 5 for f in ("system.txt", "user.txt")]
-    tok = tiny_tokenizer(texts, vocab_size=1200)
+    return tiny_tokenizer(texts, vocab_size=1200)
+
+
+def build_engine(args, device: torch.device):
+    """(TimedEngine over the HFEngine, ScriptedCalls over that); wrap the latter in a BatchingEngine."""
+    from gpu_train_step import qwen3_config
+    from transformers import Qwen3ForCausalLM
+
+    from orchestrator.engines import make_engine
+
+    tok = policy_tokenizer()
     cfg = qwen3_config(args.tiny)
     cfg.vocab_size, cfg.eos_token_id, cfg.pad_token_id = len(tok), tok.eos_token_id, tok.pad_token_id
     torch.manual_seed(0)
@@ -100,7 +111,7 @@ def build_engine(args, device: torch.device):
                          decode="static" if args.static_on_cpu and device.type == "cpu" else "auto")
     timed = TimedEngine(ForcedEngine(engine, forced) if forced else engine)
     scripted = ScriptedCalls(timed, format_tool_call("enhance_reasoning", {"model": "reasoner-1"}))
-    return timed, scripted, BatchingEngine(scripted, max_batch=args.max_batch)
+    return timed, scripted
 
 
 class ForcedEngine:
@@ -137,6 +148,19 @@ def floor_turns(timed, groups, args, step: int) -> list[tuple[float, int]]:
     return seconds
 
 
+def warm_row_counts(timed, args, width: int = 512) -> float:
+    """Generate once for 8 rows and once for 1 (what split batches make: the warm-up run's calls
+    are mostly full), so the timed runs of every setting find the decode forward compiled for
+    any row count (torch.compile marks the dimension dynamic at its second value; 1 is
+    specialised); returns the seconds taken."""
+    from orchestrator.engine import SamplingParams
+
+    started = time.monotonic()
+    for n in (8, 1):
+        timed.engine.generate([[5] * width] * n, SamplingParams(temperature=1.0, max_tokens=args.tokens))
+    return time.monotonic() - started
+
+
 def measure(engine, timed, scripted, args, tool_seconds: float, step: int) -> dict:
     from training.rollouts import collect_rollouts
 
@@ -159,51 +183,83 @@ def measure(engine, timed, scripted, args, tool_seconds: float, step: int) -> di
     r["full_batch_turn_s"] = turns
     r["floor"] = max(sum(t / c + tool_seconds for t, c in turns), sum(t for t, _ in turns))
     r["wall_over_floor"] = r["wall"] / r["floor"]
+    # the first turn's chunks run one after another: the rollouts of the last one start that much
+    # later, which the floor does not count and no schedule of max_batch-row calls avoids
+    r["first_turn_queue"] = (turns[0][1] - 1) * turns[0][0] / turns[0][1] if turns else 0.0
+    r["wall_over_floor_and_queue"] = r["wall"] / (r["floor"] + r["first_turn_queue"])
     return r
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tiny", action="store_true", help="a tiny Qwen3 config (checks the script)")
-    parser.add_argument("--device", default="cuda")
+def workload_args(parser: argparse.ArgumentParser, repeats: int) -> None:
+    """The rollouts, turns, lengths, max_batch and linger settings (shared with bench/rollout_schedule.py)."""
+    from training.config import EngineConfig
+
     parser.add_argument("--rollouts", type=int, default=128)
     parser.add_argument("--turns", type=int, default=8)
-    parser.add_argument("--tokens", type=int, default=64, help="decoded tokens per turn (rows run to it)")
+    parser.add_argument("--tokens", type=int, default=64, help="most tokens per turn (max_tokens)")
     parser.add_argument("--tool-seconds", type=float, default=1.0)
     parser.add_argument("--context-tokens", type=int, default=8192)
     parser.add_argument("--max-batch", type=int, default=32, help="rows per engine call (the trainer's engine.max_batch)")
+    parser.add_argument("--linger-ms", type=float, nargs="+", default=[0.0, EngineConfig().linger_ms],
+                        help="BatchingEngine(linger_ms=) settings, each measured --repeats times (default: 0, the "
+                             "old policy, and the trainer's engine.linger_ms)")
     parser.add_argument("--lengths", choices=["geometric", "cap"], default="geometric",
                         help="turn lengths: forced EOS at geometric draws (median --median-frac x --tokens), or every row "
                              "to --tokens")
     parser.add_argument("--median-frac", type=float, default=0.4)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--static-on-cpu", action="store_true", help="decode='static' on the CPU (eager; tests the path)")
+    parser.add_argument("--repeats", type=int, default=repeats)
     parser.add_argument("--json", type=Path)
+
+
+def main() -> int:
+    from orchestrator.engines.batcher import BatchingEngine
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="a tiny Qwen3 config (checks the script)")
+    parser.add_argument("--device", default="cuda")
+    workload_args(parser, repeats=2)
+    parser.add_argument("--static-on-cpu", action="store_true", help="decode='static' on the CPU (eager; tests the path)")
     args = parser.parse_args()
     device = torch.device(args.device)
-    timed, scripted, engine = build_engine(args, device)
+    timed, scripted = build_engine(args, device)
     results: dict = {"args": vars(args) | {"json": str(args.json)}, "torch": torch.__version__}
     if device.type == "cuda":
         results["card"] = torch.cuda.get_device_name(device)
-    results["warmup"] = measure(engine, timed, scripted, args, 0.0, 0)
-    print("warm-up", results["warmup"], flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
-    results["runs"] = []
-    for k in range(args.repeats):
-        results["runs"].append(measure(engine, timed, scripted, args, args.tool_seconds, 1 + k))
-        print(f"run {k + 1}", results["runs"][-1], flush=True)
+
+    def save():
         if args.json:
             args.json.write_text(json.dumps(results, indent=1))
-    engine.close()
-    median = statistics.median(r["ratio"] for r in results["runs"])
-    results["median_ratio"] = median
-    over = statistics.median(r["wall_over_floor"] for r in results["runs"])
-    results["median_wall_over_floor"] = over
-    print(f"wall / ideal (median of {args.repeats}): {median:.2f}x (busy + longest chain: not a floor)")
-    print(f"wall / floor (median of {args.repeats}): {over:.2f}x (target <= 1.2x: {'met' if over <= 1.2 else 'not met'})")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+
+    started = time.monotonic()
+    with BatchingEngine(scripted, max_batch=args.max_batch) as engine:
+        results["warmup"] = measure(engine, timed, scripted, args, 0.0, 0)
+    results["warmup_row_counts_s"] = warm_row_counts(timed, args)
+    print(f"warm-up ({time.monotonic() - started:.0f} s; 8 and 1 rows: {results['warmup_row_counts_s']:.1f} s)",
+          results["warmup"], flush=True)
+    save()
+    results["settings"], step = [], 1
+    for linger in args.linger_ms:
+        setting = {"linger_ms": linger, "runs": []}
+        results["settings"].append(setting)
+        with BatchingEngine(scripted, max_batch=args.max_batch, linger_ms=linger) as engine:
+            for k in range(args.repeats):
+                setting["runs"].append(measure(engine, timed, scripted, args, args.tool_seconds, step))
+                step += 1
+                r = setting["runs"][-1]
+                print(f"linger {linger:g} ms, run {k + 1} ({time.monotonic() - started:.0f} s): wall {r['wall']:.2f} s, "
+                      f"floor {r['floor']:.2f} s (+ first-turn queue {r['first_turn_queue']:.2f} s), wall / floor "
+                      f"{r['wall_over_floor']:.2f}x, engine calls "
+                      f"{r['engine_calls']}, busy {r['gen']:.2f} s", flush=True)
+                save()
+        setting["median_ratio"] = statistics.median(r["ratio"] for r in setting["runs"])
+        setting["median_wall_over_floor"] = statistics.median(r["wall_over_floor"] for r in setting["runs"])
+        setting["median_engine_calls"] = statistics.median(r["engine_calls"] for r in setting["runs"])
+        save()
+    for setting in results["settings"]:
+        over = setting["median_wall_over_floor"]
+        print(f"linger {setting['linger_ms']:g} ms: wall / floor (median of {args.repeats}) {over:.2f}x (target <= "
+              f"1.2x: {'met' if over <= 1.2 else 'not met'}), engine calls {setting['median_engine_calls']:g}, wall / "
+              f"ideal {setting['median_ratio']:.2f}x (busy + longest chain: not a floor)")
     return 0
 
 

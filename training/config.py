@@ -71,6 +71,9 @@ class ModelConfig:
 class EngineConfig:
     kind: Literal["hf", "vllm"] = "hf"
     max_batch: int = 32                 # rows per batched forward (BatchingEngine)
+    linger_ms: float = 250.0            # BatchingEngine: while episodes are away in tool calls, how long a
+                                        # short batch may wait for them (at most the last engine call's
+                                        # time); 0: never (docs/engines.md, docs/benchmarks.md)
     share_weights: bool = True          # hf only: the engine uses the trained model object itself
     static_memory_fraction: float = STATIC_MEMORY_FRACTION   # hf only: most of the free GPU memory one batch
                                         # shape's static KV cache may take, (0, 1]; more: the slow loop (warned)
@@ -335,6 +338,8 @@ def validate(cfg: TrainConfig) -> None:
     for key, v in positive.items():
         if v < 1:
             raise ConfigError(f"{key}: must be >= 1, got {v}")
+    if cfg.engine.linger_ms < 0:
+        raise ConfigError(f"engine.linger_ms: must be >= 0 (0: no lingering), got {cfg.engine.linger_ms}")
     try:
         check_memory_fraction(cfg.engine.static_memory_fraction, "engine.static_memory_fraction")
     except ValueError as exc:

@@ -44,7 +44,7 @@ def make_engine_for(cfg: TrainConfig, model, tokenizer, folder: str | Path, vers
         from orchestrator.engines.batcher import BatchingEngine
     except ImportError:
         return engine
-    return BatchingEngine(engine, max_batch=cfg.engine.max_batch)
+    return BatchingEngine(engine, max_batch=cfg.engine.max_batch, linger_ms=cfg.engine.linger_ms)
 
 
 class LocalLearner:

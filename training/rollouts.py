@@ -100,7 +100,10 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
                      unconstrained_logprobs: bool = False) -> list[list[Rollout]]:
     """G = `rollouts_per_task` episodes of every task, run concurrently; groups in task order.
 
-    Threads overlap generation (batched by a BatchingEngine) with tool calls.  Raises
+    Threads overlap generation (batched by a BatchingEngine) with tool calls; every episode is
+    registered with the engine's `episodes()` where it has one, before the first starts
+    (BatchingEngine: a short batch may linger for episodes coming back from their tools,
+    `engine.linger_ms`).  Raises
     `Preempted` soon after `should_stop()` turns true (running episodes are abandoned).
     `price_model` None: the catalog's `orchestrator_price_model` (tools.json).
     `unconstrained_logprobs`: see `SeededEngine` (asynchronous training).
@@ -112,9 +115,16 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
     jobs = [(i, j) for j in range(rollouts_per_task) for i in range(len(tasks))]
     groups: list[list[Rollout | None]] = [[None] * rollouts_per_task for _ in tasks]
 
+    register = getattr(engine, "episodes", None)          # BatchingEngine: all of them, before any starts
+    in_flight = register(len(jobs)) if register else None
+
     def one(i: int, j: int) -> Rollout:
         policy = TokenPolicy(SeededEngine(engine, rollout_seed(seed, step, i, j), unconstrained_logprobs), price_model)
-        return run_episode(tasks[i], policy, runtime, config)
+        try:
+            return run_episode(tasks[i], policy, runtime, config)
+        finally:
+            if in_flight is not None:
+                in_flight.end()
 
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="rollout")
     try:
@@ -130,6 +140,8 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
                     on_done(i, groups[i][j])
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+        if in_flight is not None:
+            in_flight.close()
     return groups  # type: ignore[return-value]
 
 

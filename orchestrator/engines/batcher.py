@@ -22,6 +22,20 @@ Semantics (what a caller can rely on):
   requests queued after it on the new ones.
 
 The batch is formed between engine calls (no joining a generation already running).
+
+Lingering (multi-turn rollouts): callers that will come back (an episode between two turns,
+away in a tool call) register (`batcher.episodes(n)`, each `.end()`s; `with batcher.episode():`
+for one); training.rollouts.collect_rollouts registers all of a collection's episodes before
+the first starts.  While any registered episode is away (no request waiting) and the batch is
+not full, the batch keeps gathering until it is full, until every registered episode is
+waiting (nobody else can come; an episode that ends wakes it), or until `linger_ms` (and at
+most the last engine call's wall time) has passed since it began: a cohort of episodes that
+left for their tools together and comes back tens of milliseconds apart (each thread's own
+Python work between the tool's reply and its next request, one thread at a time under the GIL)
+is served in one engine call instead of a small first batch and a second call for the rest.
+Waiting at most one engine call is the break-even: a request that arrives during a call
+started without it waits that call out anyway.  No episode registered (the gateway,
+evaluation): the old policy, `max_wait_ms` after the first request, no more.
 """
 from __future__ import annotations
 
@@ -46,6 +60,40 @@ class _Request:
     deadline: float | None = None            # time.monotonic() by which every row ends
 
 
+_WAKE = object()                                 # queued to wake a lingering batch; carries no request
+
+
+class Episodes:
+    """Episodes registered with a BatchingEngine (`BatchingEngine.episodes`); thread-safe."""
+
+    def __init__(self, batcher: "BatchingEngine", n: int):
+        if n < 0:
+            raise ValueError(f"BatchingEngine.episodes(n={n}): expected n >= 0")
+        self._batcher, self._left, self._lock = batcher, n, threading.Lock()
+        batcher._register(n)
+
+    def end(self) -> None:
+        """One of them has finished (or failed); after `close()` (or once all have) nothing."""
+        with self._lock:
+            if self._left == 0:
+                return
+            self._left -= 1
+        self._batcher._register(-1)
+
+    def close(self) -> None:
+        """The ones not ended are no longer coming (finished, abandoned)."""
+        with self._lock:
+            left, self._left = self._left, 0
+        if left:
+            self._batcher._register(-left)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 @dataclass
 class BatcherStats:
     requests: int = 0          # generate calls received
@@ -63,16 +111,25 @@ class BatchingEngine:
         max_wait_ms: after the first request of a batch arrives, how long (milliseconds)
             to wait for more before running it.
         seeded_alone: run every request that carries a seed in an engine call of its own.
+        linger_ms: while registered episodes are away (`episodes()`), how long (milliseconds
+            after a batch began gathering, and at most the last engine call's time) a batch
+            short of `max_batch` may wait for them; 0: no lingering.
     """
 
-    def __init__(self, engine, max_batch: int = 32, max_wait_ms: float = 5.0, seeded_alone: bool = False):
-        if max_batch < 1 or max_wait_ms < 0:
-            raise ValueError(f"BatchingEngine: max_batch={max_batch} must be >= 1 and "
-                             f"max_wait_ms={max_wait_ms} >= 0")
+    def __init__(self, engine, max_batch: int = 32, max_wait_ms: float = 5.0, seeded_alone: bool = False,
+                 linger_ms: float = 0.0):
+        if max_batch < 1 or max_wait_ms < 0 or linger_ms < 0:
+            raise ValueError(f"BatchingEngine: max_batch={max_batch} must be >= 1, max_wait_ms={max_wait_ms} "
+                             f"and linger_ms={linger_ms} >= 0")
         self.engine = engine
         self.tokenizer = engine.tokenizer
         self.max_batch = max_batch
         self.max_wait = max_wait_ms / 1000.0
+        self.linger = linger_ms / 1000.0
+        self._lock = threading.Lock()
+        self._episodes = 0                        # registered episodes in flight (`episodes()`)
+        self._waiting = 0                         # generate requests submitted, not yet answered
+        self._call_seconds: float | None = None   # the last engine call's wall time
         self.seeded_alone = seeded_alone
         self.stats = BatcherStats()
         taken = inspect.signature(engine.generate).parameters
@@ -97,6 +154,23 @@ class BatchingEngine:
         return self._submit(_Request(prompts=[list(p) for p in prompts], params=params,
                                      deadline=deadline)).result()
 
+    def episodes(self, n: int = 1) -> "Episodes":
+        """Registers `n` episodes in flight (started or about to start) until each `end()`s or
+        the returned handle closes: between its requests an episode is away (a tool call) and
+        will be back, which lets a short batch linger for it.  Register them all before the
+        first starts, so the first requests do not run alone while the others are starting."""
+        return Episodes(self, n)
+
+    def episode(self) -> "Episodes":
+        """One episode, for a `with` block around it."""
+        return Episodes(self, 1)
+
+    def _register(self, n: int) -> None:
+        with self._lock:
+            self._episodes += n
+        if n < 0:
+            self._queue.put(_WAKE)               # a lingering batch re-checks who can still come
+
     def update_weights(self, state_dict_or_path) -> None:
         """Applies new weights once every request queued before this call has run."""
         self._submit(_Request(prompts=None, params=None, weights=state_dict_or_path)).result()
@@ -109,7 +183,7 @@ class BatchingEngine:
             self._worker.join()
             while not self._queue.empty():       # submitted while closing: fail, never hang
                 late = self._queue.get()
-                if late is not None:
+                if late is not None and late is not _WAKE:
                     late.future.set_exception(RuntimeError("BatchingEngine was closed"))
 
     def __enter__(self):
@@ -122,8 +196,21 @@ class BatchingEngine:
     def _submit(self, request: _Request) -> Future:
         if self._closed:
             raise RuntimeError("BatchingEngine is closed")
+        if request.prompts is not None:
+            with self._lock:
+                self._waiting += 1
+            request.future.add_done_callback(self._answered)
         self._queue.put(request)
         return request.future
+
+    def _answered(self, _future) -> None:
+        with self._lock:
+            self._waiting -= 1
+
+    def _away(self) -> int:
+        """Registered episodes with no request waiting (in a tool call, or between two turns)."""
+        with self._lock:
+            return self._episodes - self._waiting
 
     def _key(self, params: SamplingParams):
         """Requests with equal keys may share one engine call."""
@@ -133,7 +220,7 @@ class BatchingEngine:
 
     def _serve(self) -> None:
         while True:
-            if not self._pending:
+            while not self._pending:
                 self._take(self._queue.get())
             self._gather()
             head = self._pending.pop(0)
@@ -145,22 +232,30 @@ class BatchingEngine:
                 self._run_batch(head)
 
     def _take(self, request: _Request | None) -> None:
+        if request is _WAKE:
+            return
         self._pending.append(request)
         if request is not None and request.prompts is not None:
             self.stats.requests += 1
             self.stats.rows += len(request.prompts)
 
     def _gather(self) -> None:
-        """Move requests from the queue to `_pending` until the batch is full or the wait is over."""
-        deadline = time.monotonic() + self.max_wait
+        """Move requests from the queue to `_pending` until the batch is full or the wait is over:
+        `max_wait` after it began or, while registered episodes are away, `linger` (at most the
+        last engine call's time) after it began."""
+        began = time.monotonic()
+        linger = min(self.linger, self._call_seconds if self._call_seconds is not None else self.linger)
         rows = sum(len(r.prompts) for r in self._pending if r is not None and r.prompts)
         while rows < self.max_batch and not any(r is None or r.prompts is None for r in self._pending):
+            deadline = began + self.max_wait
+            if linger and self._away() > 0:
+                deadline = max(deadline, began + linger)
             try:
                 request = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 return
             self._take(request)
-            if request is not None and request.prompts is not None:
+            if request is not None and request is not _WAKE and request.prompts is not None:
                 rows += len(request.prompts)
 
     def _run_batch(self, head: _Request) -> None:
@@ -196,7 +291,9 @@ class BatchingEngine:
             kwargs["seeds"] = [s for r in batch for s in row_seeds(r.params, len(r.prompts))]
         if any(r.deadline is not None for r in batch):
             kwargs["deadlines"] = [r.deadline for r in batch for _ in r.prompts]
+        started = time.monotonic()
         out = self.engine.generate(prompts, params, **kwargs)
+        self._call_seconds = time.monotonic() - started
         split, start = [], 0
         for r in batch:
             split.append(out[start:start + len(r.prompts)])

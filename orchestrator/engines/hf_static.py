@@ -170,6 +170,13 @@ def fusable_groups(model) -> list[_FusedGroup]:
     return groups
 
 
+def static_shape(n: int, width: int, max_tokens: int, max_batch: int, len_multiple: int = 128) -> tuple[int, int]:
+    """(rows, cache length) of the static shape serving n prompts of at most `width` tokens:
+    rows rounded up to a power of two (at most max_batch), width + max_tokens up to len_multiple."""
+    rows = max(n, min(1 << (n - 1).bit_length(), max_batch))
+    return rows, -(-(width + max_tokens) // len_multiple) * len_multiple
+
+
 @dataclass
 class _Shape:
     """Cache and step buffers of one (rows, cache length)."""
@@ -321,10 +328,8 @@ class StaticDecoder:
 
     # ---------------------------------------------------------------- when
     def shape(self, prompts: list[list[int]], params: SamplingParams) -> tuple[int, int]:
-        n = len(prompts)
-        rows = max(n, min(1 << (n - 1).bit_length(), self.engine.max_batch))
-        width = max(len(p) for p in prompts)
-        return rows, -(-(width + params.max_tokens) // self.len_multiple) * self.len_multiple
+        return static_shape(len(prompts), max(len(p) for p in prompts), params.max_tokens, self.engine.max_batch,
+                            self.len_multiple)
 
     def supports(self, prompts: list[list[int]], params: SamplingParams) -> bool:
         """Unconstrained requests on an SDPA full-attention model whose cache fits."""

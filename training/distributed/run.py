@@ -60,7 +60,8 @@ class RayLearner:
         if self.versioned:   # engines serve the version they hold (not older than the last synced) and stamp it
             policy.engine.at_least = True
             self._synced = _SyncBetweenCalls(policy)
-        self.engine = BatchingEngine(self._synced or policy.engine, max_batch=cfg.engine.max_batch)
+        self.engine = BatchingEngine(self._synced or policy.engine, max_batch=cfg.engine.max_batch,
+                                     linger_ms=cfg.engine.linger_ms)
         self.description = (f"on Ray: {dist.trainer_workers} trainer rank(s) (ZeRO-{dist.zero_stage}), {dist.mode} "
                             f"engines, weight sync {policy.sync_kind}")
 

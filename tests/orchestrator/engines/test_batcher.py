@@ -208,3 +208,82 @@ def test_through_the_batcher_an_hf_engine_returns_what_direct_calls_return():
     assert errors == [None] * len(requests)
     assert [r[0].token_ids for r in results] == direct
     assert batcher.stats.engine_calls < len(requests)
+
+
+# ---------------------------------------------------------------- lingering for episodes in flight
+def run_episodes(batcher, offsets, away_s: float = 0.0, away=None):
+    """One thread per episode, each inside `batcher.episode()`: episode i sends one request at
+    `offsets[i]` seconds after a common start (then leaves); `away` more episodes stay registered
+    and send nothing for `away_s` seconds.  Returns each request's seconds until answered."""
+    waited = [None] * len(offsets)
+    start = threading.Barrier(len(offsets) + (away or 0))
+
+    def episode(i):
+        with batcher.episode():
+            start.wait()
+            time.sleep(offsets[i])
+            sent = time.monotonic()
+            batcher.generate([[i]], SamplingParams(temperature=1.0))
+            waited[i] = time.monotonic() - sent
+
+    def absent():
+        with batcher.episode():
+            start.wait()
+            time.sleep(away_s)
+
+    threads = [threading.Thread(target=episode, args=(i,)) for i in range(len(offsets))]
+    threads += [threading.Thread(target=absent) for _ in range(away or 0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    return waited
+
+
+def test_episodes_returning_from_tools_a_few_ms_apart_share_one_engine_call():
+    """16 episodes (and 4 more away in long tool calls) send their requests 2 ms apart, 30 ms in
+    all: with lingering one engine call serves them; without it the first arrivals go alone
+    after max_wait_ms and the rest need more calls."""
+    offsets = [0.002 * i for i in range(16)]
+    for linger_ms, one_call in ((2000.0, True), (0.0, False)):
+        engine = EchoEngine(delay=0.01)
+        with BatchingEngine(engine, max_batch=16, max_wait_ms=5, linger_ms=linger_ms) as batcher:
+            run_episodes(batcher, offsets, away_s=1.0, away=4)
+        assert sorted(p[0] for prompts, _ in engine.calls for p in prompts) == list(range(16))
+        assert (len(engine.calls) == 1) is one_call, engine.calls
+
+
+def test_lingering_ends_when_every_registered_episode_is_waiting():
+    """Two episodes, both waiting, max_batch 32: nobody else can come, so no linger (5 s here)."""
+    engine = EchoEngine(delay=0.01)
+    with BatchingEngine(engine, max_batch=32, max_wait_ms=5, linger_ms=5000) as batcher:
+        waited = run_episodes(batcher, [0.0, 0.01])
+    assert len(engine.calls) == 1 and max(waited) < 1.0, waited
+
+
+def test_an_episode_that_ends_wakes_a_lingering_batch():
+    """One episode waits while another is away; the away one ends after 0.1 s without a
+    request: the batch runs then, not after the 5 s linger."""
+    engine = EchoEngine(delay=0.01)
+    with BatchingEngine(engine, max_batch=32, max_wait_ms=5, linger_ms=5000) as batcher:
+        waited = run_episodes(batcher, [0.0], away_s=0.1, away=1)
+    assert 0.08 < waited[0] < 1.5, waited
+
+
+def test_a_lone_request_is_not_delayed_past_the_bound():
+    """No episode registered (the gateway, evaluation): max_wait_ms and no lingering.  With an
+    episode away: at most linger_ms, and at most the last engine call's time."""
+    engine = EchoEngine(delay=0.01)
+    with BatchingEngine(engine, max_batch=32, max_wait_ms=5, linger_ms=5000) as batcher:
+        sent = time.monotonic()
+        batcher.generate([[1]], SamplingParams())
+        assert time.monotonic() - sent < 0.5                # the 10 ms call + 5 ms wait, no 5 s linger
+    engine = EchoEngine(delay=0.0)
+    with BatchingEngine(engine, max_batch=32, max_wait_ms=5, linger_ms=300) as batcher:
+        waited = run_episodes(batcher, [0.0], away_s=1.5, away=1)[0]
+    assert 0.25 < waited < 1.0, waited                      # lingered, then ran: at most ~300 ms
+    engine = EchoEngine(delay=0.15)
+    with BatchingEngine(engine, max_batch=32, max_wait_ms=5, linger_ms=5000) as batcher:
+        run_episodes(batcher, [0.0])                        # a first call: 0.15 s
+        waited = run_episodes(batcher, [0.0], away_s=1.5, away=1)[0]
+    assert 0.25 < waited < 1.2, waited                      # <= 0.15 s lingering + the 0.15 s call, not 5 s
