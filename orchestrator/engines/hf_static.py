@@ -49,10 +49,10 @@ from typing import Any
 import torch
 
 from orchestrator.engine import Generation, SamplingParams
+from orchestrator.engines.common import STATIC_MEMORY_FRACTION, check_memory_fraction, completes_stop, decode
 from orchestrator.engines.compile_regions import (check_compile_mode, compile_dynamic, compiled_layer_step,
                                                   regional_steps)
 from orchestrator.engines.sampling import row_keys, sample_rows
-from orchestrator.engines.common import STATIC_MEMORY_FRACTION, check_memory_fraction, completes_stop, decode
 
 log = logging.getLogger(__name__)
 

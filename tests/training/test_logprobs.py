@@ -114,10 +114,10 @@ def test_compiled_layers_compile_one_graph_per_kind_of_pass_for_every_length(mon
     Counted with the "eager" backend (dynamo's graphs and guards, without Inductor's CPU compile)."""
     import copy
 
+    from _tiny_model import tiny_model
     from torch._dynamo.utils import counters
 
     import training.logprobs as lp
-    from _tiny_model import tiny_model
     from training.ppo import response_logprobs
     from training.samples import SampleBatch
 
