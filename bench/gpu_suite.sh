@@ -2,6 +2,7 @@
 # The GPU benches, each one device call of < 10 minutes on one H200 (logs and JSON to $OUT):
 #   bash bench/gpu_suite.sh e2e        # a whole GRPO step on varied lengths, ours (cold, warm) vs TRL GRPOTrainer.train()
 #   bash bench/gpu_suite.sh e2e-fixed  # the same on the old fixed shape (every row to the cap)
+#   bash bench/gpu_suite.sh compile-cold  # cold compile seconds and graphs per phase: previous (whole) vs regional
 #   bash bench/gpu_suite.sh regress    # policy-update MFU and decode share of the bound at 0.6B
 #   bash bench/gpu_suite.sh rollouts   # 128 rollouts x 8 turns through collect_rollouts + the static decoder
 #   bash bench/gpu_suite.sh qwen3-8b-decode qwen3-8b-update   # Qwen3-8B shape: decode at 8-128 rows x 2k-16k-token
@@ -37,6 +38,10 @@ case "$call" in
     timeout 540 python3 bench/gpu_grpo_e2e.py --lengths cap --prompt-tokens 128 --tokens 256 --steps 6 \
       --json "$OUT/e2e.json" > "$OUT/e2e.log" 2>&1
     echo "gpu_grpo_e2e rc=$?"; grep -E "^ours|^trl|^\||ours /|Error" "$OUT/e2e.log" | cut -c1-1200 ;;
+  compile-cold)   # each mode in a fresh process with empty Inductor / Triton caches (bench/compile_cold.py)
+    timeout ${COMPILE_S:-480} python3 bench/compile_cold.py --device cuda --json "$OUT/compile_cold.json" \
+      > "$OUT/compile_cold.log" 2>&1
+    echo "compile_cold rc=$?"; grep -E "^== |^\||^\{|Error" "$OUT/compile_cold.log" | cut -c1-900 ;;
   regress)
     timeout 200 python3 bench/gpu_train_step.py --variants trainer-amp --warmup 3 > "$OUT/train_step.log" 2>&1
     echo "gpu_train_step rc=$?"; tail -8 "$OUT/train_step.log"
@@ -67,7 +72,7 @@ case "$call" in
     timeout ${RETRIEVAL_S:-560} python3 bench/retrieval_gpu.py --n 21000000 --sections build,index,recall,topk,encoder,server \
       --frontends 8,1,4 --json "$OUT/gpu-retrieval.json" > "$OUT/retrieval.log" 2>&1
     echo "retrieval_gpu rc=$?"; tail -30 "$OUT/retrieval.log" | cut -c1-300 ;;
-  *) echo "usage: bash bench/gpu_suite.sh CALL... (e2e e2e-fixed regress rollouts qwen3-8b-decode qwen3-8b-update async-s0 async-s1 async-s2 retrieval)" >&2
+  *) echo "usage: bash bench/gpu_suite.sh CALL... (e2e e2e-fixed compile-cold regress rollouts qwen3-8b-decode qwen3-8b-update async-s0 async-s1 async-s2 retrieval)" >&2
      exit 2 ;;
 esac
 done

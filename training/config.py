@@ -77,10 +77,14 @@ class EngineConfig:
     share_weights: bool = True          # hf only: the engine uses the trained model object itself
     static_memory_fraction: float = STATIC_MEMORY_FRACTION   # hf only: most of the free GPU memory one batch
                                         # shape's static KV cache may take, (0, 1]; more: the slow loop (warned)
+    compile: Literal["regional", "whole", "none"] = "regional"   # hf on CUDA: the static decoder's torch.compile:
+                                        # regional = the decoder layer compiled once for all layers and shapes;
+                                        # whole = the whole forward as one graph (~3x the cold compile); none = eager
 
     def hf_kwargs(self) -> dict[str, Any]:
         """The HFEngine arguments these settings give (none for another kind)."""
-        return {"static_memory_fraction": self.static_memory_fraction} if self.kind == "hf" else {}
+        return ({"static_memory_fraction": self.static_memory_fraction, "static_compile": self.compile}
+                if self.kind == "hf" else {})
 
 
 @dataclass

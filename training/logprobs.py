@@ -22,8 +22,11 @@ kernels).  Only the training forward passes use it (`training.ppo.response_logpr
 the rollout engine, sharing the same module, is not affected.  Off on the CPU, with gradient
 checkpointing, with DeepSpeed ZeRO-3 (its per-module gather hooks inside the compiled region
 recompile per layer until dynamo's limit; measured slower than eager on two H200s), or with
-TOOLORCHESTRA_COMPILE=0.  The first passes compile (tens of seconds;
-again once when the sequence length first changes).
+TOOLORCHESTRA_COMPILE=0.  Shapes are dynamic from the first pass (`compile_dynamic`: rows and
+sequence length symbolic, no duck sizing), so the first passes compile one graph per kind of
+pass (the reference's and the old policy's no-grad forwards, the policy's forward + backward)
+and later lengths reuse them; before, each kind compiled static first and again dynamic when
+the length first changed (docs/benchmarks.md "cold compile").
 """
 from __future__ import annotations
 
@@ -51,9 +54,14 @@ def _chunk_backward(logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tens
     return ((onehot.float() - p) * (grad / temperature)[:, None]).to(logits.dtype)
 
 
+COMPILE_BACKEND = "inductor"        # torch.compile's backend here (the tests count graphs with "eager")
+
+
 @functools.cache
 def _compiled(fn):
-    return torch.compile(fn, dynamic=True)
+    from orchestrator.engines.compile_regions import compile_dynamic
+
+    return compile_dynamic(fn, COMPILE_BACKEND)
 
 
 def _kernel(fn, device: torch.device):
@@ -138,8 +146,10 @@ def compiled_layers(model, device: torch.device):
 
 
 def _compiled_forward(layer):
+    from orchestrator.engines.compile_regions import compile_dynamic
+
     cached = getattr(layer, "_toolorchestra_compiled", None)
     if cached is None:
-        cached = torch.compile(layer.forward)
+        cached = compile_dynamic(layer.forward, COMPILE_BACKEND)
         object.__setattr__(layer, "_toolorchestra_compiled", cached)
     return cached

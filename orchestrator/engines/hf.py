@@ -99,11 +99,15 @@ class HFEngine:
             "static" (that path on any device: eager on the CPU) or "eager" (always the loop).
         static_memory_fraction: most of the free GPU memory one batch shape's static KV cache may
             take, in (0, 1]; a shape needing more takes the loop, with a warning once per shape.
+        static_compile: the static decoder's torch.compile on CUDA: "regional" (the decoder layer
+            compiled once for every layer and shape), "whole" (the whole forward as one graph) or
+            "none"; None: regional on CUDA, none elsewhere (orchestrator/engines/compile_regions.py).
     """
 
     def __init__(self, model, tokenizer=None, *, device: str | None = None, dtype=None,
                  max_batch: int = 32, seed: int | None = None, compute_dtype: torch.dtype | None = None,
-                 decode: str = "auto", static_memory_fraction: float = STATIC_MEMORY_FRACTION):
+                 decode: str = "auto", static_memory_fraction: float = STATIC_MEMORY_FRACTION,
+                 static_compile: str | None = None):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -130,10 +134,14 @@ class HFEngine:
             raise ValueError(f"HFEngine(decode={decode!r}): choose 'auto', 'static' or 'eager'")
         self.decode = decode
         check_memory_fraction(static_memory_fraction, "HFEngine(static_memory_fraction)")
+        if static_compile is not None:
+            from orchestrator.engines.compile_regions import check_compile_mode
+            check_compile_mode(static_compile, "HFEngine(static_compile)")
         self._static = None
         if decode == "static" or (decode == "auto" and self.device.type == "cuda"):
             from orchestrator.engines.hf_static import StaticDecoder
-            self._static = StaticDecoder(self, memory_fraction=static_memory_fraction)
+            self._static = StaticDecoder(self, memory_fraction=static_memory_fraction,
+                                         compile=static_compile if self.device.type == "cuda" else None)
         self._rng = torch.Generator(device=self.device)
         self._rng.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
         # generate and update_weights never interleave (the batcher is one caller; others may not be)

@@ -3,12 +3,12 @@
 `HFEngine` uses `StaticDecoder` on CUDA (`decode="auto"`) for requests without a choice or
 grammar constraint; `decode="static"` forces it, also on the CPU, where the same steps run
 eagerly and uncompiled (the tests do that).  Per batch shape (B = rows rounded up to a power
-of two, at most `max_batch`; L = prompt width + max_tokens rounded up to 128) it keeps a
+of two, at least 2, at most `max_batch`; L = prompt width + max_tokens rounded up to 128) it keeps a
 `transformers.StaticCache`, the step's input/output buffers and, per (temperature, top_p), a
 captured CUDA graph of one decode step:
 
-    open the new cache slot in the attention mask -> compiled forward of one token per row
-    -> sample (Gumbel-max, compiled into the forward) -> next step's input, history
+    open the new cache slot in the attention mask -> forward of one token per row (each
+    decoder layer compiled) -> sample (Gumbel-max, compiled) -> next step's input, history
 
 and `steps_per_graph` such steps are captured into one graph, so k steps are one launch
 instead of thousands of Python-issued kernels; the sampled tokens and log-probs are written
@@ -23,11 +23,18 @@ Same sampling distribution and log-probs as the step-by-step loop (`HFEngine._ne
 softmax(top_p(logits / T)), through the same `top_p_filter`).  What differs is how a token
 is drawn: Gumbel-max (`sample_rows`), token = argmax(logits / T + G) with G = -log(-log(U)),
 U a counter-based hash of (the row's seed, the step, the token id) in torch integer ops, so
-the whole draw is one fused pass over the vocabulary inside the compiled forward (no
+the whole draw is one fused pass over the vocabulary inside the compiled sampler (no
 softmax / cumulative sum / search kernels).  A seeded row therefore gives the same tokens in
 any batch (and any split), but not the loop's tokens.  Rows that have finished keep running
 (static shapes) until all have, checked on the host every `check_every` steps, and are cut
 at their EOS / stop string.
+
+Compilation (`compile`): "regional" (the default on CUDA) compiles the decoder layer once and
+every layer replays that graph, shapes dynamic from the first call, the sampler apart
+(orchestrator/engines/compile_regions.py); "whole" compiles the whole forward with the sampler
+as one graph (the mode before regional: ~3x the first-call compile time at 0.6B, and a second
+compile when the attention span first changes; docs/benchmarks.md "cold compile"); "none" runs
+the steps eagerly (inside CUDA graphs where `graphs` is on).
 """
 from __future__ import annotations
 
@@ -42,8 +49,10 @@ from typing import Any
 import torch
 
 from orchestrator.engine import Generation, SamplingParams
-from orchestrator.engines.sampling import row_keys, sample_rows
 from orchestrator.engines.common import STATIC_MEMORY_FRACTION, check_memory_fraction, completes_stop, decode
+from orchestrator.engines.compile_regions import (check_compile_mode, compile_dynamic, compiled_layer_step,
+                                                  regional_steps)
+from orchestrator.engines.sampling import row_keys, sample_rows
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +181,15 @@ def fusable_groups(model) -> list[_FusedGroup]:
 
 def static_shape(n: int, width: int, max_tokens: int, max_batch: int, len_multiple: int = 128) -> tuple[int, int]:
     """(rows, cache length) of the static shape serving n prompts of at most `width` tokens:
-    rows rounded up to a power of two (at most max_batch), width + max_tokens up to len_multiple."""
-    rows = max(n, min(1 << (n - 1).bit_length(), max_batch))
+    rows rounded up to a power of two, at least 2 (a one-row batch would compile its own graphs:
+    torch.compile specializes a size of 1), at most max_batch; width + max_tokens up to len_multiple."""
+    rows = max(n, min(max(2, 1 << (n - 1).bit_length()), max_batch))
     return rows, -(-(width + max_tokens) // len_multiple) * len_multiple
+
+
+def _sample(logits, temperature: float, top_p: float, keys, step):
+    """`sample_rows` on the logits in float32 (compiled with the cast: one pass over the vocabulary)."""
+    return sample_rows(logits.float(), temperature, top_p, keys, step)
 
 
 @dataclass
@@ -184,7 +199,9 @@ class _Shape:
     cache: Any
     ids: torch.Tensor            # [B, 1] this step's input token
     pos: torch.Tensor            # [B, 1] its position
-    mask: torch.Tensor           # [B, 1, 1, L] bool: cache slots each row attends to
+    mask: torch.Tensor           # [B, 1, 1, L + 1] bool: cache slots each row attends to; the spare last
+                                 # column is never opened nor attended: every span's slice is a strided
+                                 # view (one compiled graph for all spans, not a contiguous one for L)
     slot: torch.Tensor           # [1] the cache slot this step writes
     keys: torch.Tensor           # [B, 2] the rows' sampling keys (`row_keys`)
     step: torch.Tensor           # [1] this step's index in the generation (the sampler's counter)
@@ -196,7 +213,9 @@ class _Shape:
 class StaticDecoder:
     """Static-cache decoding for one `HFEngine` (see the module docstring).
 
-    graphs / compile: CUDA graphs and torch.compile (default: on CUDA only).
+    graphs: CUDA graphs (default: on CUDA only).
+    compile: "regional", "whole" or "none" (module docstring; True: regional, False: none;
+        default: regional on CUDA, none elsewhere).  train.py's `engine.compile`.
     check_every: steps between the host's checks for EOS / stop strings.
     steps_per_graph: decode steps captured into one CUDA graph (a multiple of it is checked).
     attention: "sdpa" (`decode_attention`), "matmul" (`decode_attention_matmul`), "triton"
@@ -234,7 +253,7 @@ class StaticDecoder:
     default, uses the trainer's.
     """
 
-    def __init__(self, engine, *, graphs: bool | None = None, compile: bool | None = None, check_every: int = 16,
+    def __init__(self, engine, *, graphs: bool | None = None, compile: bool | str | None = None, check_every: int = 16,
                  len_multiple: int = 128, max_shapes: int = 2, memory_fraction: float = STATIC_MEMORY_FRACTION,
                  steps_per_graph: int = 8, attention: str = "auto", fuse_projections: bool | None = None,
                  shared_pool: bool = True, prefill_tokens: int = 1 << 16):
@@ -249,7 +268,10 @@ class StaticDecoder:
         self.fuse_projections = cuda if fuse_projections is None else fuse_projections
         self._groups: list[_FusedGroup] | None = None
         self.graphs = cuda if graphs is None else graphs
-        self.compile = cuda if compile is None else compile
+        if compile is None or isinstance(compile, bool):
+            compile = "regional" if (cuda if compile is None else compile) else "none"
+        self.compile = check_compile_mode(compile, "StaticDecoder(compile)")
+        self.backend = "inductor"        # torch.compile's backend (the tests count graphs with a cheaper one)
         self.max_shapes = max_shapes
         self.memory_fraction = check_memory_fraction(memory_fraction, "StaticDecoder(memory_fraction)")
         self.fallbacks: Counter[tuple[int, int]] = Counter()   # calls the loop served because the cache did not fit
@@ -262,6 +284,7 @@ class StaticDecoder:
         self.attn = getattr(config, "_attn_implementation", None) or "sdpa"
         self._shapes: OrderedDict[tuple[int, int], _Shape] = OrderedDict()
         self._forward = None
+        self._layer_step = None          # the compiled decoder-layer region (compile "regional")
         self._replica = None
         self._pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.shared_pool = shared_pool
@@ -366,20 +389,25 @@ class StaticDecoder:
 
     @contextlib.contextmanager
     def _decode_attention(self):
-        """Inside the block the model attends through `decode_attention` (or its matmul form)
-        and, with fuse_projections, runs its fused projections (all restored after)."""
+        """Inside the block the model attends through `decode_attention` (or its matmul form),
+        with fuse_projections runs its fused projections and with compile "regional" its decode
+        steps through the compiled layer (all restored after)."""
         config = self.model.config
         before = config._attn_implementation
         config._attn_implementation = ATTENTIONS[self.attention]
         if self.fuse_projections and self._groups is None:
             self._groups = fusable_groups(self.model)
         groups = self._groups if self.fuse_projections else []
+        if self.compile == "regional" and self._layer_step is None:
+            self._layer_step = compiled_layer_step(self.backend)
+        regions = regional_steps(self.model, self._layer_step) if self.compile == "regional" else contextlib.nullcontext()
         try:
             for g in groups:
                 g.refresh()
                 for name, member in zip(g.names, g.members):
                     setattr(g.owner, name, member)
-            yield
+            with regions:
+                yield
         finally:
             config._attn_implementation = before
             for g in groups:
@@ -406,7 +434,7 @@ class StaticDecoder:
         cache.early_initialization(rows, self.kv_heads, self.head_dim, self._kv_dtype(), dev)
         state = _Shape(cache, torch.zeros((rows, 1), dtype=torch.long, device=dev),
                        torch.zeros((rows, 1), dtype=torch.long, device=dev),
-                       torch.zeros((rows, 1, 1, length), dtype=torch.bool, device=dev),
+                       torch.zeros((rows, 1, 1, length + 1), dtype=torch.bool, device=dev),
                        torch.zeros(1, dtype=torch.long, device=dev), torch.zeros((rows, 2), dtype=torch.long, device=dev),
                        torch.zeros(1, dtype=torch.long, device=dev),
                        torch.zeros((rows, length), dtype=torch.long, device=dev), torch.zeros((rows, length), device=dev))
@@ -417,11 +445,13 @@ class StaticDecoder:
         if self._forward is None:
             model = self.model
 
+            sample = compile_dynamic(_sample, self.backend) if self.compile == "regional" else _sample
+
             def forward(ids, pos, mask, cache, keys, step, temperature, top_p):   # -> token [B], log-prob [B]
                 out = model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache,
                             use_cache=True)                                   # a 4D mask is used as given
-                return sample_rows(out.logits[:, -1].float(), temperature, top_p, keys, step)
-            self._forward = torch.compile(forward) if self.compile else forward
+                return sample(out.logits[:, -1], temperature, top_p, keys, step)
+            self._forward = torch.compile(forward, backend=self.backend) if self.compile == "whole" else forward
         return self._forward
 
     def _step(self, s: _Shape, temperature: float, top_p: float, span: int) -> None:
@@ -526,7 +556,7 @@ class StaticDecoder:
                              use_cache=True, attention_mask=mask[:, None], logits_to_keep=1)
         token, logprob = sample_rows(out.logits[:, -1].float(), temperature, top_p, s.keys, 0)
         s.tokens[:, 0], s.logprobs[:, 0] = token, logprob
-        s.mask.copy_(open_slots[:, None, None, :])
+        s.mask[..., :length].copy_(open_slots[:, None, None, :])
         s.ids.copy_(token[:, None])
         s.pos.copy_(positions[:, -1:] + 1)
         s.slot.fill_(width)

@@ -105,3 +105,51 @@ def test_decoder_layers_are_compiled_on_cuda_except_under_zero3_checkpointing_or
     monkeypatch.delenv("TOOLORCHESTRA_COMPILE")
     next(model.parameters()).ds_id = 0                     # what DeepSpeed ZeRO-3 sets on its parameters
     assert not _compile_enabled(model, cuda)
+
+
+def test_compiled_layers_compile_one_graph_per_kind_of_pass_for_every_length(monkeypatch):
+    """Shapes dynamic from the first pass: the reference's no-grad forward, the policy's no-grad
+    forward and its forward + backward compile one graph each (stated bound: 3), whatever the
+    micro-batches' rows (>= 2) and lengths; log-probs and gradients equal the eager ones.
+    Counted with the "eager" backend (dynamo's graphs and guards, without Inductor's CPU compile)."""
+    import copy
+
+    from _tiny_model import tiny_model
+    from torch._dynamo.utils import counters
+
+    import training.logprobs as lp
+    from training.ppo import response_logprobs
+    from training.samples import SampleBatch
+
+    monkeypatch.setattr(lp, "_compile_enabled", lambda model, device: True)
+    monkeypatch.setattr(lp, "COMPILE_BACKEND", "eager")
+    torch._dynamo.reset()
+    counters.clear()
+    policy, _ = tiny_model(0)
+    reference = copy.deepcopy(policy).requires_grad_(False)
+    eager = copy.deepcopy(policy)
+    g = torch.Generator().manual_seed(0)
+    graphs = []
+    for rows, length in [(2, 9), (4, 17), (3, 12), (2, 30)]:
+        ids = torch.randint(10, 1000, (rows, length), generator=g)
+        attention = torch.ones_like(ids)
+        attention[0, length - 3:] = 0                                   # one padded row
+        response = torch.zeros_like(ids)
+        response[:, length // 2:] = attention[:, length // 2:]
+        batch = SampleBatch(ids, attention, response, None, torch.zeros(rows))
+        with torch.no_grad():
+            ref, old = response_logprobs(reference, batch), response_logprobs(policy, batch)
+        logp = response_logprobs(policy, batch)
+        logp.sum().backward()
+        monkeypatch.setattr(lp, "_compile_enabled", lambda model, device: False)
+        base = response_logprobs(eager, batch)
+        base.sum().backward()
+        monkeypatch.setattr(lp, "_compile_enabled", lambda model, device: True)
+        assert torch.allclose(logp, base, atol=1e-5) and torch.allclose(ref, base, atol=1e-5)
+        assert torch.allclose(old, base, atol=1e-5)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs == [3, 3, 3, 3]
+    for p, q in zip(policy.parameters(), eager.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-5)
+    assert not any("forward" in vars(layer) for layer in policy.model.layers)
+    torch._dynamo.reset()

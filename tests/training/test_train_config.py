@@ -64,6 +64,7 @@ def test_overrides_parse_as_yaml_and_are_type_checked():
     ("rollout.rollouts_per_task=0", "rollout.rollouts_per_task: must be >= 1"),
     ("engine.static_memory_fraction=0", "engine.static_memory_fraction: must be a number in (0, 1]"),
     ("engine.static_memory_fraction=1.5", "engine.static_memory_fraction: must be a number in (0, 1]"),
+    ("engine.compile=fast", "engine.compile: 'fast' is not one of ['regional', 'whole', 'none']"),
 ])
 def test_bad_overrides_name_the_key(override, message):
     with pytest.raises(ConfigError) as err:
@@ -137,12 +138,15 @@ def test_engine_static_memory_fraction_reaches_the_hf_engines_train_py_builds(tr
 
     policy, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy, tasks, **{"engine.static_memory_fraction": 0.6,
-                                                                  "engine.share_weights": share_weights}))
+                                                                  "engine.share_weights": share_weights,
+                                                                  "engine.compile": "whole"}))
     seen, make = [], engines.make_engine
     monkeypatch.setattr(engines, "make_engine", lambda kind, path, **kw: seen.append(kw) or make(kind, path, **kw))
     model, tokenizer = load_policy(str(policy), cfg.model.dtype, "cpu")
     make_engine_for(cfg, model, tokenizer, str(policy)).close()
     assert [kw["static_memory_fraction"] for kw in seen] == [0.6]
+    assert [kw["static_compile"] for kw in seen] == ["whole"]                 # engine.compile
+    assert rollout_engine_kwargs(cfg, DistributedConfig(backend="ray"), ipc=False)["static_compile"] == "whole"
     assert rollout_engine_kwargs(cfg, DistributedConfig(backend="ray"), ipc=False)["static_memory_fraction"] == 0.6
     assert rollout_engine_kwargs(cfg, DistributedConfig(backend="ray", engine_args={"static_memory_fraction": 0.9}),
                                  ipc=False)["static_memory_fraction"] == 0.9
