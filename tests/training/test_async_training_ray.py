@@ -159,15 +159,69 @@ def test_async_on_ray_a_trainer_rank_killed_mid_update_resumes_from_this_runs_ch
     the checkpoint's data position (batch 2 again, not batch 4) at the checkpoint's version, so
     step 2 is made again from version 1, with no turn of the abandoned batches in it."""
     from orchestrator.faults import kill_actor_on_call
+
+    kills = []
+    _restarted_run(tmp_path, train_world, monkeypatch, capfd, lambda policy: kills.append(
+        kill_actor_on_call(policy.trainers[1], "update", at=2, name="trainer-1")))
+    assert len(kills[0].killed) == 1
+
+
+def test_async_on_ray_a_refresh_failing_on_a_dead_rank_errors_episodes_only_and_the_run_restarts(
+        tmp_path, train_world, ray_local, monkeypatch, capfd):
+    """The engine dies during step 2's update (as in the first test) and trainer rank 1 dies (SIGKILL)
+    just as the restarted engine is to be refreshed: `TrainerWorkerDead` is raised inside an engine
+    call (the BatchingEngine's worker), where it can end only the episodes of that call; the step's
+    weight sync then meets the dead rank and the run restarts from its step-1 checkpoint.  The
+    restarted run does not wait for the first attempt's producer, trains none of its episodes,
+    and ends as an undisturbed run does."""
+    import os
+    import signal
+
+    from orchestrator.faults import actor_pid, kill_actor_on_call
+    from training.distributed.group import TrainerWorkerDead
+
+    kills, refreshes, rank_killed = [], [], []
+
+    def arm(policy):
+        update, refresh = policy.update, policy.engine.refresh
+        rank1 = actor_pid(policy.trainers[1])
+
+        def slow_update(samples, **kw):   # the window between the update and its sync: 2 s
+            out = update(samples, **kw)
+            time.sleep(2.0)
+            return out
+
+        def refresh_after_a_rank_died(names):
+            if not rank_killed:
+                os.kill(rank1, signal.SIGKILL)
+                rank_killed.append(rank1)
+                time.sleep(0.2)
+            try:
+                refresh(names)
+            except BaseException as exc:
+                refreshes.append(exc)
+                raise
+            refreshes.append(None)
+        policy.update, policy.engine.refresh = slow_update, refresh_after_a_rank_died
+        kills.append(kill_actor_on_call(policy.rollouts[0], "generate", at=1, name="rollout-0",
+                                        when=lambda: policy.version == 1 and policy.trainer_ahead))
+    _restarted_run(tmp_path, train_world, monkeypatch, capfd, arm)
+    assert len(kills[0].killed) == 1 and len(rank_killed) == 1
+    assert refreshes and all(isinstance(e, TrainerWorkerDead) for e in refreshes), refreshes
+
+
+def _restarted_run(tmp_path, train_world, monkeypatch, capfd, arm) -> None:
+    """Run with `arm(policy)` applied to the first attempt's actors; check the run restarted once
+    from its step-1 checkpoint and ended with every step trained once, as an undisturbed run."""
     from training.distributed.group import RayPolicy
 
-    started, kills = [], []
+    started = []
     start = RayPolicy.start.__func__
 
     def start_and_arm(cls, cfg, dist, model_path, *a, **kw):
         policy = start(cls, cfg, dist, model_path, *a, **kw)
-        if not started:             # the first attempt's rank 1 dies in its 2nd update (step 2)
-            kills.append(kill_actor_on_call(policy.trainers[1], "update", at=2, name="trainer-1"))
+        if not started:
+            arm(policy)
         started.append((Path(model_path), kw.get("version")))
         return policy
     monkeypatch.setattr(RayPolicy, "start", classmethod(start_and_arm))
@@ -175,7 +229,7 @@ def test_async_on_ray_a_trainer_rank_killed_mid_update_resumes_from_this_runs_ch
     cfg = _config(tmp_path, train_world)
     _train(cfg)
     err = capfd.readouterr().err
-    assert len(started) == 2 and len(kills[0].killed) == 1, err[-3000:]
+    assert len(started) == 2, err[-3000:]
     assert "trainer rank 1 died" in err and "restart 1 of 2: resuming from the newest checkpoint" in err, err[-3000:]
     # started again from step 1's checkpoint: its weights, at its policy version
     assert started[1][0].parent.name == "step-00000001" and started[1][1] == 1, started
