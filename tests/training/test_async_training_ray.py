@@ -12,7 +12,9 @@ tiny world; the experts take 0.3 s, so the next batch's rollouts run beside the 
 - Trainer rank 1 SIGKILLed in step 2's update (batch 3 in flight on the engine): the run stops
   every actor, starts them again and resumes from its step-1 checkpoint by itself; the producer
   starts again from the checkpoint's data position and version, the old producer's episodes end
-  on the closed engine and none of them is trained.
+  on the closed engine and none of them is trained.  A variant: the engine killed in step 2's
+  update and rank 1 killed just as the restarted engine is to be refreshed, so the refresh
+  raises `TrainerWorkerDead` inside an engine call; the step's sync then restarts the run.
 - A second run resumed (run.resume auto) from a copy of the first run's step-1 checkpoint.
 
 Each run goes on to the end, every step logged once, each step training exactly its own tasks x
