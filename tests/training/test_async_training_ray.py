@@ -257,7 +257,7 @@ def test_async_on_ray_resume_trains_the_same_tasks_from_the_checkpoints_version(
     """A run resumed from the first run's step-1 checkpoint trains steps 2-3 on the same tasks
     (the checkpoint holds the position of the first batch not trained, though the producer had
     taken batch 3's too), and its first batch comes from the checkpoint's weights (version 1)."""
-    cfg_full, full_dir, _ = rollout_engine_killed
+    _, full_dir, _ = rollout_engine_killed
     checkpoint = full_dir / "checkpoints" / "step-00000001"
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     shutil.copytree(checkpoint, tmp_path / "run" / "checkpoints" / checkpoint.name)
