@@ -223,7 +223,11 @@ def test_sigterm_stops_every_process_and_unregisters(index_dir, tmp_path):
     endpoints = tmp_path / "endpoints.json"
     with server(index_dir, 2, "--endpoints-file", str(endpoints)) as (url, proc):
         health = httpx.get(url + "/health").json()
-        assert [r["base_url"] for r in json.loads(endpoints.read_text())["retrieval"]] == [url]
+        deadline = time.monotonic() + 30      # registered just after the supervisor's own /health check
+        while not registered(endpoints):
+            assert time.monotonic() < deadline, "never registered"
+            time.sleep(0.05)
+        assert registered(endpoints) == [url]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     assert json.loads(endpoints.read_text()).get("retrieval", []) == []
