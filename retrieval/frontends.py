@@ -21,6 +21,11 @@ else -> the 500 a single-process server gives). When the worker dies, each front
 pending requests and answers 503 (and /health 503, status "down") with the reason; the
 supervisor then stops the front ends after WORKER_GONE_GRACE_S and exits with status 1, so a
 babysitter or Slurm restarts it. A front end that dies stops the server the same way.
+
+Start-up: the worker loads first; then the front ends start on the listening socket, each
+reports once uvicorn accepts on it, and the supervisor registers the endpoint only after that
+and a 200 from /health through the socket (so no client is sent to a server still starting).
+Every child dies with the supervisor, even a SIGKILLed one (retrieval/lifeline.py).
 """
 from __future__ import annotations
 
@@ -33,10 +38,13 @@ import signal
 import socket
 import sys
 import threading
+import urllib.error
+import urllib.request
 from concurrent.futures import Future, InvalidStateError
 from multiprocessing.connection import wait
 
 from retrieval.batcher import Overloaded
+from retrieval.lifeline import die_with_parent
 from retrieval.searcher import QueryError
 
 log = logging.getLogger("retrieval.frontends")
@@ -161,8 +169,10 @@ class RemoteService:
                     pass
 
 
-def frontend_main(sock: socket.socket, conn, settings: dict) -> None:
-    """One front-end process: uvicorn + the app over a RemoteService on the shared socket."""
+def frontend_main(sock: socket.socket, conn, up, settings: dict) -> None:
+    """One front-end process: uvicorn + the app over a RemoteService on the shared socket;
+    sends its pid on `up` once uvicorn accepts connections."""
+    die_with_parent(settings["supervisor_pid"])
     import uvicorn
 
     from retrieval.server import create_app, server_config
@@ -174,7 +184,15 @@ def frontend_main(sock: socket.socket, conn, settings: dict) -> None:
     app = create_app(service, limits, default_min_score=settings["min_score"],
                      default_min_length=settings["min_length"])
     config = server_config(app, settings["host"], sock.getsockname()[1], limits)
-    uvicorn.Server(config).run(sockets=[sock])
+
+    class Announcing(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:            # the app's lifespan ran and the socket is being served
+                up.send(os.getpid())
+                up.close()
+
+    Announcing(config).run(sockets=[sock])
 
 
 # ---- batch worker ----------------------------------------------------------------------------
@@ -226,8 +244,11 @@ def serve_connection(service, conn, index: int, counts: list[int]) -> None:
     sender.join(5)
 
 
-def worker_main(args, conns: list, ready) -> None:
-    """The batch-worker process: load the service, report to the supervisor, serve every front end."""
+def worker_main(args, conns: list, ready, supervisor_pid: int) -> None:
+    """The batch-worker process: load the service, report to the supervisor, serve every front end.
+    A load error goes to the supervisor as ("error", message, exit status): 2 for a bad index or
+    flag (as one process exits), 1 for anything else (a CUDA error, out of memory, ...)."""
+    die_with_parent(supervisor_pid)
     from retrieval.server import _load_service
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C reaches the supervisor, which stops us
@@ -235,9 +256,13 @@ def worker_main(args, conns: list, ready) -> None:
     try:
         service = _load_service(args)
     except (FileNotFoundError, ValueError) as err:
-        ready.send(("error", str(err)))
+        ready.send(("error", str(err), 2))
         return
-    ready.send(("ok", None))
+    except Exception as err:            # reported by the supervisor, which exits 1
+        log.exception("the batch worker failed to load %s", args.index)
+        ready.send(("error", f"{type(err).__name__}: {err}", 1))
+        return
+    ready.send(("ok", None, None))
     ready.close()
     counts = [0] * len(conns)
     threads = [threading.Thread(target=serve_connection, args=(service, conn, i, counts),
@@ -264,7 +289,7 @@ def serve(args, limits, registration) -> int:
     ctx = mp.get_context("spawn")
     pipes = [ctx.Pipe(duplex=True) for _ in range(args.frontends)]
     ready_recv, ready_send = ctx.Pipe(duplex=False)
-    worker = ctx.Process(target=worker_main, args=(args, [w for w, _ in pipes], ready_send),
+    worker = ctx.Process(target=worker_main, args=(args, [w for w, _ in pipes], ready_send, os.getpid()),
                          name="retrieval-worker")
     worker.start()
     ready_send.close()
@@ -281,14 +306,20 @@ def serve(args, limits, registration) -> int:
     sock = listen(args.host, args.port)
     port = sock.getsockname()[1]
     settings = {"limits": limits, "host": args.host, "min_score": args.min_score, "min_length": args.min_length,
-                "web_min_docs": args.web_min_docs}
-    fronts = [ctx.Process(target=frontend_main, args=(sock, f, settings), name=f"retrieval-frontend-{i}")
-              for i, (_, f) in enumerate(pipes)]
+                "web_min_docs": args.web_min_docs, "supervisor_pid": os.getpid()}
+    ups = [ctx.Pipe(duplex=False) for _ in pipes]
+    fronts = [ctx.Process(target=frontend_main, args=(sock, f, up, settings), name=f"retrieval-frontend-{i}")
+              for i, ((_, f), (_, up)) in enumerate(zip(pipes, ups))]
     for p in fronts:
         p.start()
-    for _, f in pipes:
+    for (_, f), (_, up) in zip(pipes, ups):
         f.close()
+        up.close()
     sock.close()
+    status = _wait_serving(worker, dict(zip((r for r, _ in ups), fronts)), local_url(args.host, port), stop)
+    if status is not None:
+        _stop(fronts + [worker])
+        return status
     started, stopped = registration(port)
     log.info("batch worker pid %d; %d front-end processes", worker.pid, len(fronts))
     started()
@@ -305,15 +336,15 @@ def _wait_ready(worker, ready_recv, stop: threading.Event) -> int | None:
         ready = wait([ready_recv, worker.sentinel], timeout=0.5)
         if ready_recv in ready:
             try:
-                status, message = ready_recv.recv()
+                status, message, code = ready_recv.recv()
             except EOFError:
                 worker.join(10)
-                status, message = "error", f"the batch worker exited while loading (exit code {worker.exitcode})"
+                status, message, code = "error", f"the batch worker exited while loading (exit code {worker.exitcode})", 1
             if status == "ok":
                 return None
             print(f"error: {message}", file=sys.stderr, flush=True)
             worker.join(10)
-            return 2
+            return code
         if worker.sentinel in ready:
             worker.join(1)
             print(f"error: the batch worker exited while loading (exit code {worker.exitcode})",
@@ -321,6 +352,54 @@ def _wait_ready(worker, ready_recv, stop: threading.Event) -> int | None:
             return 1
     _stop([worker])
     return 0
+
+
+def _wait_serving(worker, ups: dict, url: str, stop: threading.Event) -> int | None:
+    """None once every front end (`ups`: its pipe -> its process) accepts connections and
+    `url`/health answers 200; 1 if a child exits first; 0 on a signal."""
+    procs = [worker, *ups.values()]
+    waiting = dict(ups)
+    while not stop.is_set():
+        if any(not p.is_alive() for p in procs):
+            return _died_starting(procs)
+        if waiting:
+            for conn in wait(list(waiting) + [p.sentinel for p in procs], timeout=0.5):
+                if conn in waiting:
+                    try:
+                        conn.recv()
+                    except EOFError:        # it exited before serving: the next round reports it
+                        continue
+                    conn.close()
+                    del waiting[conn]
+        elif health_ok(url):
+            return None
+        else:
+            stop.wait(0.2)
+    return 0
+
+
+def _died_starting(procs) -> int:
+    proc = next(p for p in procs if not p.is_alive())
+    proc.join(1)
+    print(f"error: {proc.name} exited while the server was starting (exit code {proc.exitcode})",
+          file=sys.stderr, flush=True)
+    return 1
+
+
+def local_url(host: str, port: int) -> str:
+    """Where the supervisor reaches its own front ends (a wildcard host: the loopback)."""
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def health_ok(url: str) -> bool:
+    """GET `url`/health answers 200 (no proxy: it is this machine's own server)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url + "/health", timeout=HEALTH_TIMEOUT_S + 1) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def _supervise(worker, fronts, stop: threading.Event) -> int:

@@ -3,7 +3,9 @@
 Real processes over real HTTP (uvicorn, FastAPI, MiniLM, FAISS flat on the tiny corpus): the
 answers equal the single-process server's, concurrent clients spread over the front ends are all
 answered from shared micro-batches, worker errors reach the client as one process reports them,
-a dead worker turns /health and /retrieve into 503 and stops the server, SIGTERM stops it cleanly.
+a dead worker turns /health and /retrieve into 503 and stops the server, SIGTERM stops it cleanly,
+a SIGKILLed supervisor takes every child with it, and the endpoint is registered only once the
+server answers (a start-up failure never registers it).
 """
 from __future__ import annotations
 
@@ -21,12 +23,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from _retrieval_world import TINY, live, write_jsonl
 
 from retrieval.build_index import build
 from retrieval.encoders import Encoder
-from retrieval.frontends import RemoteService, serve_connection
+from retrieval.frontends import RemoteService, local_url, serve_connection
 from retrieval.searcher import Searcher
 from retrieval.server import Limits, create_app
 from retrieval.service import RetrievalService
@@ -220,7 +223,11 @@ def test_sigterm_stops_every_process_and_unregisters(index_dir, tmp_path):
     endpoints = tmp_path / "endpoints.json"
     with server(index_dir, 2, "--endpoints-file", str(endpoints)) as (url, proc):
         health = httpx.get(url + "/health").json()
-        assert [r["base_url"] for r in json.loads(endpoints.read_text())["retrieval"]] == [url]
+        deadline = time.monotonic() + 30      # registered just after the supervisor's own /health check
+        while not registered(endpoints):
+            assert time.monotonic() < deadline, "never registered"
+            time.sleep(0.05)
+        assert registered(endpoints) == [url]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     assert json.loads(endpoints.read_text()).get("retrieval", []) == []
@@ -238,3 +245,153 @@ def test_bad_flags_exit_2_naming_them(argv, message):
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
                           check=False)
     assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_sigkilled_supervisor_takes_every_child_and_the_port_with_it(index_dir):
+    with server(index_dir, 2) as (url, proc):
+        health = httpx.get(url + "/health").json()
+        children = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert {health["worker_pid"], health["frontend_pid"]} <= set(children) and len(children) >= 3
+        proc.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 5
+        while left := [pid for pid in children if alive(pid)]:
+            assert time.monotonic() < deadline, f"orphans still running: {left}"
+            time.sleep(0.05)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/health", timeout=5)
+    with socket.socket() as s:          # nobody holds the port any more
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+
+
+GRANDCHILD = """
+import os, sys, time
+from retrieval.lifeline import die_with_parent
+kernel = sys.argv[1] == "prctl"
+print("armed", die_with_parent(os.getppid(), poll_s=600 if kernel else 0.1, use_prctl=kernel), flush=True)
+time.sleep(120)
+"""
+PARENT = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("mechanism", ["prctl", "watcher"])
+def test_each_lifeline_mechanism_alone_kills_the_child_with_its_parent(mechanism):
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, GRANDCHILD, mechanism], cwd=ROOT, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE)
+    try:
+        child = int(parent.stdout.readline())
+        assert parent.stdout.readline().split() == ["armed", str(mechanism == "prctl")]
+        assert alive(child)
+        parent.kill()
+        parent.wait(10)
+        deadline = time.monotonic() + 5
+        while alive(child):
+            assert time.monotonic() < deadline, f"{mechanism}: the child outlived its parent"
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        parent.wait(10)
+
+
+HOOKS = """
+import os, time
+import retrieval.frontends as frontends
+real_frontend, real_worker = frontends.frontend_main, frontends.worker_main
+
+
+def slow_frontend_main(*args):          # a front end slow to start (imports on a busy node)
+    time.sleep(float(os.environ["HOOK_DELAY_S"]))
+    with open(os.path.join(os.environ["HOOK_DIR"], f"up-{os.getpid()}"), "w") as out:
+        out.write(repr(time.time()))
+    real_frontend(*args)
+
+
+def crashing_frontend_main(*args):
+    raise SystemExit(3)
+
+
+def failing_worker_main(*args):         # the index load raises what a GPU may raise
+    import retrieval.server
+
+    def broken(_args):
+        raise RuntimeError("CUDA error: out of memory (test hook)")
+    retrieval.server._load_service = broken
+    real_worker(*args)
+"""
+
+
+@contextmanager
+def hooked(index_dir: Path, tmp_path: Path, patches: dict, *extra: str):
+    """The server with retrieval.frontends functions replaced (in the children too: spawn pickles
+    a target by module and name, so the child imports it from `hooks`); yields (url, process, stderr file)."""
+    (tmp_path / "hooks.py").write_text(HOOKS)
+    lines = "; ".join(f"frontends.{name} = hooks.{hook}" for name, hook in patches.items())
+    driver = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import hooks, retrieval.frontends as frontends; "
+              f"import retrieval.server as server; {lines}; sys.exit(server.main(sys.argv[1:]))")
+    port = free_port()
+    stderr = tmp_path / "stderr.txt"
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", driver, "--index", str(index_dir / "index"), "--port", str(port),
+                                 "--frontends", "2", *extra], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+                                env={**os.environ, "PYTHONPATH": str(ROOT), "HOOK_DIR": str(tmp_path),
+                                     "HOOK_DELAY_S": "4"})
+    try:
+        yield f"http://127.0.0.1:{port}", proc, stderr
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(30)
+
+
+def registered(endpoints: Path) -> list[str]:
+    try:
+        return [r["base_url"] for r in json.loads(endpoints.read_text()).get("retrieval", [])]
+    except FileNotFoundError:
+        return []
+
+
+def test_the_endpoint_is_registered_only_once_every_front_end_answers(index_dir, tmp_path):
+    endpoints = tmp_path / "endpoints.json"
+    with hooked(index_dir, tmp_path, {"frontend_main": "slow_frontend_main"},
+                "--endpoints-file", str(endpoints)) as (url, proc, stderr):
+        deadline = time.monotonic() + 180
+        while not registered(endpoints):
+            assert proc.poll() is None, stderr.read_text()[-3000:]
+            assert time.monotonic() < deadline, "never registered"
+            time.sleep(0.02)
+        seen = time.time()
+        health = httpx.get(url + "/health", timeout=30)
+        assert registered(endpoints) == [url]
+    up = [float(f.read_text()) for f in tmp_path.glob("up-*")]
+    assert len(up) == 2 and seen > max(up), "registered while a front end was still starting"
+    assert health.status_code == 200 and health.json()["frontends"] == 2
+
+
+@pytest.mark.parametrize("patches, code, message", [
+    ({"worker_main": "failing_worker_main"}, 1, "error: RuntimeError: CUDA error: out of memory (test hook)"),
+    ({"frontend_main": "crashing_frontend_main"}, 1, "error: retrieval-frontend-"),
+])
+def test_a_start_up_failure_never_registers_and_exits_with_its_error(index_dir, tmp_path, patches, code, message):
+    endpoints = tmp_path / "endpoints.json"
+    with hooked(index_dir, tmp_path, patches, "--endpoints-file", str(endpoints)) as (_, proc, stderr):
+        assert proc.wait(180) == code, stderr.read_text()[-3000:]
+    assert message in stderr.read_text() and registered(endpoints) == []
+
+
+@pytest.mark.parametrize("host, url", [("127.0.0.1", "http://127.0.0.1:80"), ("0.0.0.0", "http://127.0.0.1:80"),
+                                       ("::", "http://[::1]:80"), ("node7", "http://node7:80")])
+def test_the_supervisor_checks_health_on_its_own_address(host, url):
+    assert local_url(host, 80) == url
