@@ -48,7 +48,9 @@ from retrieval.lifeline import die_with_parent
 from retrieval.searcher import QueryError
 
 log = logging.getLogger("retrieval.frontends")
-WORKER_GONE_GRACE_S = 5.0    # front ends answer 503 "worker gone" this long before the server exits
+# front ends answer 503 "worker gone" this long before the server exits (the environment variable
+# RETRIEVAL_WORKER_GONE_GRACE_S changes it: a longer window for a supervisor that restarts slowly, or a test)
+WORKER_GONE_GRACE_S = float(os.environ.get("RETRIEVAL_WORKER_GONE_GRACE_S", "5"))
 HEALTH_TIMEOUT_S = 5.0       # a worker that does not answer /health within this is reported down
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 

@@ -57,12 +57,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(index_dir: Path, frontends: int, *extra: str):
+def server(index_dir: Path, frontends: int, *extra: str, env: dict | None = None):
     """`python -m retrieval.server` as a subprocess; yields (base URL, process) once /health is 200."""
     port = free_port()
     cmd = [sys.executable, "-m", "retrieval.server", "--index", str(index_dir / "index"), "--port", str(port),
            "--eid-file", str(index_dir / "eids.json"), "--frontends", str(frontends), *extra]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -204,7 +204,8 @@ def test_errors_cross_the_pipe_as_their_own_kind():
 
 
 def test_a_dead_worker_turns_health_and_requests_into_503_then_the_server_exits(index_dir):
-    with server(index_dir, 2) as (url, proc):
+    # a 20 s window (5 by default): on a loaded box the checks below may take longer than 5 s
+    with server(index_dir, 2, env={"RETRIEVAL_WORKER_GONE_GRACE_S": "20"}) as (url, proc):
         worker = httpx.get(url + "/health").json()["worker_pid"]
         os.kill(worker, signal.SIGKILL)
         deadline = time.monotonic() + 3
@@ -212,7 +213,7 @@ def test_a_dead_worker_turns_health_and_requests_into_503_then_the_server_exits(
             assert time.monotonic() < deadline, "the front end did not notice the worker's death"
             time.sleep(0.05)
         r = httpx.post(url + "/retrieve", json={"queries": ["city on the Seine"]}, timeout=10)
-        assert proc.wait(30) == 1
+        assert proc.wait(60) == 1
     assert health.status_code == 503 and health.json()["status"] == "down"
     assert r.status_code == 503 and r.json()["error"].startswith("the batch worker exited")
     with pytest.raises(httpx.ConnectError):
