@@ -177,8 +177,9 @@ def frontend_main(sock: socket.socket, conn, up, settings: dict) -> None:
     die_with_parent(settings["supervisor_pid"])
     import uvicorn
 
-    from retrieval.server import create_app, server_config
     from retrieval.web import web_search_from_env
+
+    create_app, server_config = settings["create_app"], settings["server_config"]
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     limits = settings["limits"]
@@ -246,17 +247,15 @@ def serve_connection(service, conn, index: int, counts: list[int]) -> None:
     sender.join(5)
 
 
-def worker_main(args, conns: list, ready, supervisor_pid: int) -> None:
+def worker_main(args, conns: list, ready, supervisor_pid: int, load_service) -> None:
     """The batch-worker process: load the service, report to the supervisor, serve every front end.
     A load error goes to the supervisor as ("error", message, exit status): 2 for a bad index or
     flag (as one process exits), 1 for anything else (a CUDA error, out of memory, ...)."""
     die_with_parent(supervisor_pid)
-    from retrieval.server import _load_service
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C reaches the supervisor, which stops us
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
-        service = _load_service(args)
+        service = load_service(args)
     except (FileNotFoundError, ValueError) as err:
         ready.send(("error", str(err), 2))
         return
@@ -285,13 +284,15 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(args, limits, registration) -> int:
+def serve(args, limits, registration, *, create_app, server_config, load_service) -> int:
     """Run the worker and `args.frontends` front ends until a signal (0) or a child's death (1).
-    `registration(port) -> (on_started, on_stopped)`: the endpoints-file hooks."""
+    `registration(port) -> (on_started, on_stopped)`: the endpoints-file hooks.  retrieval.server
+    hands in its app factory, uvicorn config and service loader (module functions: the spawned
+    children unpickle them by name), so this module does not import the server's."""
     ctx = mp.get_context("spawn")
     pipes = [ctx.Pipe(duplex=True) for _ in range(args.frontends)]
     ready_recv, ready_send = ctx.Pipe(duplex=False)
-    worker = ctx.Process(target=worker_main, args=(args, [w for w, _ in pipes], ready_send, os.getpid()),
+    worker = ctx.Process(target=worker_main, args=(args, [w for w, _ in pipes], ready_send, os.getpid(), load_service),
                          name="retrieval-worker")
     worker.start()
     ready_send.close()
@@ -307,8 +308,9 @@ def serve(args, limits, registration) -> int:
         return status
     sock = listen(args.host, args.port)
     port = sock.getsockname()[1]
-    settings = {"limits": limits, "host": args.host, "min_score": args.min_score, "min_length": args.min_length,
-                "web_min_docs": args.web_min_docs, "supervisor_pid": os.getpid()}
+    settings = {"create_app": create_app, "server_config": server_config, "limits": limits, "host": args.host,
+                "min_score": args.min_score, "min_length": args.min_length, "web_min_docs": args.web_min_docs,
+                "supervisor_pid": os.getpid()}
     ups = [ctx.Pipe(duplex=False) for _ in pipes]
     fronts = [ctx.Process(target=frontend_main, args=(sock, f, up, settings), name=f"retrieval-frontend-{i}")
               for i, ((_, f), (_, up)) in enumerate(zip(pipes, ups))]

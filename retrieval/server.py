@@ -257,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.frontends > 1:
         from retrieval.frontends import serve
-        return serve(args, limits, lambda port: _registration(args, port))
+        return serve(args, limits, lambda port: _registration(args, port), create_app=create_app,
+                     server_config=server_config, load_service=_load_service)
     try:
         service = _load_service(args)
     except (FileNotFoundError, ValueError) as err:

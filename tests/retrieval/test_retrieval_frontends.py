@@ -325,12 +325,9 @@ def crashing_frontend_main(*args):
 
 
 def failing_worker_main(*args):         # the index load raises what a GPU may raise
-    import retrieval.server
-
     def broken(_args):
         raise RuntimeError("CUDA error: out of memory (test hook)")
-    retrieval.server._load_service = broken
-    real_worker(*args)
+    real_worker(*args[:-1], broken)     # (the last argument is the service loader)
 """
 
 
