@@ -459,3 +459,16 @@ def test_every_preference_line_has_a_token_found_nowhere_else_in_the_policys_con
         others = set().union(*(ids(w) for n, (_, w) in PRESETS.items() if n != name))
         own = ids(words) - others - elsewhere
         assert own, f"preset {name!r}: every token of {words!r} also occurs elsewhere in the context"
+
+
+def test_the_world_models_come_from_configs_and_an_unpriced_one_is_named(tmp_path):
+    from training.quickstart.env import TASK_MODELS, UNSEEN_TOOLS, WORLD_FILE, load_world_models
+
+    assert load_world_models(WORLD_FILE) == (TASK_MODELS, UNSEEN_TOOLS)
+    bad = tmp_path / "world.yaml"
+    bad.write_text("task_models: {answer-4: gpt-7}\nunseen_tools: {}\n")
+    with pytest.raises(ValueError, match=r"world\.yaml: model 'gpt-7' has no price in tools\.json"):
+        load_world_models(bad)
+    bad.write_text("task_models: {}\n")
+    with pytest.raises(ValueError, match="exactly the keys task_models and unseen_tools"):
+        load_world_models(bad)

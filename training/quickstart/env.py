@@ -44,6 +44,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from orchestrator.catalog import load_catalog
 from orchestrator.loop import Task
 from orchestrator.runtime import ToolRuntime
@@ -57,8 +59,8 @@ TOOL_ALIASES = {
     "answer": ["answer-1", "answer-4", "answer-math-2"],
 }
 FAVOURED_ALIAS = "answer-4"
-# the quickstart tasks' own alias -> model choices where they differ from tools.json (per-task
-# tool mappings are per-example fields, PAPER.md §2).  Data, not a setting, hence here and not in a
+# TASK_MODELS (configs/quickstart_world.yaml): the tasks' own alias -> model choices where they differ from tools.json (per-task
+# tool mappings are per-example fields, PAPER.md §2).  Data, not a setting, hence a world file and not in a
 # profile: as in data_synthesis's records, a task's alias -> model mapping is part of the task
 # (build_world writes it into every record of world/*.jsonl, which training and evaluation read as
 # they read any dataset's `tools`), and changing it makes another world, not another run of this one
@@ -76,7 +78,27 @@ FAVOURED_ALIAS = "answer-4"
 #     turns are about 40% of a starting policy's cost, a floor no routing moves; with GPT-5 on the deep search, perfect routing cut the
 #     cost by only 41-42% and a policy that sent every lookup to the deep search by 35-40%
 #     (docs/training.md, sixth round)
-TASK_MODELS = {"answer-4": "claude-sonnet-4", "search-1": "Qwen3-8B"}
+WORLD_FILE = Path(__file__).resolve().parents[2] / "configs" / "quickstart_world.yaml"
+
+
+def load_world_models(path: Path = WORLD_FILE) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """(task_models, unseen_tools) from `path`; every model must be priced in tools.json."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read the quickstart world's models: {exc}") from None
+    if not isinstance(data, dict) or set(data) != {"task_models", "unseen_tools"}:
+        raise ValueError(f"{path}: expected exactly the keys task_models and unseen_tools")
+    task_models, unseen = data["task_models"], data["unseen_tools"]
+    priced = load_catalog().prices
+    models = [*task_models.values(), *(m for per_tool in unseen.values() for m in per_tool.values())]
+    for model in models:
+        if model not in priced:
+            raise ValueError(f"{path}: model {model!r} has no price in tools.json; add it to 'prices' there")
+    return task_models, unseen
+
+
+TASK_MODELS, UNSEEN_TOOLS = load_world_models()
 PREFERENCE_PREFIX = "Preference:"
 # name -> (preference vector, the words the policy reads on the question's last line)
 PRESETS = {
@@ -91,12 +113,6 @@ PREFERENCE = PRESETS[MAIN_PRESET][0]
 SHALLOW, DEEP = "shallow", "deep"
 SEARCH_DEPTH = {"search-3": DEEP, "search-1": SHALLOW, "search-2": SHALLOW,
                 "finder-a": DEEP, "finder-b": SHALLOW}
-# a held-out catalog: aliases, models and prices the policy never saw in training
-UNSEEN_TOOLS = {
-    "search": {"finder-a": "o3-mini", "finder-b": "Llama-3.3-70B-Instruct"},
-    "enhance_reasoning": {"coder-a": "claude-opus-4-1", "coder-b": "Qwen2.5-Coder-32B-Instruct"},
-    "answer": {"responder-a": "Qwen2.5-Math-72B-Instruct", "responder-b": "Qwen3-235B-A22B"},
-}
 DESCRIPTIONS = {
     "search": "Search the local corpus for the missing information.",
     "enhance_reasoning": "Write Python code for the problem, run it and return its output.",
