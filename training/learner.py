@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from orchestrator.engines.capture_lock import exclusive_of_capture
 from training import checkpoint as ckpt
 from training.config import TrainConfig, fingerprint
 from training.losses import PPOClipLoss
@@ -91,7 +92,8 @@ class LocalLearner:
         update: dict[str, float] = {}
         versioned = cfg.algorithm.max_staleness > 0
         if samples:
-            with Precision.of(cfg.model.dtype).autocast(cfg.run.device):   # bf16/fp16 math on float32 weights
+            # asynchronous: the rollout thread's CUDA-graph captures wait for this update (capture_lock.py)
+            with exclusive_of_capture(versioned), Precision.of(cfg.model.dtype).autocast(cfg.run.device):
                 update = ppo_update(self.model, self.reference, self.optimizer, samples, self.loss_fn,
                                     pad_id=pad_token_id(self.tokenizer), device=torch.device(cfg.run.device),
                                     temperature=cfg.rollout.temperature, micro_batch_size=cfg.algorithm.micro_batch_size,

@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 from orchestrator.engine import Generation, SamplingParams
+from orchestrator.engines.capture_lock import exclusive_of_capture
 from orchestrator.engines.common import STATIC_MEMORY_FRACTION, check_memory_fraction, completes_stop, decode
 from orchestrator.engines.compile_regions import (check_compile_mode, compile_dynamic, compiled_layer_step,
                                                   regional_steps)
@@ -468,6 +469,10 @@ class StaticDecoder:
 
     def _capture(self, s: _Shape, temperature: float, top_p: float, span: int, steps: int):
         """Warm up (compiling the forward the first time) on a side stream, then capture `steps` steps."""
+        with exclusive_of_capture():   # no policy update in another thread meanwhile (capture_lock.py)
+            return self._capture_exclusive(s, temperature, top_p, span, steps)
+
+    def _capture_exclusive(self, s: _Shape, temperature: float, top_p: float, span: int, steps: int):
         s.cache.reset()
         for t in (s.ids, s.pos, s.slot, s.mask, s.step):
             t.zero_()
@@ -480,8 +485,8 @@ class StaticDecoder:
         graph = torch.cuda.CUDAGraph()
         if self.shared_pool and self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        # thread_local: another thread's CUDA work during the capture (the trainer's update while an
-        # asynchronous run's rollouts capture a new shape) neither invalidates it nor is refused
+        # thread_local: another thread's stream work during the capture (the trainer's thread in an
+        # asynchronous run) is not refused; device-wide synchronizes are kept out by the capture lock
         with torch.cuda.graph(graph, pool=self._pool if self.shared_pool else None, capture_error_mode="thread_local"):
             for _ in range(steps):
                 self._step(s, temperature, top_p, span)

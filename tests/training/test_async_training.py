@@ -330,3 +330,35 @@ def test_async_resume_trains_the_same_tasks_from_the_checkpoints_version(tmp_pat
     assert resumed_tasks == {t for t in full_tasks if t[0] >= 2}
     first = [turn["policy_version"] for r in rows if r["step"] == 2 for turn in r["turns"]]
     assert first and min(first) == 1                                   # made by the checkpoint's weights
+
+
+# ------------------------------------------------------------- CUDA-graph capture vs update
+@pytest.mark.parametrize("asynchronous", [True, False])
+def test_an_asynchronous_update_holds_the_capture_lock_so_no_graph_capture_runs_beside_it(
+        tmp_path, train_world, monkeypatch, asynchronous):
+    """On an H200 a capture in the rollout thread failed while the update's autotuner synchronized
+    the device (capture_lock.py): asynchronous updates hold the lock, synchronous ones need not."""
+    import training.learner as learner_module
+    from orchestrator.engines.capture_lock import CAPTURE_LOCK
+
+    held = []
+    real = learner_module.ppo_update
+
+    def recording(*args, **kwargs):
+        held.append(CAPTURE_LOCK.locked())
+        return real(*args, **kwargs)
+    monkeypatch.setattr(learner_module, "ppo_update", recording)
+    _train(tmp_path, train_world, **(ASYNC if asynchronous else {}), **{"trainer.total_steps": 2})
+    assert held == [asynchronous] * 2
+    assert not CAPTURE_LOCK.locked()
+
+
+def test_the_static_decoder_captures_its_graphs_under_the_capture_lock():
+    from types import SimpleNamespace
+
+    from orchestrator.engines.capture_lock import CAPTURE_LOCK
+    from orchestrator.engines.hf_static import StaticDecoder
+
+    decoder = SimpleNamespace(_capture_exclusive=lambda *args: CAPTURE_LOCK.locked())
+    assert StaticDecoder._capture(decoder, None, 1.0, 1.0, 128, 8) is True
+    assert not CAPTURE_LOCK.locked()
