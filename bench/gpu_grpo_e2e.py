@@ -326,7 +326,11 @@ def run_trl(path: Path, tok, prompts: list[str], args, device: torch.device, wor
                         max_completion_length=args.tokens, temperature=1.0, beta=1e-4, epsilon=0.2, epsilon_high=0.28,
                         loss_type="bnpo", learning_rate=1e-6, weight_decay=0.01, max_grad_norm=1.0,
                         max_steps=args.trl_steps, logging_steps=1, save_strategy="no", report_to="none",
-                        num_iterations=1, shuffle_dataset=False, model_init_kwargs={"dtype": torch.float32},
+                        num_iterations=1, shuffle_dataset=False,
+                        # a static cache is allocated in the weights' dtype while bf16 autocast writes bf16 keys
+                        # into it (index_copy_ dtype error on the H200, 2026-12-04): static runs with bf16 weights
+                        model_init_kwargs={"dtype": torch.bfloat16 if cache == "static" and device.type == "cuda"
+                                           else torch.float32},
                         cache_implementation=cache)
     original = grpo_module.profiling_context
     grpo_module.profiling_context = timed_block
@@ -368,7 +372,7 @@ def markdown(results: dict, args) -> str:
     """The docs/benchmarks.md table of this run."""
     names = {"ours": "ours (train.py's LocalLearner: static decoder + ppo_update)",
              "trl": f"TRL {results['info'].get('trl', '')} GRPOTrainer.train() (transformers generate, dynamic cache)",
-             "trl-static": f"TRL {results['info'].get('trl', '')} GRPOTrainer.train() (cache_implementation static)"}
+             "trl-static": f"TRL {results['info'].get('trl', '')} GRPOTrainer.train() (cache_implementation static, bf16 weights)"}
     lines = [("| implementation | first step s | compiles: first step / after | step s (median / slowest) | "
               "completion tokens / step | tokens/s | generation s | reward s | reference s | update + rest s | peak GiB |"),
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
