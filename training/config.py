@@ -55,6 +55,9 @@ class RunConfig:
     resume: str = "auto"                # "auto" (latest checkpoint in dir/checkpoints, if any) | "never" | a path
     device: str = "cpu"                 # "cpu" | "cuda" | "cuda:1" ...
     threads: int = 0                    # torch CPU threads; 0 = torch's default
+    compile_cache: str | None = None    # folder for torch.compile's Inductor/Triton caches (shared storage on a
+                                        # cluster: later jobs and restarts start warm); None: torch's default
+                                        # (training/compile_cache.py)
 
 
 @dataclass

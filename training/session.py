@@ -35,6 +35,7 @@ from orchestrator.runtime import ToolRuntime
 from orchestrator.settings import OrchestratorSettings, Profile, ProfileError, load_profile
 from orchestrator.setup import build_runtime as build, load_prompts, loop_config
 from training import checkpoint as ckpt
+from training.compile_cache import use_compile_cache
 from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, save_run_config, to_dict
 from training.metrics_log import MetricsLogger
 from training.preflight import check_device, check_models
@@ -349,6 +350,7 @@ def _run_once(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
         print(f"removed {stale}: the temporary folder of a save that was killed", file=sys.stderr)
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
+    use_compile_cache(cfg.run.compile_cache)   # before anything compiles (Ray actors: group.py)
     # the schedule counts training steps, also those whose batch was filtered empty
     warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
     torch.manual_seed(cfg.run.seed)

@@ -260,15 +260,19 @@ class RayPolicy:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        from training.compile_cache import compile_cache_env
         from training.distributed.rollout_worker import RolloutWorker
         from training.distributed.train_worker import TrainWorker
 
         dist, device, threads = self.dist, cfg.run.device, cfg.run.threads
         ipc = self.sync_kind == "cuda_ipc"     # engine in its own process on the rank's GPU
 
+        compile_env = compile_cache_env(cfg.run.compile_cache)   # actors compile into the same caches
+
         def on(i: int, resources: dict, gpu_share: float = 1.0) -> dict:
             return dict(num_cpus=resources.get("CPU", 0) * gpu_share, num_gpus=resources.get("GPU", 0) * gpu_share,
-                        scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i))
+                        scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
+                        **({"runtime_env": {"env_vars": compile_env}} if compile_env else {}))
 
         n = dist.trainer_workers
         share = 0.5 if ipc else 1.0
