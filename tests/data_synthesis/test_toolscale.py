@@ -122,7 +122,11 @@ def shop_records() -> list[dict]:
 
 
 def run(argv: list[str], capsys) -> tuple[int, str]:
-    code = main(argv)
+    # rich lays the summary table out to COLUMNS (80 without a terminal), wrapping the title's
+    # long tmp path; the tests read the table's words, so give it room for one line each
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COLUMNS", "300")
+        code = main(argv)
     return code, capsys.readouterr().err
 
 
