@@ -10,7 +10,7 @@ One step = the frozen reference's forward + the policy's forward/backward throug
   trainer-amp      what train.py does for model.dtype bfloat16: fp32 master parameters, bf16
                    autocast, fused AdamW; response_logprobs with the chunked, compiled LM head +
                    log-softmax and compiled decoder layers (training/logprobs.py)
-  trainer-amp-eager-layers   the same with TOOLORCHESTRA_COMPILE=0 (decoder layers not compiled)
+  trainer-amp-eager-layers   the same with model.compile_update false (decoder layers not compiled)
   trainer-amp-before         the same with the full fp32 [tokens x vocab] logits and no compile
                              (response_logprobs before training/logprobs.py)
   trainer-bf16     bf16 parameters and bf16 AdamW (train.py before fp32 master weights; the
@@ -162,7 +162,8 @@ def variant_trainer(cfg, samples, device, *, amp: bool, micro: int, before: bool
     # train.py's make_optimizer (not imported: its config needs pydantic, absent on the GPU machine)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01, fused=device.type == "cuda")
     loss_fn = PPOClipLoss()
-    os.environ["TOOLORCHESTRA_COMPILE"] = "1" if compile_layers and not before else "0"
+    for m in (model, reference):               # model.compile_update (training/logprobs.py)
+        fast.set_layer_compile(m, compile_layers and not before)
 
     def step():
         with contextlib.ExitStack() as stack:

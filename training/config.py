@@ -68,6 +68,8 @@ class ModelConfig:
     price_model: str | None = None      # the orchestrator's own tokens are priced as this model (None:
                                         # tools.json's orchestrator_price_model)
     gradient_checkpointing: bool = False
+    compile_update: bool = True         # CUDA: the training passes' decoder layers through torch.compile
+                                        # (training/logprobs.py); false: eager (off anyway with checkpointing)
 
 
 @dataclass

@@ -12,6 +12,7 @@ import torch
 from orchestrator.engines.capture_lock import exclusive_of_capture
 from training import checkpoint as ckpt
 from training.config import TrainConfig, fingerprint
+from training.logprobs import set_layer_compile
 from training.losses import PPOClipLoss
 from training.policy_setup import load_policy, make_optimizer, make_scheduler, pad_token_id, reference_path
 from training.ppo import check_logprob_path, ppo_update
@@ -72,6 +73,9 @@ class LocalLearner:
             self.reference.requires_grad_(False)
         if cfg.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
+        for m in (model, self.reference):
+            if m is not None:
+                set_layer_compile(m, cfg.model.compile_update)
         self.optimizer = make_optimizer(model, cfg)
         self.scheduler = make_scheduler(self.optimizer, cfg.optim.scheduler, cfg.optim.warmup_steps, total_steps)
         self.scaler = Precision.of(cfg.model.dtype).scaler(cfg.run.device)    # float16 only

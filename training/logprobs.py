@@ -22,7 +22,7 @@ kernels).  Only the training forward passes use it (`training.ppo.response_logpr
 the rollout engine, sharing the same module, is not affected.  Off on the CPU, with gradient
 checkpointing, with DeepSpeed ZeRO-3 (its per-module gather hooks inside the compiled region
 recompile per layer until dynamo's limit; measured slower than eager on two H200s), or with
-TOOLORCHESTRA_COMPILE=0.  Shapes are dynamic from the first pass (`compile_dynamic`: rows and
+`model.compile_update: false` (`set_layer_compile`).  Shapes are dynamic from the first pass (`compile_dynamic`: rows and
 sequence length symbolic, no duck sizing), so the first passes compile one graph per kind of
 pass (the reference's and the old policy's no-grad forwards, the policy's forward + backward)
 and later lengths reuse them; before, each kind compiled static first and again dynamic when
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 
 import torch
 
@@ -122,8 +121,13 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     return _LinearLogprobs.apply(hidden, weight, targets, temperature if temperature > 0 else 1.0, rows)
 
 
+def set_layer_compile(model, enabled: bool) -> None:
+    """`model.compile_update` for this model: false keeps its training passes eager."""
+    model._toolorchestra_compile_layers = bool(enabled)
+
+
 def _compile_enabled(model, device: torch.device) -> bool:
-    return (device.type == "cuda" and os.environ.get("TOOLORCHESTRA_COMPILE", "1") != "0"
+    return (device.type == "cuda" and getattr(model, "_toolorchestra_compile_layers", True)
             and not getattr(model, "is_gradient_checkpointing", False)
             and not hasattr(next(model.parameters(), None), "ds_id"))   # ZeRO-3 partitioned parameters
 

@@ -91,18 +91,17 @@ def test_check_logprob_path_accepts_plain_heads_and_refuses_scaled_logits(dtype)
 def test_decoder_layers_are_compiled_on_cuda_except_under_zero3_checkpointing_or_the_switch(monkeypatch):
     """`compiled_layers` compiles only where it measured faster: not over ZeRO-3's partitioned
     parameters (marked `ds_id`; recompiled per layer on 2 H200s), not with gradient
-    checkpointing, not on the CPU, not with TOOLORCHESTRA_COMPILE=0."""
+    checkpointing, not on the CPU, not with `model.compile_update: false`."""
     from _tiny_model import tiny_model
 
-    from training.logprobs import _compile_enabled
+    from training.logprobs import _compile_enabled, set_layer_compile
 
     model, _ = tiny_model(0)
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    monkeypatch.delenv("TOOLORCHESTRA_COMPILE", raising=False)
     assert _compile_enabled(model, cuda) and not _compile_enabled(model, cpu)
-    monkeypatch.setenv("TOOLORCHESTRA_COMPILE", "0")
+    set_layer_compile(model, False)
     assert not _compile_enabled(model, cuda)
-    monkeypatch.delenv("TOOLORCHESTRA_COMPILE")
+    set_layer_compile(model, True)
     next(model.parameters()).ds_id = 0                     # what DeepSpeed ZeRO-3 sets on its parameters
     assert not _compile_enabled(model, cuda)
 
@@ -153,3 +152,18 @@ def test_compiled_layers_compile_one_graph_per_kind_of_pass_for_every_length(mon
         assert torch.allclose(p.grad, q.grad, atol=1e-5)
     assert not any("forward" in vars(layer) for layer in policy.model.layers)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_model_compile_update_reaches_the_policy_and_the_reference(tmp_path, train_world, enabled):
+    from _train_world import overrides
+    from training.config import load_config
+    from training.learner import LocalLearner
+    from training.logprobs import _compile_enabled
+
+    policy, tasks = train_world
+    cfg = load_config(None, overrides(tmp_path, policy, tasks, **{"model.compile_update": str(enabled).lower()}))
+    learner = LocalLearner(cfg, None, None, 1)
+    assert learner.reference is not None
+    cuda = torch.device("cuda")   # the decision only; nothing runs on a GPU here
+    assert _compile_enabled(learner.model, cuda) is enabled and _compile_enabled(learner.reference, cuda) is enabled

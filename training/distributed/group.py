@@ -304,7 +304,8 @@ class RayPolicy:
         ray.get([t.setup.remote(master=master, backend=self.comm_backend, model_path=model_path,
                                 reference_path=reference, dtype=cfg.model.dtype, ds_config=ds, optim=optim,
                                 scheduler=scheduler, reference_offload=dist.reference == "offload",
-                                gradient_checkpointing=cfg.model.gradient_checkpointing, seed=cfg.run.seed)
+                                gradient_checkpointing=cfg.model.gradient_checkpointing, seed=cfg.run.seed,
+                                compile_update=cfg.model.compile_update)
                  for t in self.trainers] + [w.ready.remote() for w in self.rollouts])
         if self.sync_kind == "inprocess":
             ray.get([t.start_engine.remote(cfg.engine.kind, model_path, engine_kwargs) for t in self.trainers])

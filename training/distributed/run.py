@@ -154,6 +154,10 @@ class RayLearner:
                                     fingerprint(self.cfg), keep=self.cfg.trainer.keep_checkpoints)
 
     def close(self) -> None:
-        self.engine.close()
-        if self.owned:
-            self.policy.shutdown()
+        # actors first: an engine call or refresh blocked in a collective with a dead rank (NCCL waits
+        # for its timeout) then fails at once, so the batcher's worker thread can be joined
+        try:
+            if self.owned:
+                self.policy.shutdown()
+        finally:
+            self.engine.close()

@@ -41,12 +41,13 @@ class TrainWorker:
     # ------------------------------------------------------------------ set-up
     def setup(self, *, master: tuple[str, int], backend: str, model_path: str, reference_path: str | None,
               dtype: str, ds_config: dict, optim: dict, scheduler: dict, reference_offload: bool,
-              gradient_checkpointing: bool, seed: int) -> dict[str, Any]:
+              gradient_checkpointing: bool, seed: int, compile_update: bool = True) -> dict[str, Any]:
         """Join the trainer ranks' process group (`master`: rank 0's address and port), load
         the policy (+ reference), wrap it in DeepSpeed; returns {"params": count}."""
         import deepspeed
         from transformers import AutoModelForCausalLM
 
+        from training.logprobs import set_layer_compile
         from training.policy_setup import make_scheduler
         from training.ppo import check_logprob_path
 
@@ -62,6 +63,8 @@ class TrainWorker:
             ref_device = "cpu" if reference_offload else self.device
             self.reference = AutoModelForCausalLM.from_pretrained(reference_path, dtype=torch_dtype).to(ref_device)
             self.reference.eval().requires_grad_(False)
+            set_layer_compile(self.reference, compile_update)
+        set_layer_compile(model, compile_update)
         self.reference_offload = reference_offload
         optimizer = None
         if "optimizer" not in ds_config:   # client optimizer: torch AdamW, no compiled DeepSpeed op
