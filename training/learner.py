@@ -88,6 +88,10 @@ class LocalLearner:
                                    cfg.algorithm.kl_coef, cfg.algorithm.kl_type,
                                    behav_weight_cap=cfg.algorithm.behav_weight_cap)
         self.engine = make_engine_for(cfg, model, self.tokenizer, folder, version=checkpoint.step if checkpoint else 0)
+        self._decoder = self.engine
+        while hasattr(self._decoder, "engine"):   # BatchingEngine / VersionedEngine -> the engine itself
+            self._decoder = self._decoder.engine
+        self._rows_logged: dict[str, int] = {}
         self.description = f"on {cfg.run.device} ({cfg.model.dtype})"
 
     def update(self, samples: list, step: int) -> dict[str, float]:
@@ -112,7 +116,16 @@ class LocalLearner:
             from training.async_rollouts import VersionedWeights
             self.engine.update_weights(VersionedWeights(self.model.state_dict() if samples else None, step + 1))
         self.scheduler.step()
-        return {**update, "train/lr": self.scheduler.get_last_lr()[0]}
+        return {**update, **self._decode_rows(), "train/lr": self.scheduler.get_last_lr()[0]}
+
+    def _decode_rows(self) -> dict[str, float]:
+        """Rows the engine decoded per path since the last update, where it has a static decoder
+        (a rise of engine/loop_rows is the static path falling back: the loop is several times slower)."""
+        if not getattr(self._decoder, "static_expected", False):
+            return {}
+        counts, before = self._decoder.decode_rows, self._rows_logged
+        self._rows_logged = {k: counts[k] for k in ("static", "loop")}
+        return {f"engine/{k}_rows": float(v - before.get(k, 0)) for k, v in self._rows_logged.items()}
 
     def save(self, step: int, state: dict[str, Any]) -> Path:
         state = {**state, "backend": self.backend, "optimizer": self.optimizer.state_dict(),

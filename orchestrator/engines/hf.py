@@ -17,6 +17,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -142,6 +143,11 @@ class HFEngine:
             from orchestrator.engines.hf_static import StaticDecoder
             self._static = StaticDecoder(self, memory_fraction=static_memory_fraction,
                                          compile=static_compile if self.device.type == "cuda" else None)
+        # rows decoded per path, for a static decoder's users to see how much fell back to the loop
+        # (constrained or deadline requests, a cache too large, a failed static path): the trainer
+        # logs them per step (engine/static_rows, engine/loop_rows)
+        self.static_expected = self._static is not None
+        self.decode_rows: Counter[str] = Counter()
         self._rng = torch.Generator(device=self.device)
         self._rng.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
         # generate and update_weights never interleave (the batcher is one caller; others may not be)
@@ -179,15 +185,19 @@ class HFEngine:
         With decode="auto" a failure of the static path (e.g. torch.compile) is logged once and
         the loop serves this and every later request."""
         if self._static is None or any(d is not None for d in deadlines) or not self._static.supports(prompts, params):
+            self.decode_rows["loop"] += len(prompts)
             return self._generate_batch(prompts, params, seeds, deadlines)
         try:
-            return self._static.generate(prompts, params, seeds)
+            out = self._static.generate(prompts, params, seeds)
+            self.decode_rows["static"] += len(prompts)
+            return out
         except Exception as exc:
             if self.decode == "static":
                 raise
             log.warning("HFEngine: static-cache decoding failed (%s: %s); using the step-by-step loop from now on",
                         type(exc).__name__, str(exc)[:300])
             self._static = None
+            self.decode_rows["loop"] += len(prompts)
             return self._generate_batch(prompts, params, seeds, deadlines)
 
     def update_weights(self, state_dict_or_path) -> None:

@@ -76,3 +76,18 @@ def test_an_engine_over_a_trained_model_generates_with_its_weights(trained, mode
         _assert_generates_with(engine, model, cfg.model.path, tokenizer("What is 3 + 3?")["input_ids"])
     finally:
         engine.close()
+
+
+def test_each_update_logs_the_rows_decoded_per_path_since_the_last_one(tmp_path, train_world):
+    """engine/static_rows and engine/loop_rows (a static decoder falling back shows as loop rows);
+    nothing is logged for an engine without a static decoder (the CPU's)."""
+    policy, tasks = train_world
+    learner = LocalLearner(load_config(None, overrides(tmp_path, policy, tasks)), None, None, 3)
+    assert not any(k.startswith("engine/") for k in learner.update([], 0))
+    learner._decoder.static_expected = True          # as on CUDA; here every row still runs the loop
+    learner.engine.generate([[1, 2, 3]] * 3, SamplingParams(temperature=0, max_tokens=2))
+    first = learner.update([], 1)
+    assert (first["engine/static_rows"], first["engine/loop_rows"]) == (0, 3)
+    second = learner.update([], 2)
+    assert (second["engine/static_rows"], second["engine/loop_rows"]) == (0, 0)   # per update, not cumulative
+    learner.engine.close()

@@ -283,3 +283,17 @@ def test_a_replaced_model_or_reallocated_parameters_are_decoded_not_the_old_ones
     fresh = HFEngine(copy.deepcopy(reference["B"]), tok, device="cpu", compute_dtype=torch.bfloat16,
                      decode="static", max_batch=8)
     assert b_amp == [g.token_ids for g in fresh.generate(prompts, params)]
+
+
+def test_rows_are_counted_per_decode_path_so_a_fallback_to_the_loop_shows(static):
+    """HFEngine.decode_rows: the trainer logs these per step (engine/static_rows, engine/loop_rows)."""
+    import time
+
+    prompts = prompts_of(static.tokenizer)
+    assert static.static_expected and not static.decode_rows
+    static.generate(prompts, SamplingParams(temperature=0, max_tokens=3))
+    assert static.decode_rows == {"static": 3}
+    static.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=3),
+                    deadlines=[time.monotonic() + 60, None])           # deadlines: the loop
+    static.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=3, choices=["yes", "no"]))
+    assert static.decode_rows == {"static": 3, "loop": 3}
