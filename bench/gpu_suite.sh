@@ -10,9 +10,9 @@
 #   bash bench/gpu_suite.sh async-s0   # asynchronous training at max_staleness 0 (then async-s1, async-s2: one per call)
 #   bash bench/gpu_suite.sh retrieval  # Wikipedia-scale (21M x 768) GPU retrieval: index, encoder, server front ends
 # Several names run in one call, in order.
-# Needs wheels in .whl/ (TRL 1.16.0, datasets 5.2.0, dill, multiprocess, transformers 5.19.0,
-# pydantic + its deps, and the gateway's httpx2/httpcore2/truststore/h11/h2/hpack/hyperframe/tenacity,
-# which the device image lacks: docs/benchmarks.md lists them).
+# Needs the wheels the device image lacks in .whl/ (TRL, transformers 5.19, pydantic, the gateway's
+# HTTP stack, the retrieval server's FastAPI/uvicorn/faiss-cpu): `bash bench/device_wheels.sh` fetches
+# them; a device call carries them with carry [".whl"].
 set -u
 export PYTHONUNBUFFERED=1 TQDM_DISABLE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
 OUT=${OUT:-.}
