@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,49 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
+DEATH_GRACE_S = 15.0   # how long a rank's error waits for the others' calls to show a dead rank
+
+
+def gather_ranks(refs: list, death_grace_s: float = DEATH_GRACE_S) -> list:
+    """`ray.get` of one call per trainer rank that fails as soon as a rank dies (the other ranks
+    would otherwise wait in a collective with the dead one until its timeout): TrainerWorkerDead,
+    which the run restarts from.  A rank's own error can arrive before Ray reports another rank's
+    death (gloo's "connection reset" when the peer's process is gone): the other calls then get
+    `death_grace_s` to show a dead rank, and the error is that death; if none shows, the rank's
+    error as it is."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    rank_of = {ref: i for i, ref in enumerate(refs)}
+    out: list = [None] * len(refs)
+    waiting = list(refs)
+
+    def dead(rank: int, exc: BaseException) -> TrainerWorkerDead:
+        return TrainerWorkerDead(
+            f"trainer rank {rank} died ({_first_line(exc)}); its optimizer partition and the ranks' "
+            "process group are gone with it: the run starts every actor again from the last checkpoint", rank)
+
+    while waiting:
+        done, waiting = ray.wait(waiting, num_returns=1)
+        try:
+            out[rank_of[done[0]]] = ray.get(done[0])
+        except RayActorError as exc:
+            raise dead(rank_of[done[0]], exc) from None
+        except Exception as error:
+            deadline = time.monotonic() + death_grace_s
+            while waiting and time.monotonic() < deadline:
+                more, waiting = ray.wait(waiting, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+                for ref in more:
+                    try:
+                        ray.get(ref)
+                    except RayActorError as exc:
+                        raise dead(rank_of[ref], exc) from None
+                    except Exception:
+                        pass   # another rank's error: the first one is what is reported
+            raise error
+    return out
+
+
 def _split(start: int, stop: int, parts: int) -> list[tuple[int, int]]:
     n = stop - start
     parts = max(1, min(parts, n))
@@ -332,25 +376,7 @@ class RayPolicy:
         return [info["incarnation"] for info in ray.get([self.rollouts[j].ready.remote() for j in engines])]
 
     def _trainer_get(self, refs: list) -> list:
-        """`ray.get` of one call per trainer rank that fails as soon as a rank dies: the other
-        ranks would otherwise wait in a collective with the dead one until its timeout."""
-        import ray
-        from ray.exceptions import RayActorError
-
-        rank_of = {ref: i for i, ref in enumerate(refs)}
-        out: list = [None] * len(refs)
-        waiting = list(refs)
-        while waiting:
-            done, waiting = ray.wait(waiting, num_returns=1)
-            try:
-                out[rank_of[done[0]]] = ray.get(done[0])
-            except RayActorError as exc:
-                rank = rank_of[done[0]]
-                raise TrainerWorkerDead(
-                    f"trainer rank {rank} died ({_first_line(exc)}); its optimizer partition and the ranks' "
-                    "process group are gone with it: the run starts every actor again from the last "
-                    "checkpoint", rank) from None
-        return out
+        return gather_ranks(refs)
 
     def refresh(self, names: list[str]) -> None:
         """Send the trainer's current weights to the named engines only (restarted ones), while the
