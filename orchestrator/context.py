@@ -11,6 +11,7 @@ and a user message = problem + accumulated documents + code blocks with outputs 
 """
 from __future__ import annotations
 
+import functools
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,15 +162,24 @@ class Budgets:
 
 
 class TokenCounter:
-    """Counts and cuts text in tokens of `tokenizer`, or ~4 characters per token without one."""
+    """Counts and cuts text in tokens of `tokenizer`, or ~4 characters per token without one.
 
-    def __init__(self, tokenizer=None):
+    An episode rebuilds its context every turn from the same documents, code outputs and
+    prompts, so the token ids of a text are remembered (the last `cache_size` texts): each text
+    is encoded once per episode, not once per turn."""
+
+    def __init__(self, tokenizer=None, cache_size: int = 512):
         self.tokenizer = tokenizer
+        self._ids = functools.lru_cache(maxsize=cache_size)(self._encode)
+        self._cut = functools.lru_cache(maxsize=cache_size)(self._cut_uncached)
+
+    def _encode(self, text: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(text, add_special_tokens=False))
 
     def count(self, text: str) -> int:
         if self.tokenizer is None:
             return (len(text) + 3) // 4
-        return len(self.tokenizer.encode(text, add_special_tokens=False))
+        return len(self._ids(text))
 
     def head(self, text: str, n: int) -> str:
         return self._cut(text, n, keep="head")
@@ -177,17 +187,17 @@ class TokenCounter:
     def tail(self, text: str, n: int) -> str:
         return self._cut(text, n, keep="tail")
 
-    def _cut(self, text: str, n: int, keep: str) -> str:
+    def _cut_uncached(self, text: str, n: int, keep: str) -> str:
         if n <= 0:
             return ""
         if self.tokenizer is None:
             chars = 4 * n
             return text if len(text) <= chars else (text[:chars] if keep == "head" else text[-chars:])
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        ids = self._ids(text)
         if len(ids) <= n:
             return text
         ids = ids[:n] if keep == "head" else ids[-n:]
-        return self.tokenizer.decode(ids)
+        return self.tokenizer.decode(list(ids))
 
 
 def evidence_sections(state: EpisodeState, budgets: Budgets, counter: TokenCounter) -> tuple[str, str]:

@@ -85,3 +85,28 @@ def test_extractors():
     assert extract_answer("<think>hmm</think>The answer is <answer>Paris</answer>") == "Paris"
     assert extract_answer(r"thus \boxed{42}") == "42"
     assert extract_answer("line one\nParis\n") == "Paris"
+
+
+def test_the_counter_encodes_each_text_once_however_often_a_turn_rebuilds_the_context():
+    """An episode re-renders its documents every turn; the counter remembers their token ids,
+    with the same counts and cuts as encoding afresh."""
+    from orchestrator.context import TokenCounter
+
+    class Spy:
+        calls = 0
+
+        def encode(self, text, add_special_tokens=False):
+            Spy.calls += 1
+            return [ord(ch) for ch in text]
+
+        def decode(self, ids):
+            return "".join(chr(i) for i in ids)
+
+    counter = TokenCounter(Spy())
+    doc = "abcdefghij" * 3
+    for _ in range(5):
+        assert counter.count(doc) == 30
+        assert counter.head(doc, 4) == "abcd" and counter.tail(doc, 3) == "hij"
+        assert counter.head(doc, 40) == doc
+    assert Spy.calls == 1
+    assert counter.count("xyz") == 3 and Spy.calls == 2
