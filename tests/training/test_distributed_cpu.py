@@ -256,7 +256,8 @@ def test_a_killed_engine_restarts_and_gets_the_current_weights_before_it_serves(
     kill = kill_actor_on_call(a, "generate", at=2, name="rollout-0")
     assert engine.generate(prompts, params) == want
     assert engine.generate(prompts, params) == want          # rollout-0 killed with rows 0-2 in flight
-    assert len(kill.killed) == 1 and "rollout-0" in engine.down
+    # down, or (when Ray restarted it within the retry's 0.5 s look, as under load) already back
+    assert len(kill.killed) == 1 and ("rollout-0" in engine.down or engine.restarted == ["rollout-0"])
     deadline = time.monotonic() + 60
     while not engine.restarted:                               # asked at each call, not waited for
         assert engine.generate(prompts, params) == want
