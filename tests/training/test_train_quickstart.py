@@ -260,6 +260,8 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
     import transformers
     packages = summary["machine"]["packages"]      # what the numbers ran on (they move with these)
     assert packages["torch"] == torch.__version__ and packages["transformers"] == transformers.__version__
+    assert summary["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()   # AVX2 vs AVX512 runs differ
+    assert summary["machine"]["cpu_model"]
 
 
 def test_experts_run_alone_and_without_a_busy_machine_timeout():

@@ -280,10 +280,27 @@ def _machine_load() -> dict:
     on a shared machine wall time alone says little about what the run itself needs."""
     import resource
 
+    import torch
+
     used = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
                for f in ("ru_utime", "ru_stime"))
     return {"cpu_seconds": round(used, 1), "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 1),
+            "cpu_model": _cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "packages": installed_packages()}
+
+
+def _cpu_model() -> str:
+    """/proc/cpuinfo's model name (platform.processor() elsewhere): with `cpu_capability`, the
+    instruction set torch's kernels use (AVX2, AVX512, ...), which moves the run as packages do
+    (docs/training.md, "the CPU moves the run too")."""
+    import platform
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def installed_packages() -> dict[str, str]:
