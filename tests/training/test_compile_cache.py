@@ -41,12 +41,18 @@ def test_a_folder_that_cannot_be_made_is_one_error_naming_the_setting(tmp_path, 
     assert not any(name in os.environ for name in VARS)
 
 
-def test_a_training_run_sets_the_caches_before_it_starts(tmp_path, train_world, clean_env):
+def test_a_training_run_sets_the_caches_before_it_builds_the_learner(tmp_path, train_world, clean_env):
+    """The learner (policy, reference, engine) is where compiling starts: the caches must be set by then."""
+    from training.learner import LocalLearner
     from training.session import run
 
     policy, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy, tasks, **{"trainer.total_steps": 1,
                                                                   "run.compile_cache": str(tmp_path / "cc")}))
-    run(cfg, runtime=fake_runtime())
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str((tmp_path / "cc" / "inductor").resolve())
-    assert os.environ["TRITON_CACHE_DIR"] == str((tmp_path / "cc" / "triton").resolve())
+    seen = []
+
+    def make_learner(*args):
+        seen.append(tuple(os.environ.get(name) for name in VARS))
+        return LocalLearner(*args)
+    run(cfg, runtime=fake_runtime(), make_learner=make_learner)
+    assert seen == [(str((tmp_path / "cc" / "inductor").resolve()), str((tmp_path / "cc" / "triton").resolve()))]

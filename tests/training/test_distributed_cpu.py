@@ -76,12 +76,18 @@ def test_split_mode_zero2_two_ranks_equal_one_process_and_engine_gets_the_weight
 
     policy_dir, tasks = train_world
     cfg = load_config(None, overrides(tmp_path, policy_dir, tasks, **{
-        "trainer.total_steps": 2, "run.threads": 1, "algorithm.micro_batch_size": 2}))
+        "trainer.total_steps": 2, "run.threads": 1, "algorithm.micro_batch_size": 2,
+        "run.compile_cache": str(tmp_path / "cc")}))
     dist = DistributedConfig(backend="ray", mode="split", trainer_workers=2, rollout_workers=1, zero_stage=2,
                              cpus_per_worker=0.5, bucket_mb=1)
     tokenizer = AutoTokenizer.from_pretrained(policy_dir)
     policy = RayPolicy.start(cfg, dist, str(policy_dir), tokenizer, total_steps=3)
     try:
+        # 0. every actor compiles into run.compile_cache (Ray's runtime_env; the driver did not set it here)
+        for actor in policy.trainers + policy.rollouts:
+            env = ray_local.get(actor.__ray_call__.remote(
+                lambda self: (os.environ.get("TORCHINDUCTOR_CACHE_DIR"), os.environ.get("TRITON_CACHE_DIR"))))
+            assert env == (str((tmp_path / "cc" / "inductor").resolve()), str((tmp_path / "cc" / "triton").resolve()))
         # 1. ZeRO-2 over 2 gloo ranks = the single-process update (loss is split-invariant)
         samples = _samples(len(tokenizer))
         expected_model, expected = _single_process_update(policy_dir, cfg, samples, seed=7)
