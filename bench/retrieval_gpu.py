@@ -14,8 +14,8 @@ Sections (all on one synthetic index folder, built once into --work):
           (bound per batch = max(bytes of vectors / bandwidth, 2 x b x N x dim / peak fp16 FLOP/s)), for
           each --topk-groups value (64: the two-stage top-k per chunk, the default; 0: plain torch.topk).
   topk    the index's per-chunk work alone, on random data: for each batch b, the chunk the index uses
-          (min(N, 2^28 / b) columns), torch.topk over a [b x chunk] fp16 score block against chunk_topk
-          (k = 26, as for a top-10), and the [b x dim] x [dim x chunk] fp16 GEMM that makes the block.
+          (min(N, 2^28 / b) passages), torch.topk over a [chunk x b] fp16 score block against chunk_topk
+          (k = 26, as for a top-10), and the [chunk x dim] x [dim x b] fp16 GEMM that makes the block.
   recall  recall@10 of the server's index against an exact float32 search over the same vectors, on
           --recall-queries queries (half near stored rows, half random).
   encoder the query encoder alone (tokenise, forward, pool) at batch 1/16/64/256, eager and replaying CUDA
@@ -163,7 +163,7 @@ def bench_index(folder: Path, n: int, dim: int, device: str, reps: int, groups: 
 
 
 def bench_topk(n: int, dim: int, device: str, reps: int) -> list[dict]:
-    """Milliseconds per [b x chunk] score block: the GEMM, torch.topk, chunk_topk (median of reps)."""
+    """Milliseconds per [chunk x b] score block: the GEMM, torch.topk, chunk_topk (median of reps)."""
     import torch
 
     from retrieval.torch_flat import GROUP, MAX_SCORES, candidates, chunk_topk
@@ -185,11 +185,11 @@ def bench_topk(n: int, dim: int, device: str, reps: int) -> list[dict]:
         c = min(n, MAX_SCORES // b) // GROUP * GROUP
         vectors = torch.randn((c, dim), generator=gen, device=device, dtype=torch.float16)
         q = torch.randn((b, dim), generator=gen, device=device, dtype=torch.float16)
-        block = q @ vectors.T
-        return {"batch": b, "chunk": c, "gemm_ms": timed(lambda: q @ vectors.T),
-                "torch_topk_ms": timed(lambda: block.topk(keep, dim=1)),
-                "chunk_topk_ms": timed(lambda: chunk_topk(block, keep, GROUP)),
-                "same_values": bool(torch.equal(block.topk(keep, dim=1).values, chunk_topk(block, keep, GROUP)[0]))}
+        scores = vectors @ q.T                                  # [chunk, b], as the index multiplies
+        return {"batch": b, "chunk": c, "gemm_ms": timed(lambda: vectors @ q.T),
+                "torch_topk_ms": timed(lambda: scores.T.topk(keep, dim=1)),
+                "chunk_topk_ms": timed(lambda: chunk_topk(scores, keep, GROUP)),
+                "same_values": bool(torch.equal(scores.T.topk(keep, dim=1).values, chunk_topk(scores, keep, GROUP)[0]))}
 
     gen = torch.Generator(device=device).manual_seed(0)
     for b in (1, 16, 64, 256):

@@ -61,19 +61,21 @@ def test_two_stage_topk_by_hand():
     block = torch.tensor([[1, 9, 2, 8, 3, 3, 3, 3, 7, 0, 0, 6, 5],     # groups of 4: maxima 9, 3, 7; tail 5
                           [0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 9]],    # maxima 1, 2, 3; the best is the tail
                          dtype=torch.float32)
-    values, cols = chunk_topk(block, 2, group=4)   # 3 groups > keep 2: two stages
+    values, cols = chunk_topk(block.T, 2, group=4)   # passages x queries; 3 groups > keep 2: two stages
     assert values.tolist() == [[9, 8], [9, 3]] and cols.tolist() == [[1, 3], [12, 11]]
 
 
 @pytest.mark.parametrize("group", [2, 4, 7])
 def test_two_stage_topk_gives_plain_topk_values_under_ties(group):
-    """Scores from a handful of values (many ties) and a non-contiguous block: the same values as
-    torch.topk, and the columns returned hold them, each once."""
+    """Scores from a handful of values (many ties) in a non-contiguous [passages, queries] block:
+    the same values per query as torch.topk, and the columns returned hold them, each once."""
     import torch
     gen = torch.Generator().manual_seed(group)
-    block = torch.randint(0, 6, (8, 205), generator=gen).half().T.contiguous().T[:, :203]
+    scores = torch.randint(0, 6, (8, 205), generator=gen).half()[:, :203].T      # [203, 8], strides (1, 205)
+    assert not scores.is_contiguous()
+    block = scores.T                                                             # [queries, passages]
     for keep in (1, 5, 17):
-        values, cols = chunk_topk(block, keep, group)
+        values, cols = chunk_topk(scores, keep, group)
         assert torch.equal(values, block.topk(keep, dim=1).values)
         assert torch.equal(block.gather(1, cols), values)
         assert all(len(set(row)) == keep for row in cols.tolist())
