@@ -326,7 +326,11 @@ def bench_server(folder: Path, port: int, levels: list[int], requests: int, proc
                                         "--format", "raw", "--output", str(py_spy), "--nonblocking"],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)
+            before = httpx.get(url + "/health").json().get("batches", 0)
             row = load(url, clients, max(requests, clients * 8) if clients > 1 else requests, procs)
+            # how full the worker's batches ran under this load (requests of one query each)
+            row["batches"] = httpx.get(url + "/health").json().get("batches", 0) - before
+            row["mean_batch"] = row["requests"] / row["batches"] if row["batches"] else None
             if spy:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)

@@ -41,6 +41,18 @@ def test_server_registers_in_the_endpoints_file_llm_call_reads(tmp_path):
     assert flags["--min-length"] == "100" and flags["--max-batch"] == "64" and flags["--frontends"] == "4"
 
 
+@pytest.mark.parametrize("device, frontends", [("cuda", "8"), ("cpu", None)])
+def test_front_ends_default_to_eight_on_a_gpu_node_and_one_process_on_cpu(tmp_path, device, frontends):
+    """The GPU default follows the H200 measurement (8 front ends: 1.6x one process at 256 clients);
+    on CPU the server's own default (one process) stands; FRONTENDS always wins."""
+    endpoints = tmp_path / "endpoints.json"
+    proc, argv = _run(tmp_path, INDEX_DIR="/idx", TOOLORCHESTRA_ENDPOINTS=str(endpoints), DEVICE=device)
+    assert proc.returncode == 0, proc.stderr
+    assert dict(zip(argv[2::2], argv[3::2])).get("--frontends") == frontends
+    proc, argv = _run(tmp_path, INDEX_DIR="/idx", TOOLORCHESTRA_ENDPOINTS=str(endpoints), DEVICE=device, FRONTENDS="2")
+    assert dict(zip(argv[2::2], argv[3::2])).get("--frontends") == "2"
+
+
 def test_missing_endpoints_file_is_named_and_the_old_variable_is_explained(tmp_path):
     proc, argv = _run(tmp_path, INDEX_DIR="/idx")
     assert proc.returncode != 0 and not argv
