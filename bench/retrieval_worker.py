@@ -9,7 +9,8 @@ of the time the H200 took for that batch size (the encoder's CUDA graphs plus th
 docs/benchmarks.md "GPU retrieval: front ends, CUDA graphs, two-stage top-k"; linear between the
 measured batch sizes). A sleep releases the GIL as a CUDA synchronize does. The front ends are
 this process: one thread per pipe keeps clients / N requests of one query (top-5) outstanding,
-sending the next when an answer arrives. No HTTP.
+sending the next when an answer arrives (with --frontend-tokens, each query tokenised here, as
+the server's front ends send them since 2026-12-04). No HTTP.
 
 Reported per run: queries/s, p50/p99 ms (pipe to pipe), batches and mean batch size, and the
 ceiling a worker with no Python cost would reach at that mean batch (mean batch / modelled
@@ -68,7 +69,9 @@ class ModelledSearcher:
     def search(self, queries) -> list[list[dict]]:
         from retrieval.searcher import Searcher
         t0 = time.perf_counter()
-        self.tokenizer([q.text for q in queries], truncation=True, max_length=512)
+        missing = [q.text for q in queries if q.tokens is None]     # as Encoder.encode_queries: given rows are used
+        if missing:
+            self.tokenizer(missing, truncation=True, max_length=512)
         t1 = time.perf_counter()
         b = len(queries)
         want = self.scale * (modelled_ms(ENCODER_MS, b) + modelled_ms(INDEX_MS, b)) / 1e3
@@ -105,8 +108,11 @@ def docstore(folder: Path, n: int) -> None:
     np.save(folder / "docs.offsets.npy", np.concatenate([[0], np.cumsum(id_len + len("synthetic passage "))]))
 
 
-def drive(conns, clients: int, requests: int, texts: list[str]) -> dict:
-    """Closed loop over the pipes: clients / len(conns) outstanding on each; pipe-to-pipe latencies."""
+def drive(conns, clients: int, requests: int, texts: list[str], tokenize=None) -> dict:
+    """Closed loop over the pipes: clients / len(conns) outstanding on each; pipe-to-pipe latencies.
+    `tokenize` (a QueryTokenizer): each query goes out with its tokens, as the front ends send it."""
+    from dataclasses import replace
+
     from retrieval.searcher import Query
     per = [clients // len(conns) + (i < clients % len(conns)) for i in range(len(conns))]
     quota = [requests // len(conns) + (i < requests % len(conns)) for i in range(len(conns))]
@@ -119,7 +125,10 @@ def drive(conns, clients: int, requests: int, texts: list[str]) -> dict:
         def send() -> None:
             nonlocal sent
             started[sent] = time.perf_counter()
-            conn.send(("retrieve", sent, [Query(texts[(i * 7919 + sent) % len(texts)], topk=5)]))
+            query = Query(texts[(i * 7919 + sent) % len(texts)], topk=5)
+            if tokenize is not None:
+                query = replace(query, tokens=tokenize([query.text])[0])
+            conn.send(("retrieve", sent, [query]))
             sent += 1
 
         for _ in range(min(per[i], quota[i])):
@@ -182,11 +191,15 @@ def run_once(args, texts: list[str]) -> dict:
     if status[0] != "ok":
         raise RuntimeError(f"the worker failed to load: {status}")
     conns = [f for _, f in pipes]
+    tokenize = None
+    if args.frontend_tokens:
+        from retrieval.encoders import QueryTokenizer
+        tokenize = QueryTokenizer(args.tokenizer, "", 512)
     try:
-        drive(conns, min(args.clients, 64), 512, texts)                       # warm-up
+        drive(conns, min(args.clients, 64), 512, texts, tokenize)            # warm-up
         before = health(conns[0])["batches"]
         cpu0, wcpu0, start = time.process_time(), proc_cpu_s(worker.pid), time.perf_counter()
-        row = drive(conns, args.clients, args.requests, texts)
+        row = drive(conns, args.clients, args.requests, texts, tokenize)
         # CPU seconds per wall second: how close each process came to a core of its own
         row["driver_cpu"] = (time.process_time() - cpu0) / row["wall_s"]
         row["worker_cpu"] = (proc_cpu_s(worker.pid) - wcpu0) / row["wall_s"]
@@ -215,6 +228,8 @@ def main() -> int:
     p.add_argument("--n", type=int, default=1_000_000, help="passages in the placeholder docstore")
     p.add_argument("--scale", type=float, default=1.0, help="multiply the modelled GPU times")
     p.add_argument("--max-wait-ms", type=float, default=0.0, help="the batcher's linger (server --max-wait-ms)")
+    p.add_argument("--frontend-tokens", action="store_true",
+                   help="queries arrive tokenised, as the server's front ends send them (the driver tokenises)")
     p.add_argument("--work", type=Path, default=Path("/tmp/retrieval-worker"))
     p.add_argument("--tokenizer", help="a BERT uncased tokenizer folder (default: the shipped MiniLM's)")
     p.add_argument("--json", type=Path)
@@ -230,7 +245,8 @@ def main() -> int:
     texts = query_texts(1000)
     rows = []
     for r in range(args.repeats):
-        row = {"run": r + 1, "clients": args.clients, "frontends": args.frontends, **run_once(args, texts)}
+        row = {"run": r + 1, "clients": args.clients, "frontends": args.frontends,
+               "frontend_tokens": args.frontend_tokens, **run_once(args, texts)}
         rows.append(row)
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     if args.json:

@@ -116,6 +116,30 @@ def profile_for(name_or_path: str, profile: str | None = None) -> EncoderProfile
     return PROFILES["minilm"]   # mean pooling, no prefix: right for sentence-transformers models
 
 
+class QueryTokenizer:
+    """Query texts -> the token rows `Encoder.encode_queries(texts, tokens=...)` takes, as the
+    encoder itself would make them (its query prefix, truncation at its max_length).
+
+    For processes that hold no model: the GPU server's HTTP front ends tokenise their requests'
+    queries, so the one batch worker only pads and runs them (retrieval/frontends.py).
+    `spec` is what `Encoder.query_tokenizer_spec()` returns (picklable: path, prefix, max_length).
+    """
+
+    def __init__(self, path: str, prefix: str, max_length: int):
+        from transformers import AutoTokenizer
+
+        if Path(path).is_dir():
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.prefix, self.max_length = prefix, max_length
+        self._lock = threading.Lock()        # fast tokenizers mutate their truncation state per call
+
+    def __call__(self, texts: list[str]) -> list[dict[str, list[int]]]:
+        with self._lock:
+            enc = self.tokenizer([self.prefix + t for t in texts], truncation=True, max_length=self.max_length)
+        return [{k: v[i] for k, v in enc.items()} for i in range(len(texts))]
+
+
 class Encoder:
     """Encodes queries and passages into L2-normalised float32 vectors of shape [n, dim].
 
@@ -164,6 +188,7 @@ class Encoder:
         self.runtime = runtime
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         self._tokenizer_lock = threading.Lock()
+        self._token_keys = tuple(self.tokenizer(["x"]).keys())     # input_ids, attention_mask, ...
         self.model = self._onnx = None
         if runtime == "torch":
             dtype = torch.float16 if self.fp16 else torch.float32
@@ -188,17 +213,24 @@ class Encoder:
         )
 
         self._batches, self._lengths = buckets(self.batch_size), buckets(self.max_length, MIN_LENGTH)
-        keys = tuple(self.tokenizer(["x"]).keys())
-        self._bucketed = BucketedForward(self._forward, self.device, self.device.startswith("cuda"), keys)
+        self._bucketed = BucketedForward(self._forward, self.device, self.device.startswith("cuda"), self._token_keys)
         t0 = time.perf_counter()
         graphs = self._bucketed.warm(self._batches, [n for n in self._lengths if n <= WARM_MAX_LENGTH])
         if graphs:
             log.info("query encoder: %d CUDA graphs captured in %.1f s (batches %s x lengths <= %d; longer "
                      "lengths on first use)", graphs, time.perf_counter() - t0, self._batches, WARM_MAX_LENGTH)
 
-    def encode_queries(self, texts: list[str]) -> np.ndarray:
-        """[n] query strings -> [n, dim] float32, with the profile's query prefix."""
-        return self._encode([self.profile.query_prefix + t for t in texts], bucketed=self._bucketed is not None)
+    def encode_queries(self, texts: list[str], tokens: list[dict | None] | None = None) -> np.ndarray:
+        """[n] query strings -> [n, dim] float32, with the profile's query prefix.
+
+        `tokens`: per query, its token rows already made by a `QueryTokenizer` of this encoder's
+        spec (None: tokenise it here); rows whose keys differ from this tokenizer's are made again."""
+        return self._encode([self.profile.query_prefix + t for t in texts], bucketed=self._bucketed is not None,
+                            given=tokens)
+
+    def query_tokenizer_spec(self) -> dict:
+        """What a `QueryTokenizer` needs to tokenise queries exactly as `encode_queries` does."""
+        return {"path": self.path, "prefix": self.profile.query_prefix, "max_length": self.max_length}
 
     def encode_passages(self, texts: list[str]) -> np.ndarray:
         """[n] passages -> [n, dim] float32, with the profile's passage prefix."""
@@ -212,12 +244,28 @@ class Encoder:
         vecs = pool(hidden, batch["attention_mask"], self.profile.pooling)
         return torch.nn.functional.normalize(vecs.float(), dim=-1)
 
-    def _encode(self, texts: list[str], bucketed: bool = False) -> np.ndarray:
+    def _tokenize(self, texts: list[str], given: list[dict | None] | None) -> dict[str, list[list[int]]]:
+        """Unpadded token lists per key; rows in `given` are used as they are where their keys match."""
+        keys = self._token_keys
+        if given is None or any(row is not None and tuple(row) != keys for row in given):
+            given = [None] * len(texts)                   # none given, or made by another tokenizer: all here
+        missing = [i for i, row in enumerate(given) if row is None]
+        if len(missing) == len(texts):
+            with self._tokenizer_lock:
+                return dict(self.tokenizer(texts, truncation=True, max_length=self.max_length))
+        rows = list(given)
+        if missing:
+            with self._tokenizer_lock:
+                enc = self.tokenizer([texts[i] for i in missing], truncation=True, max_length=self.max_length)
+            for j, i in enumerate(missing):
+                rows[i] = {k: enc[k][j] for k in keys}
+        return {k: [row[k] for row in rows] for k in keys}
+
+    def _encode(self, texts: list[str], bucketed: bool = False, given: list[dict | None] | None = None) -> np.ndarray:
         import torch
 
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        with self._tokenizer_lock:
-            enc = self.tokenizer(texts, truncation=True, max_length=self.max_length)   # unpadded lists
+        enc = self._tokenize(texts, given)                                # unpadded lists
         lengths = [len(ids) for ids in enc["input_ids"]]
         with torch.inference_mode():
             for idx in self._passes(lengths):

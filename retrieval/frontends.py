@@ -41,6 +41,7 @@ import threading
 import urllib.error
 import urllib.request
 from concurrent.futures import Future, InvalidStateError
+from dataclasses import replace
 from multiprocessing.connection import wait
 
 from retrieval.batcher import Overloaded
@@ -85,10 +86,10 @@ class RemoteService:
     """The RetrievalService interface (submit / finish / health / close / web) over a pipe to the
     batch worker. Thread-safe: the event loop submits, a reader thread resolves the Futures."""
 
-    def __init__(self, conn, web=None):
+    def __init__(self, conn, web=None, tokenize=None):
         from retrieval.service import web_finish
 
-        self.conn, self.web, self._finish = conn, web, web_finish
+        self.conn, self.web, self._finish, self.tokenize = conn, web, web_finish, tokenize
         self._pending: dict[int, Future] = {}
         self._ids = itertools.count()
         self._send_lock = threading.Lock()
@@ -100,10 +101,13 @@ class RemoteService:
         """Forward one request's queries; the Future gives their hits, or raises what the worker raised."""
         if self.gone:
             raise WorkerGone(self.gone)
+        queries = list(queries)
+        if self.tokenize is not None and queries:      # here, not in the worker: its one GIL batches
+            queries = [replace(q, tokens=row) for q, row in zip(queries, self.tokenize([q.text for q in queries]))]
         rid, fut = next(self._ids), Future()
         self._pending[rid] = fut
         fut.add_done_callback(lambda f: f.cancelled() and self._cancel(rid))   # a request that timed out
-        self._send(("retrieve", rid, list(queries)))
+        self._send(("retrieve", rid, queries))
         return fut
 
     def finish(self, queries, hits):
@@ -183,7 +187,8 @@ def frontend_main(sock: socket.socket, conn, up, settings: dict) -> None:
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     limits = settings["limits"]
-    service = RemoteService(conn, web_search_from_env(min_docs=settings["web_min_docs"]))
+    service = RemoteService(conn, web_search_from_env(min_docs=settings["web_min_docs"]),
+                            tokenize=query_tokenizer(settings.get("query_tokenizer")))
     app = create_app(service, limits, default_min_score=settings["min_score"],
                      default_min_length=settings["min_length"])
     config = server_config(app, settings["host"], sock.getsockname()[1], limits)
@@ -196,6 +201,20 @@ def frontend_main(sock: socket.socket, conn, up, settings: dict) -> None:
                 up.close()
 
     Announcing(config).run(sockets=[sock])
+
+
+def query_tokenizer(spec: dict | None):
+    """The worker encoder's query tokenizer for a front end (None: the worker tokenises: BM25, an
+    encoder without a spec, or a tokenizer that fails to load here, which is logged)."""
+    if not spec:
+        return None
+    from retrieval.encoders import QueryTokenizer
+    try:
+        return QueryTokenizer(**spec)
+    except Exception as err:            # noqa: BLE001 -- the worker can still tokenise: serve, and say so
+        log.warning("front end %d: the query tokenizer %s did not load (%s: %s); the batch worker tokenises",
+                    os.getpid(), spec.get("path"), type(err).__name__, err)
+        return None
 
 
 # ---- batch worker ----------------------------------------------------------------------------
@@ -263,7 +282,9 @@ def worker_main(args, conns: list, ready, supervisor_pid: int, load_service) -> 
         log.exception("the batch worker failed to load %s", args.index)
         ready.send(("error", f"{type(err).__name__}: {err}", 1))
         return
-    ready.send(("ok", None, None))
+    encoder = getattr(getattr(service, "searcher", None), "encoder", None)
+    spec = encoder.query_tokenizer_spec() if hasattr(encoder, "query_tokenizer_spec") else None
+    ready.send(("ok", spec, None))     # the front ends tokenise with this (None: the worker does)
     ready.close()
     counts = [0] * len(conns)
     threads = [threading.Thread(target=serve_connection, args=(service, conn, i, counts),
@@ -301,7 +322,7 @@ def serve(args, limits, registration, *, create_app, server_config, load_service
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    status = _wait_ready(worker, ready_recv, stop)
+    status, spec = _wait_ready(worker, ready_recv, stop)
     if status is not None:
         for _, f in pipes:
             f.close()
@@ -310,7 +331,7 @@ def serve(args, limits, registration, *, create_app, server_config, load_service
     port = sock.getsockname()[1]
     settings = {"create_app": create_app, "server_config": server_config, "limits": limits, "host": args.host,
                 "min_score": args.min_score, "min_length": args.min_length, "web_min_docs": args.web_min_docs,
-                "supervisor_pid": os.getpid()}
+                "supervisor_pid": os.getpid(), "query_tokenizer": spec}
     ups = [ctx.Pipe(duplex=False) for _ in pipes]
     fronts = [ctx.Process(target=frontend_main, args=(sock, f, up, settings), name=f"retrieval-frontend-{i}")
               for i, ((_, f), (_, up)) in enumerate(zip(pipes, ups))]
@@ -334,8 +355,9 @@ def serve(args, limits, registration, *, create_app, server_config, load_service
     return code
 
 
-def _wait_ready(worker, ready_recv, stop: threading.Event) -> int | None:
-    """None once the worker has loaded the index; else the exit status (2: bad index or flags)."""
+def _wait_ready(worker, ready_recv, stop: threading.Event) -> tuple[int | None, dict | None]:
+    """(None, the worker's query-tokenizer spec) once it has loaded the index; else (the exit
+    status, None) (2: bad index or flags)."""
     while not stop.is_set():
         ready = wait([ready_recv, worker.sentinel], timeout=0.5)
         if ready_recv in ready:
@@ -345,17 +367,17 @@ def _wait_ready(worker, ready_recv, stop: threading.Event) -> int | None:
                 worker.join(10)
                 status, message, code = "error", f"the batch worker exited while loading (exit code {worker.exitcode})", 1
             if status == "ok":
-                return None
+                return None, message
             print(f"error: {message}", file=sys.stderr, flush=True)
             worker.join(10)
-            return code
+            return code, None
         if worker.sentinel in ready:
             worker.join(1)
             print(f"error: the batch worker exited while loading (exit code {worker.exitcode})",
                   file=sys.stderr, flush=True)
-            return 1
+            return 1, None
     _stop([worker])
-    return 0
+    return 0, None
 
 
 def _wait_serving(worker, ups: dict, url: str, stop: threading.Event) -> int | None:

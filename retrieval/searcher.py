@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +43,9 @@ class Query:
     eid: str | None = None               # key into the eid file: search only its documents
     min_score: float | None = None       # drop hits scoring below this
     min_length: int = 0                  # drop documents shorter than this many characters
+    # the text's token rows, made by a front end's QueryTokenizer (retrieval/frontends.py); None:
+    # the worker tokenises. Not part of the query's identity.
+    tokens: dict | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 class Searcher:
@@ -68,6 +71,7 @@ class Searcher:
         self.store = DocStore(self.folder)
         self.method = method or ("dense" if self.meta.get("index") else "bm25")
         self.encoder = None
+        self.pretokenized = 0             # queries that arrived with their tokens (front ends)
         self.device = "cpu"               # where encoder and index run (cuda: one batch worker)
         if self.method == "dense":
             self._load_dense(device, encoder, encoder_runtime, cuda_graphs, index_options)
@@ -121,7 +125,13 @@ class Searcher:
         k = max([_candidates(queries[i], len(self.store)) for i in plain] or [1])
         vectors = None
         if self.method == "dense":
-            vectors = self.encoder.encode_queries([q.text for q in queries])     # [b, dim]
+            tokens = [q.tokens for q in queries]
+            if any(t is not None for t in tokens):       # tokenised by the HTTP front ends
+                self.pretokenized += sum(t is not None for t in tokens)
+                vectors = self.encoder.encode_queries([q.text for q in queries], tokens)   # [b, dim]
+            else:
+                vectors = self.encoder.encode_queries([q.text for q in queries])
+
         scores = rows = None
         if plain:
             batch = vectors[plain] if vectors is not None else [queries[i].text for i in plain]

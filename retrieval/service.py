@@ -43,7 +43,7 @@ class RetrievalService:
                 "documents": len(self.searcher.store), "backend": getattr(self.searcher.index, "backend", None),
                 "encoder": meta.get("encoder") if self.searcher.encoder else None,
                 "eid_whitelists": len(self.searcher.whitelists or {}), "web_fallback": self.web is not None,
-                "batches": self.batcher.batches}
+                "batches": self.batcher.batches, "pretokenized": getattr(self.searcher, "pretokenized", 0)}
 
     def close(self) -> None:
         self.batcher.close()

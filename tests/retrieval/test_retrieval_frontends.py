@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import numpy as np
 import psutil
 import pytest
 from _retrieval_world import TINY, live, write_jsonl
@@ -136,6 +137,33 @@ def test_concurrent_clients_on_every_front_end_are_answered_from_shared_batches(
             break
     assert health["frontends"] == 2 and sum(served) == sent and min(served) > 0, served
     assert health["batches"] - before["batches"] < sent      # one worker batched across the front ends
+
+
+def test_the_front_ends_tokenise_every_query_and_the_worker_uses_their_tokens(multi):
+    """With front ends, each query arrives at the worker tokenised (its one GIL only pads and runs
+    the encoder): /health counts them; the answers equal one process's (the test above)."""
+    before = httpx.get(multi + "/health").json()["pretokenized"]
+    body = {"queries": list(QUESTIONS)[:3], "topk": 1}
+    assert httpx.post(multi + "/retrieve", json=body, timeout=30).status_code == 200
+    assert httpx.get(multi + "/health").json()["pretokenized"] - before == 3
+
+
+def test_query_tokens_made_outside_the_encoder_give_its_vectors_and_are_the_ones_used():
+    from retrieval.encoders import QueryTokenizer
+    encoder = Encoder()
+    texts = list(QUESTIONS)
+    tokenize = QueryTokenizer(**encoder.query_tokenizer_spec())
+    want = encoder.encode_queries(texts)
+    rows = tokenize(texts)
+    np.testing.assert_array_equal(encoder.encode_queries(texts, rows), want)
+    mixed = [rows[0], None, *rows[2:]]
+    np.testing.assert_array_equal(encoder.encode_queries(texts, mixed), want)
+    # the rows are used as given: query 0 carrying query 1's tokens gets query 1's vector
+    swapped = [rows[1], *rows[1:]]
+    np.testing.assert_array_equal(encoder.encode_queries(texts, swapped)[0], want[1])
+    # rows of another tokenizer (other keys) are made again here
+    foreign = [{"input_ids": r["input_ids"]} for r in rows]
+    np.testing.assert_array_equal(encoder.encode_queries(texts, foreign), want)
 
 
 @contextmanager
