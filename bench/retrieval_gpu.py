@@ -87,13 +87,7 @@ def build(work: Path, n: int, dim: int, shard: int, tokenizer: Path, layers: int
         write_shard(folder, i, torch.nn.functional.normalize(x, dim=1).half().cpu().numpy())
     out["vectors_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ids = [str(i) for i in range(n)]
-    id_len = np.fromiter((len(s) for s in ids), dtype=np.int64, count=n)
-    (folder / "ids.bin").write_bytes("".join(ids).encode())
-    (folder / "docs.bin").write_bytes("".join("synthetic passage " + s for s in ids).encode())
-    del ids
-    np.save(folder / "ids.offsets.npy", np.concatenate([[0], np.cumsum(id_len)]))
-    np.save(folder / "docs.offsets.npy", np.concatenate([[0], np.cumsum(id_len + len("synthetic passage "))]))
+    placeholder_docstore(folder, n)
     out["docstore_s"] = time.perf_counter() - t0
     encoder = folder / "encoder-e5-base-shape"
     torch.manual_seed(0)
@@ -109,6 +103,18 @@ def build(work: Path, n: int, dim: int, shard: int, tokenizer: Path, layers: int
     (folder / "meta.json").write_text(json.dumps(meta))
     out["disk_gb"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e9
     return out
+
+
+def placeholder_docstore(folder: Path, n: int) -> None:
+    """A docstore (retrieval/docstore.py's files) of n passages "synthetic passage <row>", ids = rows."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = [str(i) for i in range(n)]
+    id_len = np.fromiter((len(s) for s in ids), dtype=np.int64, count=n)
+    (folder / "ids.bin").write_bytes("".join(ids).encode())
+    (folder / "docs.bin").write_bytes("".join("synthetic passage " + s for s in ids).encode())
+    del ids
+    np.save(folder / "ids.offsets.npy", np.concatenate([[0], np.cumsum(id_len)]))
+    np.save(folder / "docs.offsets.npy", np.concatenate([[0], np.cumsum(id_len + len("synthetic passage "))]))
 
 
 def unit_queries(folder: Path, n: int, count: int, seed: int = 1) -> np.ndarray:

@@ -38,6 +38,32 @@ def timed(fn, reps: int) -> float:
     return statistics.median(out)
 
 
+def group_row(qp, pq, ref, keep: int, g: int, reps: int) -> dict:
+    """The stages at group size g in both layouts (qp: [b, c] scores, pq: [c, b]; ref: plain top-k values)."""
+    import torch
+
+    from retrieval.torch_flat import chunk_topk
+    (b, c), dev = qp.shape, qp.device
+    groups = c // g
+    row = {"group": g}
+    # queries x passages: maxima over g contiguous columns per output
+    view = qp[:, :groups * g].view(b, groups, g)
+    row["qp_amax_ms"] = timed(lambda: view.amax(dim=2), reps)
+    row["qp_topk_maxima_ms"] = timed(lambda: view.amax(dim=2).topk(keep, dim=1), reps) - row["qp_amax_ms"]
+    best = view.amax(dim=2).topk(keep, dim=1).indices
+    cols = (best.unsqueeze(2) * g + torch.arange(g, device=dev)).view(b, keep * g)
+    row["qp_gather_ms"] = timed(lambda: qp.gather(1, cols), reps)
+    # passages x queries: maxima across rows, queries contiguous
+    grouped = pq[:groups * g].view(groups, g, b)
+    row["pq_amax_ms"] = timed(lambda: grouped.amax(dim=1), reps)
+    row["pq_topk_maxima_ms"] = timed(lambda: grouped.amax(dim=1).T.topk(keep, dim=1), reps) - row["pq_amax_ms"]
+    index = grouped.amax(dim=1).T.topk(keep, dim=1).indices.unsqueeze(2).expand(b, keep, g)
+    row["pq_gather_ms"] = timed(lambda: grouped.permute(2, 0, 1).gather(1, index), reps)
+    row["chunk_topk_ms"] = timed(lambda: chunk_topk(pq, keep, g), reps)
+    row["same_values"] = bool(torch.equal(chunk_topk(pq, keep, g)[0], ref))
+    return row
+
+
 def main() -> int:
     import torch
 
@@ -50,8 +76,6 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--json")
     args = p.parse_args()
-    from retrieval.torch_flat import chunk_topk
-
     torch.manual_seed(0)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     b, c, keep = args.batch, args.chunk, args.keep
@@ -64,24 +88,7 @@ def main() -> int:
            "gemm_pq_ms": timed(lambda: part @ q.T, args.reps),
            "plain_topk_ms": timed(lambda: qp.topk(keep, dim=1), args.reps), "groups": []}
     for g in map(int, args.groups.split(",")):
-        groups = c // g
-        row = {"group": g}
-        # queries x passages: maxima over 64 contiguous columns per output
-        view = qp[:, :groups * g].view(b, groups, g)
-        best = view.amax(dim=2).topk(keep, dim=1).indices
-        row["qp_amax_ms"] = timed(lambda: view.amax(dim=2), args.reps)
-        row["qp_topk_maxima_ms"] = timed(lambda: view.amax(dim=2).topk(keep, dim=1), args.reps) - row["qp_amax_ms"]
-        cols = (best.unsqueeze(2) * g + torch.arange(g, device=dev)).view(b, keep * g)
-        row["qp_gather_ms"] = timed(lambda: qp.gather(1, cols), args.reps)
-        # passages x queries: maxima across rows, queries contiguous
-        grouped = pq[:groups * g].view(groups, g, b)
-        row["pq_amax_ms"] = timed(lambda: grouped.amax(dim=1), args.reps)
-        row["pq_topk_maxima_ms"] = timed(lambda: grouped.amax(dim=1).T.topk(keep, dim=1), args.reps) - row["pq_amax_ms"]
-        best = grouped.amax(dim=1).T.topk(keep, dim=1).indices
-        index = best.unsqueeze(2).expand(b, keep, g)
-        row["pq_gather_ms"] = timed(lambda: grouped.permute(2, 0, 1).gather(1, index), args.reps)
-        row["chunk_topk_ms"] = timed(lambda: chunk_topk(pq, keep, g), args.reps)
-        row["same_values"] = bool(torch.equal(chunk_topk(pq, keep, g)[0], ref))
+        row = group_row(qp, pq, ref, keep, g, args.reps)
         res["groups"].append(row)
         print(row, flush=True)
     print(json.dumps({k: v for k, v in res.items() if k != "groups"}), flush=True)

@@ -22,6 +22,7 @@ driver each get about one.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -95,19 +96,6 @@ def load_modelled(args):
                             max_batch=256, max_wait_s=args.max_wait_ms / 1000)
 
 
-def docstore(folder: Path, n: int) -> None:
-    """n placeholder passages ("synthetic passage <row>"), as bench/retrieval_gpu.py writes them."""
-    if (folder / "docs.offsets.npy").exists():
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    ids = [str(i) for i in range(n)]
-    id_len = np.array([len(s) for s in ids], dtype=np.int64)
-    (folder / "ids.bin").write_bytes("".join(ids).encode())
-    np.save(folder / "ids.offsets.npy", np.concatenate([[0], np.cumsum(id_len)]))
-    (folder / "docs.bin").write_bytes("".join("synthetic passage " + s for s in ids).encode())
-    np.save(folder / "docs.offsets.npy", np.concatenate([[0], np.cumsum(id_len + len("synthetic passage "))]))
-
-
 def drive(conns, clients: int, requests: int, texts: list[str], tokenize=None) -> dict:
     """Closed loop over the pipes: clients / len(conns) outstanding on each; pipe-to-pipe latencies.
     `tokenize` (a QueryTokenizer): each query goes out with its tokens, as the front ends send it."""
@@ -153,9 +141,10 @@ def drive(conns, clients: int, requests: int, texts: list[str], tokenize=None) -
 
 
 def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of a process so far."""
+    import psutil
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 def phases(path: Path, since: float) -> dict:
@@ -164,18 +153,18 @@ def phases(path: Path, since: float) -> dict:
     (the batcher's result hand-off and the next take); the cycle is start to start."""
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     rows = [r for r in rows if r[0] >= since]
-    ms = lambda xs: round(statistics.median(xs) * 1e3, 2) if xs else None   # noqa: E731
+    ms = lambda xs: round(statistics.median(xs) * 1e3, 2) if xs else None
     ends = [r[0] + r[2] + r[4] + r[5] for r in rows]
     return {"tokenise_ms": ms([r[2] for r in rows]), "gpu_modelled_ms": ms([r[3] for r in rows]),
             "gpu_slept_ms": ms([r[4] for r in rows]), "hits_ms": ms([r[5] for r in rows]),
             "gap_ms": ms([b[0] - e for b, e in zip(rows[1:], ends)]),
-            "cycle_ms": ms([b[0] - a[0] for a, b in zip(rows, rows[1:])])}
+            "cycle_ms": ms([b[0] - a[0] for a, b in itertools.pairwise(rows)])}
 
 
 def health(conn) -> dict:
     conn.send(("health", -1, None))
     while True:
-        kind, rid, payload = conn.recv()
+        _kind, rid, payload = conn.recv()
         if rid == -1:
             return payload
 
@@ -240,8 +229,12 @@ def main() -> int:
     args.folder = args.index = str(args.work / f"docstore-{args.n}")
     args.timing = str(args.work / "phases.jsonl")
     Path(args.timing).unlink(missing_ok=True)
-    docstore(Path(args.folder), args.n)
-    from retrieval_gpu import query_texts  # the GPU bench's queries (8-16 words)
+    from retrieval_gpu import (  # the GPU bench's passages and queries
+        placeholder_docstore,
+        query_texts,
+    )
+    if not (Path(args.folder) / "docs.offsets.npy").exists():
+        placeholder_docstore(Path(args.folder), args.n)
     texts = query_texts(1000)
     rows = []
     for r in range(args.repeats):

@@ -116,6 +116,12 @@ def profile_for(name_or_path: str, profile: str | None = None) -> EncoderProfile
     return PROFILES["minilm"]   # mean pooling, no prefix: right for sentence-transformers models
 
 
+def token_lists(tokenizer, texts: list[str], max_length: int) -> dict[str, list[list[int]]]:
+    """The one tokenisation rule of this module: unpadded token lists per key, truncated at
+    `max_length` (the encoder's passes and the front ends' QueryTokenizer both call it)."""
+    return dict(tokenizer(texts, truncation=True, max_length=max_length))
+
+
 class QueryTokenizer:
     """Query texts -> the token rows `Encoder.encode_queries(texts, tokens=...)` takes, as the
     encoder itself would make them (its query prefix, truncation at its max_length).
@@ -136,7 +142,7 @@ class QueryTokenizer:
 
     def __call__(self, texts: list[str]) -> list[dict[str, list[int]]]:
         with self._lock:
-            enc = self.tokenizer([self.prefix + t for t in texts], truncation=True, max_length=self.max_length)
+            enc = token_lists(self.tokenizer, [self.prefix + t for t in texts], self.max_length)
         return [{k: v[i] for k, v in enc.items()} for i in range(len(texts))]
 
 
@@ -252,11 +258,11 @@ class Encoder:
         missing = [i for i, row in enumerate(given) if row is None]
         if len(missing) == len(texts):
             with self._tokenizer_lock:
-                return dict(self.tokenizer(texts, truncation=True, max_length=self.max_length))
+                return token_lists(self.tokenizer, texts, self.max_length)
         rows = list(given)
         if missing:
             with self._tokenizer_lock:
-                enc = self.tokenizer([texts[i] for i in missing], truncation=True, max_length=self.max_length)
+                enc = token_lists(self.tokenizer, [texts[i] for i in missing], self.max_length)
             for j, i in enumerate(missing):
                 rows[i] = {k: enc[k][j] for k in keys}
         return {k: [row[k] for row in rows] for k in keys}
