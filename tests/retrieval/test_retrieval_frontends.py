@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -59,8 +60,18 @@ def free_port() -> int:
 
 @contextmanager
 def server(index_dir: Path, frontends: int, *extra: str, env: dict | None = None):
-    """`python -m retrieval.server` as a subprocess; yields (base URL, process) once /health is 200."""
+    """`python -m retrieval.server` as a subprocess; yields (base URL, process) once the supervisor
+    registered it in an endpoints file (its own, unless `extra` names one): every front end
+    answers and the supervisor is past start-up. A front end's /health answers 200 earlier, while
+    the supervisor still waits for the others; a worker killed then is a start-up failure (exit 1
+    at once, no grace), which is not what the tests below look at."""
     port = free_port()
+    scratch = tempfile.TemporaryDirectory()
+    if "--endpoints-file" in extra:
+        endpoints = Path(extra[extra.index("--endpoints-file") + 1])
+    else:
+        endpoints = Path(scratch.name) / "endpoints.json"
+        extra = (*extra, "--endpoints-file", str(endpoints))
     cmd = [sys.executable, "-m", "retrieval.server", "--index", str(index_dir / "index"), "--port", str(port),
            "--eid-file", str(index_dir / "eids.json"), "--frontends", str(frontends), *extra]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
@@ -68,14 +79,11 @@ def server(index_dir: Path, frontends: int, *extra: str, env: dict | None = None
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
-        while True:
+        while url not in registered(endpoints):
             assert proc.poll() is None, proc.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "the server did not answer /health"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
+            assert time.monotonic() < deadline, "the server never registered (never finished starting)"
+            time.sleep(0.1)
+        assert httpx.get(url + "/health", timeout=10).status_code == 200
         yield url, proc
     finally:
         if proc.poll() is None:
@@ -84,6 +92,7 @@ def server(index_dir: Path, frontends: int, *extra: str, env: dict | None = None
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        scratch.cleanup()
 
 
 @pytest.fixture(scope="module")
@@ -252,10 +261,6 @@ def test_sigterm_stops_every_process_and_unregisters(index_dir, tmp_path):
     endpoints = tmp_path / "endpoints.json"
     with server(index_dir, 2, "--endpoints-file", str(endpoints)) as (url, proc):
         health = httpx.get(url + "/health").json()
-        deadline = time.monotonic() + 30      # registered just after the supervisor's own /health check
-        while not registered(endpoints):
-            assert time.monotonic() < deadline, "never registered"
-            time.sleep(0.05)
         assert registered(endpoints) == [url]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
