@@ -72,6 +72,7 @@ class Searcher:
         self.method = method or ("dense" if self.meta.get("index") else "bm25")
         self.encoder = None
         self.pretokenized = 0             # queries that arrived with their tokens (front ends)
+        self._count_lock = threading.Lock()   # several batch threads (CPU --workers) add to it
         self.device = "cpu"               # where encoder and index run (cuda: one batch worker)
         if self.method == "dense":
             self._load_dense(device, encoder, encoder_runtime, cuda_graphs, index_options)
@@ -127,7 +128,8 @@ class Searcher:
         if self.method == "dense":
             tokens = [q.tokens for q in queries]
             if any(t is not None for t in tokens):       # tokenised by the HTTP front ends
-                self.pretokenized += sum(t is not None for t in tokens)
+                with self._count_lock:
+                    self.pretokenized += sum(t is not None for t in tokens)
                 vectors = self.encoder.encode_queries([q.text for q in queries], tokens)   # [b, dim]
             else:
                 vectors = self.encoder.encode_queries([q.text for q in queries])

@@ -9,7 +9,9 @@ afterwards are the unfinished rollouts' turns left out of the loss.
 Upstream does exactly this (NVlabs/ToolOrchestra `training/lead_agent/llm_agent/
 generation_quick3.py`: `example_rewards` collects a reward for every rollout, 0 when not
 correct, the mean / `stdev` / `> 0.1` filter run over that list, and a turn is selected for
-training only when its rollout is in `valid_answers`, i.e. produced a non-empty answer).
+training only when its rollout is in `valid_answers`: for QA, the rollout called the answer
+tool, whatever the reply, an empty one too (2026-2040); for tau2, a non-empty attempt or a
+conversation tau2 scored (1345-1364)).
 
 Why it matters: dropping the unfinished rollouts first makes a correct but expensive
 answer look bad next to the few cheap finishers (the outcome column is then constant

@@ -7,7 +7,7 @@ taken from the engine, by default (`algorithm.old_logprobs: recompute`): the eng
 log-probs are those of the *constrained, temperature-scaled sampler* (renormalised over
 the tokens a choice constraint allows), and a vLLM engine computes them with other
 kernels/precision, so their ratio to the trainer's log-probs would not be 1 even before
-any update.  With 1 PPO epoch and 1 mini-batch (the paper's setting) the weights that
+any update.  With 1 PPO epoch and 1 mini-batch (`ppo_mini_batch_size: 0`) the weights that
 sampled are the weights being updated, so the old log-probs equal the current ones
 exactly and we take them from the same forward pass (no extra pass); with more epochs or
 mini-batches one extra no-grad pass runs before the first optimizer step.

@@ -92,7 +92,7 @@ def test_hle_paper_profile_runs_with_zero_rejected_requests(world):
     assert {b["topk"] for b in r.emu.retrievals} == {50}
     assert {b["eid"] for b in r.emu.retrievals} == {"q1", "q2", "q3", "q4"}
     # upstream's HLE filters (retrieval_hle.py:358) reach the service
-    assert {(b.get("min_score"), b.get("min_length")) for b in r.emu.retrievals} == {(0.1, 100)}
+    assert {(b.get("min_score"), b.get("min_length")) for b in r.emu.retrievals} == {(0.1, 101)}
     # the search fee (paper: tokens, upstream's rule for a local search): well below a web search's $0.07
     search_costs = [t["cost"] for x in r.records for t in x["turns"] if t["tool"] == "search"]
     assert search_costs and all(0 < c < 0.01 for c in search_costs)

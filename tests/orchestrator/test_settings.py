@@ -30,9 +30,9 @@ def test_every_shipped_profile_loads_with_every_section():
 def test_paper_values_per_benchmark_and_for_training():
     paper = load_profile("paper")
     hle, frames, train = (paper.section("qa", u) for u in ("hle", "frames", "train"))
-    assert (hle.retrieval.topk, hle.retrieval.send_eid, hle.retrieval.min_score, hle.retrieval.min_length) == (50, True, 0.1, 100)
+    assert (hle.retrieval.topk, hle.retrieval.send_eid, hle.retrieval.min_score, hle.retrieval.min_length) == (50, True, 0.1, 101)
     assert (frames.retrieval.topk, frames.retrieval.send_eid, frames.search.single_search) == (150, False, True)
-    assert (train.retrieval.topk, train.retrieval.send_eid, train.retrieval.min_score) == (30, True, 0.8)
+    assert (train.retrieval.topk, train.retrieval.send_eid, train.retrieval.min_score, train.retrieval.min_length) == (30, True, 0.8, 101)
     assert (hle.search.doc_order, hle.search.dedupe, train.search.merge) == ("reverse", "content", "interleave")
     assert (hle.search.min_query_chars, frames.search.min_query_chars) == (5, 10)
     assert (hle.prompts, frames.prompts, train.prompts) == ("upstream-hle", "upstream-frames", "upstream-train")

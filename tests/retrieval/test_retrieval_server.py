@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from retrieval.build_index import build
 from retrieval.encoders import Encoder
-from retrieval.searcher import Searcher
+from retrieval.searcher import Query, Searcher
 from retrieval.server import Limits, create_app
 from retrieval.service import RetrievalService
 from retrieval.web import WebSearch
@@ -114,6 +114,20 @@ def test_min_length_drops_short_documents_but_still_fills_topk(client):
     assert ids(plain)[0] == "volcano"
     longer = client.post("/retrieve", json={"queries": ["volcano"], "topk": 2, "min_length": 20}).json()["result"][0]
     assert "volcano" not in ids(longer) and len(longer) == 2
+
+
+@pytest.mark.parametrize("use", ["hle", "train"])
+def test_the_paper_profiles_length_cut_keeps_what_upstreams_strict_cut_keeps(tmp_path, use):
+    """Upstream keeps a document when len(content) > 100 (retrieval_hle.py:358,
+    retrieval_general_thought.py:345); our server keeps len >= min_length, so the profile sends 101."""
+    from orchestrator.settings import load_profile
+    cut = load_profile("paper").section("qa", use).retrieval.min_length
+    base = "Volcanoes erupt lava and ash from the crust of the Earth"
+    docs = [{"id": f"len{n}", "contents": (base + " " + "x" * n)[:n]} for n in (99, 100, 101, 140)]
+    assert [len(d["contents"]) for d in docs] == [99, 100, 101, 140]
+    build(write_jsonl(tmp_path / "c.jsonl", docs), tmp_path / "index", encoder=Encoder(), progress=False)
+    [hits] = Searcher(tmp_path / "index").search([Query("volcano lava", 4, min_length=cut)])
+    assert sorted(ids(hits)) == sorted(d["id"] for d in docs if len(d["contents"]) > 100)
 
 
 # ---- limits: 422 naming the field, 413, nothing crashes -------------------------------
