@@ -244,7 +244,7 @@ def plot(metrics_file: Path, initial: dict, final: dict, out: Path) -> Path:
 def checks(initial: dict, final: dict) -> dict:
     """The quickstart's claims, on the held-out tasks: under the main preset (accuracy + cost)
     accuracy up >= 5 points and cost per task down >= 40%; the favoured alias's share of its
-    tool's calls (`favoured_share`: answer-1 among the answer calls) rises under the `favour`
+    tool's calls (`favoured_share`: answer-4, env.FAVOURED_ALIAS, among the answer calls) rises under the `favour`
     preset and does not rise under the others."""
     main_i, main_f = initial[MAIN_PRESET], final[MAIN_PRESET]
     cut = 1 - main_f["cost_per_task"] / max(1e-12, main_i["cost_per_task"])
