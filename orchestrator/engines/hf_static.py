@@ -276,6 +276,7 @@ class StaticDecoder:
         self.max_shapes = max_shapes
         self.memory_fraction = check_memory_fraction(memory_fraction, "StaticDecoder(memory_fraction)")
         self.fallbacks: Counter[tuple[int, int]] = Counter()   # calls the loop served because the cache did not fit
+        self.unsupported: Counter[str] = Counter()   # calls the loop served for another reason (logged once each)
         self.prefill_tokens = prefill_tokens
         config = engine.model.config.get_text_config(decoder=True)
         self.types = sorted(set(getattr(config, "layer_types", None) or ["full_attention"]))
@@ -357,7 +358,16 @@ class StaticDecoder:
 
     def supports(self, prompts: list[list[int]], params: SamplingParams) -> bool:
         """Unconstrained requests on an SDPA full-attention model whose cache fits."""
-        if params.choices or getattr(params, "grammar", None) or self.attn != "sdpa" or self.types != ["full_attention"]:
+        reason = ("constrained decoding (choices)" if params.choices else
+                  "constrained decoding (grammar)" if getattr(params, "grammar", None) else
+                  f"attention implementation {self.attn!r} (static decoding needs 'sdpa')" if self.attn != "sdpa" else
+                  f"layer types {self.types} (static decoding needs full attention only)"
+                  if self.types != ["full_attention"] else None)
+        if reason is not None:
+            if not self.unsupported[reason]:
+                log.info("HFEngine: static-cache decoding not used for %s; the token-by-token loop decodes these "
+                         "requests (slower; counted in StaticDecoder.unsupported)", reason)
+            self.unsupported[reason] += 1
             return False
         rows, length = self.shape(prompts, params)
         if (rows, length) in self._shapes:

@@ -90,8 +90,14 @@ def test_static_stop_string_and_eos_end_a_row_where_the_loop_would(static, folde
     assert [(g.token_ids, g.finish_reason) for g in got] == [(g.token_ids, g.finish_reason) for g in want]
 
 
-def test_constrained_requests_take_the_step_by_step_loop(static):
-    assert not static._static.supports([[1, 2]], SamplingParams(choices=["yes", "no"]))
+def test_constrained_requests_take_the_step_by_step_loop_and_say_so_once(static, caplog):
+    static._static.unsupported.clear()
+    with caplog.at_level("INFO", logger="orchestrator.engines.hf_static"):
+        for _ in range(3):
+            assert not static._static.supports([[1, 2]], SamplingParams(choices=["yes", "no"]))
+    said = [r.getMessage() for r in caplog.records if "not used" in r.getMessage()]
+    assert len(said) == 1 and "constrained decoding (choices)" in said[0]
+    assert static._static.unsupported == {"constrained decoding (choices)": 3}
     assert static._static.supports([[1, 2]], SamplingParams())
     with pytest.raises(ValueError, match="decode='fast'"):
         from orchestrator.engines.hf import HFEngine
