@@ -22,6 +22,9 @@ error body (texts as reported in public issue threads; see docs/evaluation.md):
   "Confidence: X%" (else 100).
 - Anthropic: missing `max_tokens` -> 400 "max_tokens: Field required"; temperature outside
   [0, 1] -> 400; `temperature` and `top_p` together for Claude Opus 4.1 -> 400.
+- Retrieval (`/retrieve`, our own server's contract): the body checked with retrieval/server.py's
+  own model and default limits (422 `{"error": "<field>: ..."}`), an eid it has no whitelist for
+  -> 422, and the `min_score` / `min_length` filters applied to the generated hits.
 
 Every rejection is kept in `rejected` (model, status, message) so a test can assert none
 happened.  `reject_models` rejects every request for those models with the
@@ -37,8 +40,12 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from evaluation.mock_backend import MockBackend
+from retrieval.server import Limits, invalid_field, request_model
+
+RETRIEVE_BODY = request_model(Limits())   # our retrieval server's /retrieve body, with its default limits
 
 OPENAI_REASONING = {"gpt-5": 128000, "gpt-5-mini": 128000, "o3-mini": 100000}
 VLLM_WINDOWS = {"Qwen/Qwen3-8B": 40960, "Qwen/Qwen3-32B": 40960, "Qwen/Qwen2.5-Coder-32B-Instruct": 32768,
@@ -272,16 +279,28 @@ class ProviderEmulator(MockBackend):
         async def retrieve(request: Request):
             body = await request.json()
             self.retrievals.append(body)
+            try:                                    # the real server's body model and limits (retrieval/server.py)
+                parsed = RETRIEVE_BODY.model_validate(body)
+            except ValidationError as exc:
+                field, msg = invalid_field([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()])
+                self.rejected.append({"model": "retrieval", "status": 422, "message": f"{field}: {msg}"})
+                return JSONResponse({"error": f"{field}: {msg}"}, status_code=422)
             eid = body.get("eid")
             if eid is not None and (self.eids is None or eid not in self.eids):   # retrieval/searcher.py's 422s
                 why = ("this server has no eid whitelists; start it with --eid-file" if self.eids is None
                        else f"unknown eid {eid[:100]!r}; it is not a key of the eid file")
                 self.rejected.append({"model": "retrieval", "status": 422, "message": f"eid: {why}"})
                 return JSONResponse({"error": f"eid: {why}"}, status_code=422)
-            k = body.get("topk", 3)
-            hits = [[{"document": {"id": f"{body.get('eid', 'doc')}-{i}",
-                                   "contents": f"Document {i} about the missing fact. " + "filler " * (self.doc_chars // 7)},
-                      "score": 1.0 - i / 1000} for i in range(k)] for _ in body.get("queries", [])]
+            k = parsed.topk or 3
+            docs = [({"id": f"{body.get('eid', 'doc')}-{i}",
+                      "contents": f"Document {i} about the missing fact. " + "filler " * (self.doc_chars // 7)},
+                     1.0 - i / 1000) for i in range(k)]
+            # the server's filters (retrieval/searcher.py _hits): a hit scoring at least min_score, a
+            # document of at least min_length characters
+            docs = [(d, score) for d, score in docs
+                    if (parsed.min_score is None or score >= parsed.min_score)
+                    and len(d["contents"]) >= (parsed.min_length or 0)]
+            hits = [[{"document": d, "score": score} for d, score in docs] for _ in parsed.queries]
             return {"result": hits, "usage": {"web_searches": 0, "pages": 0}}
 
         @app.get("/health")

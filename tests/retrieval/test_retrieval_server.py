@@ -131,7 +131,7 @@ def test_the_paper_profiles_length_cut_keeps_what_upstreams_strict_cut_keeps(tmp
 
 
 # ---- limits: 422 naming the field, 413, nothing crashes -------------------------------
-@pytest.mark.parametrize("body, field", [
+BAD_BODIES = [
     ({"queries": []}, "queries"),
     ({"queries": ["q"] * 65}, "queries"),
     ({"queries": ["q" * 4097]}, "queries.0"),
@@ -143,11 +143,34 @@ def test_the_paper_profiles_length_cut_keeps_what_upstreams_strict_cut_keeps(tmp
     ({"queries": ["q"], "min_length": -1}, "min_length"),
     ({"queries": ["q"], "eid": ""}, "eid"),
     ({"topk": 3}, "queries"),
-])
+]
+
+
+@pytest.mark.parametrize("body, field", BAD_BODIES)
 def test_limits_answer_422_naming_the_field(client, body, field):
     r = client.post("/retrieve", json=body)
     assert r.status_code == 422
     assert r.json()["error"].startswith(f"{field}: ")
+
+
+def test_the_provider_emulators_retrieve_answers_as_this_server_does(client):
+    """tests/provider_emulator.py stands in for this server in the evaluation tests: the same 422s
+    for the same bodies, and the same min_score / min_length filters."""
+    from provider_emulator import ProviderEmulator
+    with ProviderEmulator({}, doc_chars=140) as emu:
+        for body, _ in BAD_BODIES:
+            real, emulated = client.post("/retrieve", json=body), httpx.post(emu.root + "/retrieve", json=body)
+            assert (emulated.status_code, emulated.json()["error"]) == (real.status_code, real.json()["error"]), body
+        assert len(emu.rejected) == len(BAD_BODIES)
+        rows = {}
+        for extra in ({}, {"min_length": 10_000}, {"min_length": 50}, {"min_score": 0.9985}):
+            r = httpx.post(emu.root + "/retrieve", json={"queries": ["q"], "topk": 4, **extra})
+            rows[tuple(extra.items())] = r.json()["result"][0]
+    full = rows[()]
+    assert len(full) == 4 and all(len(h["document"]["contents"]) >= 50 for h in full)
+    assert rows[(("min_length", 10_000),)] == [] and rows[(("min_length", 50),)] == full
+    assert [h["score"] for h in rows[(("min_score", 0.9985),)]] == [h["score"] for h in full if h["score"] >= 0.9985]
+    assert 0 < len(rows[(("min_score", 0.9985),)]) < 4
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"", b'{"queries": ["a"], "min_score": NaN}',
