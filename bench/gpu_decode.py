@@ -161,7 +161,7 @@ def micro(device, hidden: int = 1024, inter: int = 3072, vocab: int = 151936, ro
         out[name] = {"linear_ms": lin, "transposed_ms": tr, "linear_TBps": w.numel() * 2 / lin / 1e9}
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from orchestrator.engines.hf_static import decode_attention, decode_attention_matmul
+    from orchestrator.engines.decode_kernels import decode_attention, decode_attention_matmul
     from orchestrator.engines.split_kv_attention import split_decode_attention
 
     def sdpa_gqa(_, q, k, v, m, scaling, backend=None):   # stock SDPA, KV heads grouped by the kernel
@@ -404,7 +404,7 @@ def main() -> int:
         (Path(args.out) / "gpu_decode.json").write_text(json.dumps(results, indent=1))
         return 0
     for variant in args.variants:
-        kind, _, opts = variant.partition(":")
+        kind = variant.partition(":")[0]
         engine = variant_engine(variant, model, tokenizer, device, max(args.batches))
         for batch in args.batches if kind != "loop" else args.batches[:1]:
             tokens = args.tokens if kind != "loop" else args.loop_tokens

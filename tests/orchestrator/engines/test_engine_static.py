@@ -165,11 +165,11 @@ def test_fused_projections_give_the_same_greedy_tokens_and_restore_the_model(fol
 
 
 def test_fused_projection_stand_ins_are_the_original_layers_when_gradients_are_on():
-    from orchestrator.engines.hf_static import _FusedGroup
+    from orchestrator.engines.decode_kernels import FusedGroup
 
     owner = torch.nn.Module()
     owner.a, owner.b = torch.nn.Linear(4, 3, bias=False), torch.nn.Linear(4, 5, bias=False)
-    group, x = _FusedGroup(owner, ("a", "b")), torch.randn(2, 4)
+    group, x = FusedGroup(owner, ("a", "b")), torch.randn(2, 4)
     with torch.no_grad():
         fused = [m(x) for m in group.members]
         torch.testing.assert_close(fused, [owner.a(x), owner.b(x)])
