@@ -11,12 +11,14 @@ Versions: the weights after v updates are version v (a run that resumes from ste
 version k).  The engine stamps every generation with the version of the weights that produced
 it (`VersionedEngine`, inside the BatchingEngine, so a weight update lands between two engine
 calls: a running episode's next turn uses the new weights, the turns it already took keep their
-version).  Step k trains batch k; a turn of version v in it has staleness k - v.
+version).  A turn of version v trained by step k has staleness k - v.
 
 The bound holds by admission: the producer starts batch j only once the trainer has published
-version >= j - s (`RolloutProducer`), so every turn of batch j has staleness <= s when step j
-trains it.  `drop_stale` checks it again per sample and drops (does not regenerate) any turn
-over the bound; the count is logged as `async/dropped_stale` (0 unless something broke).
+version >= j - s (`RolloutProducer`).  With `algorithm.async_order: batch` step k trains batch k,
+so every turn has staleness <= s; with `completion` step k trains the first groups done (AReaL's
+rollout queue), so a slow group may be trained later than its batch's step.  Either way
+`drop_stale` checks each sample and drops (does not regenerate) any turn over the bound; the count
+is logged as `async/dropped_stale` (0 in batch order unless something broke).
 """
 from __future__ import annotations
 
@@ -98,40 +100,68 @@ def drop_stale(samples: Sequence[TurnSample], step: int, max_staleness: int) -> 
 
 
 # ---------------------------------------------------------------------------- the producer
+Key = tuple[int, int]   # (batch, slot): the slot-th task of batch j, as the task sampler took it
+
+
 @dataclass
 class Produced:
-    """One step's rollouts, made by the producer thread."""
+    """One step's rollout groups, as the producer hands them to the trainer."""
 
     step: int
-    batch: list[Task]
+    batch: list[Task]                   # the groups' tasks
     groups: list[list[Rollout]] | None
-    position: int                       # the task sampler's position before this batch was taken
-    rollout_time: float                 # seconds from its first rollout's start to its last's end
-    admitted_version: int               # the trainer's published version when the batch started
+    keys: list[Key]                     # each group's (batch, slot)
+    rollout_time: float                 # the longest group's seconds from its batch's start to its last rollout's end
+    admitted_versions: list[int]        # each group's: the trainer's published version when its batch started
     error: BaseException | None = None
 
 
+@dataclass
+class _Group:
+    task: Task
+    rollouts: list[Rollout]
+    admitted_version: int
+    seconds: float
+
+
 class RolloutProducer:
-    """Makes batches `start`, `start + 1`, ... `stop - 1`, each in a thread of its own.
+    """Makes batches `first_batch`, ... `stop - 1` of rollout groups, each batch in a thread of its
+    own, and hands the trainer `per_step` groups a step.
 
     Batch j is admitted (its tasks taken, its rollouts started) once the trainer's published
-    version is >= j - `max_staleness` (`publish`), so it never runs ahead of the bound; admission
-    is in step order, and up to `max_staleness + 1` batches are in flight at once (a batch's slow
-    tail overlaps the next batch's start).  `take(j)` -> (tasks, sampler position before them);
-    `collect(j, tasks, should_stop)` -> the rollout groups (training.rollouts.collect_rollouts).
-    `get(step, timeout)` returns that step's `Produced` (None on timeout)."""
+    version is >= j - `max_staleness` (`publish`), in batch order, so up to `max_staleness + 1`
+    batches are in flight at once (a batch's slow tail overlaps the next batch's start) and no more
+    than (version + max_staleness + 1) x `per_step` groups are ever started (AReaL's capacity rule).
+    What step k trains (`get`) is `order`'s choice:
+      - "batch": the groups of batch k, once all of them are done (a step waits for its batch's
+        slowest group; every turn is within the bound by admission);
+      - "completion": the `per_step` oldest (batch, slot) among the groups done, once that many are
+        (AReaL's rollout queue: a slow group no longer holds a step back; it is trained by a later
+        step, and its turns that are then more than `max_staleness` versions old are dropped by
+        `drop_stale` and counted).
+    `take(j)` -> (tasks, sampler position before them); `collect(j, tasks, slots, should_stop,
+    on_group)` makes the tasks' groups (training.rollouts.collect_rollouts) and calls
+    `on_group(i, rollouts)` as task i's group ends.  `trained` ({batch: slots}) are groups a
+    resumed run trained before its checkpoint: their batch is taken again, those slots are not made."""
 
-    def __init__(self, take: Callable[[int], tuple[list[Task], int]],
-                 collect: Callable[[int, list[Task], Callable[[], bool]], list[list[Rollout]]], *,
-                 start: int, stop: int, max_staleness: int, version: int):
+    def __init__(self, take: Callable[[int], tuple[list[Task], int]], collect: Callable[..., Any], *,
+                 start: int, stop: int, max_staleness: int, version: int, per_step: int,
+                 order: str = "batch", first_batch: int | None = None, trained: dict[int, Sequence[int]] | None = None):
         if max_staleness < 0:   # (0: each batch waits for the previous update: synchronous, used by tests)
             raise ValueError(f"RolloutProducer: max_staleness must be >= 0, got {max_staleness}")
+        if order not in ("batch", "completion"):
+            raise ValueError(f"RolloutProducer: order must be 'batch' or 'completion', got {order!r}")
         self._take, self._collect = take, collect
         self.start, self.stop_at, self.max_staleness = start, stop, max_staleness
+        self.per_step, self.order = per_step, order
+        self.first_batch = start if first_batch is None else first_batch
+        self._trained: dict[int, set[int]] = {int(j): set(v) for j, v in (trained or {}).items()}
         self._version, self._stopped = version, False
         self._cond = threading.Condition()
         self._positions: dict[int, int] = {}
-        self._done: dict[int, Produced] = {}
+        self._slots: dict[int, list[int]] = {}          # admitted batch -> the slots it makes
+        self._ready: dict[Key, _Group] = {}
+        self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._admit, name="rollout-producer", daemon=True)
 
     def begin(self) -> RolloutProducer:
@@ -153,35 +183,64 @@ class RolloutProducer:
     def stopped(self) -> bool:
         return self._stopped
 
-    def position(self, step: int, current: int) -> int:
-        """The sampler position before batch `step` (`current` when it is not taken yet)."""
+    def resume_point(self, current: int) -> tuple[int, int, dict[int, list[int]]]:
+        """Where a checkpoint written now resumes: (the first batch with a group not trained, the
+        sampler position before it (`current` when it is not taken yet), the slots of it and of
+        the batches after it that were trained)."""
         with self._cond:
-            return self._positions.get(step, current)
+            j = self.first_batch
+            while j in self._slots and set(self._slots[j]) <= self._trained.get(j, set()):
+                j += 1
+            trained = {b: sorted(v) for b, v in self._trained.items() if b >= j and v}
+            return j, self._positions.get(j, current), trained
 
     def get(self, step: int, timeout: float) -> Produced | None:
+        """Step `step`'s groups (None on timeout); a batch's failure is returned as `error`."""
         with self._cond:
-            if not self._cond.wait_for(lambda: step in self._done, timeout):
+            if not self._cond.wait_for(lambda: self._error is not None or self._choose(step) is not None, timeout):
                 return None
-            return self._done.pop(step)
+            if self._error is not None:
+                return Produced(step, [], None, [], 0.0, [], self._error)
+            keys = self._choose(step)
+            chosen = [self._ready.pop(k) for k in keys]
+            for j, i in keys:
+                self._trained.setdefault(j, set()).add(i)
+        return Produced(step, [g.task for g in chosen], [g.rollouts for g in chosen], keys,
+                        max((g.seconds for g in chosen), default=0.0), [g.admitted_version for g in chosen])
+
+    def _choose(self, step: int) -> list[Key] | None:
+        if self.order == "batch":
+            if step not in self._slots:
+                return None
+            keys = [(step, i) for i in self._slots[step]]
+            return keys if all(k in self._ready for k in keys) else None
+        return sorted(self._ready)[:self.per_step] if len(self._ready) >= self.per_step else None
 
     def _admit(self) -> None:
-        for step in range(self.start, self.stop_at):
+        for j in range(self.first_batch, self.stop_at):
             with self._cond:
-                self._cond.wait_for(lambda: self._stopped or self._version >= step - self.max_staleness)
+                self._cond.wait_for(lambda: self._stopped or self._version >= j - self.max_staleness)
                 if self._stopped:
                     return
                 admitted = self._version
-                batch, position = self._take(step)
-                self._positions[step] = position
-            threading.Thread(target=self._make, args=(step, batch, position, admitted),
-                             name=f"rollouts-step-{step}", daemon=True).start()
+                batch, position = self._take(j)
+                self._positions[j] = position
+                slots = [i for i in range(len(batch)) if i not in self._trained.get(j, ())]
+                self._slots[j] = slots
+            threading.Thread(target=self._make, args=(j, [batch[i] for i in slots], slots, admitted),
+                             name=f"rollouts-step-{j}", daemon=True).start()
 
-    def _make(self, step: int, batch: list[Task], position: int, admitted: int) -> None:
+    def _make(self, j: int, tasks: list[Task], slots: list[int], admitted: int) -> None:
         started = time.monotonic()
+
+        def on_group(k: int, rollouts: list[Rollout]) -> None:
+            with self._cond:
+                self._ready[(j, slots[k])] = _Group(tasks[k], list(rollouts), admitted, time.monotonic() - started)
+                self._cond.notify_all()
         try:
-            groups, error = self._collect(step, batch, self.stopped), None
+            self._collect(j, tasks, slots, self.stopped, on_group)
         except BaseException as exc:   # handed to the trainer, which raises it
-            groups, error = None, exc
-        with self._cond:
-            self._done[step] = Produced(step, batch, groups, position, time.monotonic() - started, admitted, error)
-            self._cond.notify_all()
+            with self._cond:
+                if self._error is None:
+                    self._error = exc
+                self._cond.notify_all()

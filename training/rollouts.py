@@ -97,6 +97,8 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
                      seed: int, step: int, price_model: str | None, concurrency: int,
                      should_stop: Callable[[], bool] = lambda: False,
                      on_done: Callable[[int, Rollout], None] | None = None,
+                     on_group: Callable[[int, list[Rollout]], None] | None = None,
+                     slots: Sequence[int] | None = None,
                      unconstrained_logprobs: bool = False) -> list[list[Rollout]]:
     """G = `rollouts_per_task` episodes of every task, run concurrently; groups in task order.
 
@@ -106,20 +108,28 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
     `engine.linger_ms`).  Raises
     `Preempted` soon after `should_stop()` turns true (running episodes are abandoned).
     `price_model` None: the catalog's `orchestrator_price_model` (tools.json).
+    `on_done(i, rollout)` follows each episode's end, `on_group(i, group)` the end of task i's last
+    one.  `slots`: the task's place in its step's batch, for the rollout seeds (default 0, 1, ...;
+    asynchronous training makes a batch's leftover tasks again after a resume).
     `unconstrained_logprobs`: see `SeededEngine` (asynchronous training).
     """
     price_model = price_model or runtime.catalog.orchestrator_price_model
     if not price_model:
         raise ValueError("the orchestrator's tokens have no price model: set model.price_model in the training "
                          "config or orchestrator_price_model in tools.json")
+    slots = list(range(len(tasks))) if slots is None else list(slots)
+    if len(slots) != len(tasks):
+        raise ValueError(f"collect_rollouts: {len(slots)} slots for {len(tasks)} tasks")
     jobs = [(i, j) for j in range(rollouts_per_task) for i in range(len(tasks))]
     groups: list[list[Rollout | None]] = [[None] * rollouts_per_task for _ in tasks]
+    left = [rollouts_per_task] * len(tasks)
 
     register = getattr(engine, "episodes", None)          # BatchingEngine: all of them, before any starts
     in_flight = register(len(jobs)) if register else None
 
     def one(i: int, j: int) -> Rollout:
-        policy = TokenPolicy(SeededEngine(engine, rollout_seed(seed, step, i, j), unconstrained_logprobs), price_model)
+        policy = TokenPolicy(SeededEngine(engine, rollout_seed(seed, step, slots[i], j), unconstrained_logprobs),
+                             price_model)
         try:
             return run_episode(tasks[i], policy, runtime, config)
         finally:
@@ -138,6 +148,9 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
                 groups[i][j] = future.result()
                 if on_done is not None:
                     on_done(i, groups[i][j])
+                left[i] -= 1
+                if on_group is not None and not left[i]:
+                    on_group(i, groups[i])  # type: ignore[arg-type]
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         if in_flight is not None:

@@ -133,12 +133,18 @@ class Session:
     logger: MetricsLogger
     start_step: int
     total_steps: int
+    resume_groups: tuple[int, dict[int, list[int]]] | None = None   # async: (first batch, trained slots)
 
-    def save(self, step: int, data_position: int) -> Path:
+    def save(self, step: int, data_position: int, groups: tuple[int, dict[int, list[int]]] | None = None) -> Path:
+        """A checkpoint of the weights after `step` updates; `data_position`: the sampler's position
+        before the first batch not (wholly) trained; `groups` (asynchronous training): that batch's
+        number and the slots of it and of later batches already trained."""
         state = {"rng": ckpt.rng_state(), "data_position": data_position, "step": step,
                  "wandb_id": self.logger.wandb_id}
         if self.cfg.algorithm.max_staleness > 0:   # the weights saved are this version (updates applied)
             state["policy_version"] = step
+            first, trained = groups if groups is not None else (step, {})
+            state["first_batch"], state["trained_slots"] = first, {int(j): list(v) for j, v in trained.items()}
         path = self.learner.save(step, state)
         self.logger.message(f"checkpoint: {path}")
         return path
@@ -155,10 +161,12 @@ def open_session(cfg: TrainConfig, tasks: list[Task], total_steps: int, learner,
                  runtime: ToolRuntime | None, judge) -> Session:
     """Data position, RNG and wandb run from the checkpoint; tools, judge, logger."""
     sampler = TaskSampler(len(tasks), cfg.run.seed, cfg.data.shuffle)
-    start_step, wandb_id = 0, None
+    start_step, wandb_id, groups = 0, None, None
     if checkpoint:
         ckpt.set_rng_state(state["rng"])
         sampler.position, start_step, wandb_id = state["data_position"], checkpoint.step, state.get("wandb_id")
+        if "first_batch" in state:   # an asynchronous run's checkpoint (older ones: first batch = step)
+            groups = (int(state["first_batch"]), {int(j): list(v) for j, v in state["trained_slots"].items()})
     run_dir = Path(cfg.run.dir)
     logger = MetricsLogger(run_dir, config=to_dict(cfg), name=cfg.run.name, project=cfg.logging.project,
                            wandb_mode=cfg.logging.wandb, wandb_id=wandb_id, console=cfg.logging.console,
@@ -168,7 +176,7 @@ def open_session(cfg: TrainConfig, tasks: list[Task], total_steps: int, learner,
                    + (f"resuming from {checkpoint.path} (step {start_step})" if checkpoint else "starting fresh"))
     loop_config = rollout_loop_config(cfg)
     return Session(cfg, tasks, learner, sampler, runtime or build_runtime(cfg),
-                   judge or train_judge(cfg), loop_config, logger, start_step, total_steps)
+                   judge or train_judge(cfg), loop_config, logger, start_step, total_steps, groups)
 
 
 def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollout]]) -> dict[str, Any]:
@@ -196,23 +204,26 @@ def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollo
 
 
 def _collect(s: Session, step: int, batch: list[Task], should_stop: Callable[[], bool], on_done=None,
-             unconstrained_logprobs: bool = False) -> list[list[Rollout]]:
+             unconstrained_logprobs: bool = False, **groups) -> list[list[Rollout]]:
     cfg = s.cfg
     return collect_rollouts(batch, s.learner.engine, s.runtime, s.loop_config,
                             rollouts_per_task=cfg.rollout.rollouts_per_task, seed=cfg.run.seed, step=step,
                             price_model=cfg.model.price_model, concurrency=cfg.rollout.concurrency,
-                            should_stop=should_stop, on_done=on_done, unconstrained_logprobs=unconstrained_logprobs)
+                            should_stop=should_stop, on_done=on_done, unconstrained_logprobs=unconstrained_logprobs,
+                            **groups)
 
 
 def _after_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollout]], metrics: dict[str, Any],
-                next_position: int, preempt: ckpt.Preemption) -> None:
-    """7: log, rollouts.jsonl, checkpoint (at `next_position`, the first batch not trained), pre-emption exit."""
+                next_position: Callable[[], tuple[int, Any]], preempt: ckpt.Preemption,
+                keys: list[tuple[int, int]] | None = None) -> None:
+    """7: log, rollouts.jsonl, checkpoint (at `next_position()`: the data position of the first batch not
+    trained, and for `Session.save` what async training tells of its groups), pre-emption exit."""
     cfg = s.cfg
     s.logger.log(step + 1, metrics)
     if cfg.logging.rollouts_every and (step + 1) % cfg.logging.rollouts_every == 0:
-        _append_rollouts(Path(cfg.run.dir) / "rollouts.jsonl", step + 1, batch, groups)
+        _append_rollouts(Path(cfg.run.dir) / "rollouts.jsonl", step + 1, batch, groups, keys)
     if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == s.total_steps or preempt.requested:
-        s.save(step + 1, next_position)
+        s.save(step + 1, *next_position())
     if preempt.requested:
         s.logger.close()
         os._exit(ckpt.PREEMPTED_EXIT_CODE)
@@ -241,18 +252,21 @@ def train_loop(s: Session) -> dict[str, Any]:
             rollout_time = time.monotonic() - started
             metrics = train_step(s, step, batch, groups)   # 2-6
             metrics.update({"time/rollout": rollout_time, "time/step": time.monotonic() - started})
-            _after_step(s, step, batch, groups, metrics, s.sampler.position, preempt)   # 7
+            _after_step(s, step, batch, groups, metrics, lambda: (s.sampler.position, None), preempt)   # 7
     return metrics
 
 
 def async_train_loop(s: Session) -> dict[str, Any]:
     """`train_loop` with rollouts made ahead by a `RolloutProducer` (training/async_rollouts.py):
     batch j starts once the weights are version >= j - `algorithm.max_staleness`, so it runs while
-    the updates before step j do (and beside the tails of the batches before it).  The engine takes each step's new weights between turns
-    (`learner.update` pushes them, stamped with version step + 1).  A checkpoint records the
-    policy version and the data position of the first batch not yet trained; the batches made
-    ahead are not saved: a resume makes them again (same tasks, same rollout seeds) from the
-    checkpoint's weights (docs/training.md says why their versions then differ)."""
+    the updates before step j do (and beside the tails of the batches before it).  Step k trains
+    batch k (`algorithm.async_order: batch`) or the first `rollout.tasks_per_step` groups done
+    (`completion`).  The engine takes each step's new weights between turns (`learner.update`
+    pushes them, stamped with version step + 1).  A checkpoint records the policy version, the
+    data position of the first batch not wholly trained and the groups of it and of later batches
+    that were; the groups made ahead are not saved: a resume makes the untrained ones again (same
+    tasks, same rollout seeds) from the checkpoint's weights (docs/training.md says why their
+    versions then differ)."""
     cfg, metrics = s.cfg, {}
     bound = cfg.algorithm.max_staleness
 
@@ -260,13 +274,19 @@ def async_train_loop(s: Session) -> dict[str, Any]:
         position = s.sampler.position
         return [s.tasks[i] for i in s.sampler.take(cfg.rollout.tasks_per_step)], position
 
-    def collect(step: int, batch: list[Task], should_stop: Callable[[], bool]) -> list[list[Rollout]]:
-        return _collect(s, step, batch, should_stop, unconstrained_logprobs=True)
+    def collect(j: int, batch: list[Task], slots: list[int], stop: Callable[[], bool], on_group) -> None:
+        _collect(s, j, batch, lambda: stop() or preempt.requested, unconstrained_logprobs=True,
+                 on_group=on_group, slots=slots)
 
+    first, trained = s.resume_groups or (s.start_step, {})
     with ckpt.Preemption() as preempt:
-        producer = RolloutProducer(take, lambda j, b, stop: collect(j, b, lambda: stop() or preempt.requested),
-                                   start=s.start_step, stop=s.total_steps, max_staleness=bound,
-                                   version=s.start_step).begin()
+        producer = RolloutProducer(take, collect, start=s.start_step, stop=s.total_steps, max_staleness=bound,
+                                   version=s.start_step, per_step=cfg.rollout.tasks_per_step,
+                                   order=cfg.algorithm.async_order, first_batch=first, trained=trained).begin()
+
+        def resume_point() -> tuple[int, tuple[int, dict[int, list[int]]]]:
+            batch, position, done = producer.resume_point(s.sampler.position)
+            return position, (batch, done)
         try:
             last = time.monotonic()
             for step in range(s.start_step, s.total_steps):
@@ -278,7 +298,7 @@ def async_train_loop(s: Session) -> dict[str, Any]:
                         item = None   # the producer stopped for the pre-emption: save below
                     if item is None and preempt.requested:   # the weights are those of `step`
                         producer.stop()
-                        s.save(step, producer.position(step, s.sampler.position))
+                        s.save(step, *resume_point())
                         s.logger.close()
                         os._exit(ckpt.PREEMPTED_EXIT_CODE)
                 waited = time.monotonic() - waited
@@ -288,11 +308,14 @@ def async_train_loop(s: Session) -> dict[str, Any]:
                 metrics = train_step(s, step, item.batch, item.groups)   # 2-6: pushes version step + 1
                 producer.publish(step + 1)
                 now = time.monotonic()
+                lags = [step - j for j, _ in item.keys]
                 metrics.update({"time/rollout": item.rollout_time, "time/step": now - last, "async/wait": waited,
-                                "async/admitted_staleness": float(step - item.admitted_version)})
+                                "async/admitted_staleness": sum(step - v for v in item.admitted_versions)
+                                / max(1, len(item.admitted_versions)),
+                                "async/groups_of_other_batches": float(sum(lag != 0 for lag in lags)),
+                                "async/group_lag_max": float(max(lags, default=0))})
                 last = now
-                _after_step(s, step, item.batch, item.groups, metrics,
-                            producer.position(step + 1, s.sampler.position), preempt)
+                _after_step(s, step, item.batch, item.groups, metrics, resume_point, preempt, item.keys)
         finally:
             producer.stop()
     return metrics
@@ -392,11 +415,15 @@ def run_distributed(cfg, dist=None, *, runtime=None,
         c, checkpoint, state, total, dist=dist, policy=policy))
 
 
-def _append_rollouts(path: Path, step: int, tasks: list[Task], groups: list[list[Rollout]]) -> None:
+def _append_rollouts(path: Path, step: int, tasks: list[Task], groups: list[list[Rollout]],
+                     keys: list[tuple[int, int]] | None = None) -> None:
+    """One row per rollout; `keys` (asynchronous training): each group's (batch, slot), logged as
+    `batch_step` (the step that batch was taken for, 1-based as `step`) and `slot`."""
     import json
 
     with path.open("a") as f:
-        for task, group in zip(tasks, groups):
+        for k, (task, group) in enumerate(zip(tasks, groups)):
+            made = {"batch_step": keys[k][0] + 1, "slot": keys[k][1]} if keys else {}
             for r in group:
-                f.write(json.dumps({"step": step, "question": task.question, "reference": task.answer,
+                f.write(json.dumps({"step": step, **made, "question": task.question, "reference": task.answer,
                                     **_strip_tokens(r)}) + "\n")

@@ -156,17 +156,21 @@ def test_drop_stale_keeps_samples_within_the_bound_and_counts_the_rest():
         drop_stale([_sample(6)], 5, 1)
 
 
+def _one_task(j):
+    return [f"task {j}"], j
+
+
 @pytest.mark.parametrize("bound", [1, 2])
 def test_the_producer_never_starts_a_batch_beyond_the_bound(bound):
     """A producer much faster than the trainer: batch j must wait for version j - bound (without
     the admission check every batch would start at version 0, staleness up to 5)."""
     started = {}
 
-    def collect(step, batch, should_stop):
+    def collect(step, batch, slots, should_stop, on_group):
         started[step] = producer._version
-        return [[]]
+        on_group(0, [])
 
-    producer = RolloutProducer(lambda j: ([], j), collect, start=0, stop=6, max_staleness=bound, version=0)
+    producer = RolloutProducer(_one_task, collect, start=0, stop=6, max_staleness=bound, version=0, per_step=1)
     producer.begin()
     try:
         for step in range(6):
@@ -185,12 +189,12 @@ def test_the_next_batch_starts_beside_the_current_batchs_tail():
     (a producer making one batch at a time would wait for batch 0 to end); batch 2 is not."""
     release, started = threading.Event(), []
 
-    def collect(step, batch, should_stop):
+    def collect(step, batch, slots, should_stop, on_group):
         started.append(step)
         release.wait(5)
-        return [[]]
+        on_group(0, [])
 
-    producer = RolloutProducer(lambda j: ([], j), collect, start=0, stop=3, max_staleness=1, version=0)
+    producer = RolloutProducer(_one_task, collect, start=0, stop=3, max_staleness=1, version=0, per_step=1)
     producer.begin()
     try:
         deadline = time.monotonic() + 5
@@ -202,6 +206,86 @@ def test_the_next_batch_starts_beside_the_current_batchs_tail():
         assert producer.get(0, timeout=5).error is None and producer.get(1, timeout=5).error is None
     finally:
         producer.stop()
+
+
+def _two_slot_producer(order, release, made):
+    """Batches of two tasks; slot 1 of batch 0 waits for `release`, every other group ends at once."""
+    def collect(j, batch, slots, should_stop, on_group):
+        made.append((j, list(slots)))
+        for k, slot in enumerate(slots):
+            if (j, slot) == (0, 1):
+                threading.Thread(target=lambda k=k: (release.wait(5), on_group(k, [f"{j}.{slot}"]))).start()
+            else:
+                on_group(k, [f"{j}.{slot}"])
+    return RolloutProducer(lambda j: ([f"t{j}a", f"t{j}b"], 2 * j), collect, start=0, stop=4, max_staleness=1,
+                           version=0, per_step=2, order=order)
+
+
+def test_completion_order_trains_the_oldest_groups_done_so_a_slow_group_does_not_hold_a_step_back():
+    """AReaL's queue: step 0 takes (0, 0) and batch 1's first group while (0, 1) is still running;
+    the slow group is trained by the first step after it ends; every group once."""
+    release, made = threading.Event(), []
+    producer = _two_slot_producer("completion", release, made).begin()
+    try:
+        first = producer.get(0, timeout=5)
+        assert first.keys == [(0, 0), (1, 0)] and first.groups == [["0.0"], ["1.0"]]
+        assert first.batch == ["t0a", "t1a"] and first.admitted_versions == [0, 0]
+        assert producer.resume_point(current=-1) == (0, 0, {0: [0], 1: [0]})   # batch 0 not wholly trained
+        producer.publish(1)
+        second = producer.get(1, timeout=5)
+        assert second.keys == [(1, 1), (2, 0)]                     # (0, 1) still running
+        release.set()
+        deadline = time.monotonic() + 5
+        while (0, 1) not in producer._ready and time.monotonic() < deadline:   # it ends before version 2
+            time.sleep(0.01)
+        producer.publish(2)
+        third = producer.get(2, timeout=5)
+        assert third.keys == [(0, 1), (2, 1)]                      # oldest first, once it is done
+        producer.publish(3)
+        assert producer.get(3, timeout=5).keys == [(3, 0), (3, 1)]
+        assert producer.resume_point(current=8) == (4, 8, {})      # all four batches trained
+    finally:
+        producer.stop()
+
+
+def test_batch_order_waits_for_its_own_batchs_slowest_group():
+    release, made = threading.Event(), []
+    producer = _two_slot_producer("batch", release, made).begin()
+    try:
+        assert producer.get(0, timeout=0.3) is None                # (0, 1) holds step 0 back
+        release.set()
+        assert producer.get(0, timeout=5).keys == [(0, 0), (0, 1)]
+        producer.publish(1)
+        assert producer.get(1, timeout=5).keys == [(1, 0), (1, 1)]
+        assert producer.resume_point(current=-1) in ((2, -1, {}), (2, 4, {}))   # batch 2 (at position 4) may be taken
+        deadline = time.monotonic() + 5
+        while producer.resume_point(current=-1)[1] == -1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert producer.resume_point(current=-1) == (2, 4, {})
+    finally:
+        producer.stop()
+
+
+def test_a_resumed_producer_makes_only_the_groups_its_checkpoint_had_not_trained():
+    """From a checkpoint at version 1 whose first untrained batch is 0 (slot 1) with batch 1's slot 0
+    trained: batch 0 makes slot 1 alone, batch 1 slot 1 alone, later batches whole; the take order
+    (hence each slot's task) is the sampler's."""
+    made = []
+
+    def collect(j, batch, slots, should_stop, on_group):
+        made.append((j, list(slots), list(batch)))
+        for k in range(len(slots)):
+            on_group(k, [])
+    producer = RolloutProducer(lambda j: ([f"t{j}a", f"t{j}b"], 2 * j), collect, start=1, stop=3, max_staleness=1,
+                               version=1, per_step=2, order="completion", first_batch=0, trained={0: [0], 1: [0]})
+    producer.begin()
+    try:
+        assert producer.get(1, timeout=5).keys == [(0, 1), (1, 1)]
+        producer.publish(2)
+        assert producer.get(2, timeout=5).keys == [(2, 0), (2, 1)]
+    finally:
+        producer.stop()
+    assert made == [(0, [1], ["t0b"]), (1, [1], ["t1b"]), (2, [0, 1], ["t2a", "t2b"])]
 
 
 # ---------------------------------------------------------------------------- the loop
@@ -362,3 +446,100 @@ def test_the_static_decoder_captures_its_graphs_under_the_capture_lock():
     decoder = SimpleNamespace(_capture_exclusive=lambda *args: CAPTURE_LOCK.locked())
     assert StaticDecoder._capture(decoder, None, 1.0, 1.0, 128, 8) is True
     assert not CAPTURE_LOCK.locked()
+
+
+# ------------------------------------------------------------- completion order (AReaL's queue)
+COMPLETION = {**ASYNC, "algorithm.async_order": "completion", "trainer.total_steps": 4, "logging.rollouts_every": 1}
+
+
+def _slow_on_one_task(seconds: float):
+    """The training world's experts, `seconds` slower on "What is 1 + 1?" (a group with a slow tail)."""
+    from _train_world import fake_runtime
+
+    runtime = fake_runtime()
+    inner = runtime.llm
+
+    def llm(model, messages, **kw):
+        if "What is 1 + 1?" in messages[0]["content"]:
+            time.sleep(seconds)
+        return inner(model, messages, **kw)
+    runtime.llm = llm
+    return runtime
+
+
+def _train_slow(root, train_world, **extra):
+    from training.session import run
+
+    policy, tasks = train_world
+    cfg = load_config(None, overrides(root, policy, tasks, **extra))
+    run(cfg, runtime=_slow_on_one_task(1.5))
+    rows = [json.loads(line) for line in (root / "run" / "rollouts.jsonl").read_text().splitlines()]
+    return cfg, read_metrics(root / "run" / "metrics.jsonl"), rows
+
+
+def _sampled_groups(cfg, steps):
+    """{(batch, slot): question} the task sampler gives batches 0 .. steps - 1."""
+    from training.tasks import TaskSampler, load_tasks
+
+    tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
+    sampler = TaskSampler(len(tasks), cfg.run.seed, cfg.data.shuffle)
+    return {(j, slot): tasks[i].question for j in range(steps)
+            for slot, i in enumerate(sampler.take(cfg.rollout.tasks_per_step))}
+
+
+def _made(rows):
+    """{(batch, slot): (question, rollouts)} as rollouts.jsonl logged the trained groups."""
+    out = {}
+    for r in rows:
+        key = (r["batch_step"] - 1, r["slot"])
+        question, n = out.get(key, (r["question"], 0))
+        assert question == r["question"], key
+        out[key] = (question, n + 1)
+    return out
+
+
+def test_completion_order_run_overtakes_a_slow_group_and_trains_every_group_once(tmp_path, train_world):
+    cfg, metrics, rows = _train_slow(tmp_path, train_world, **COMPLETION)
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    expected = {key: (q, cfg.rollout.rollouts_per_task) for key, q in _sampled_groups(cfg, 4).items()}
+    assert _made(rows) == expected                                  # none lost, none trained twice
+    assert sum(m["async/groups_of_other_batches"] for m in metrics) > 0   # the slow group was overtaken
+    for m in metrics:
+        assert m["async/staleness_0"] + m["async/staleness_1"] == m["train/samples"]
+    by_step = {}
+    for r in rows:
+        by_step.setdefault(r["step"], set()).add((r["batch_step"], r["slot"]))
+    assert all(len(keys) == cfg.rollout.tasks_per_step for keys in by_step.values())
+
+
+def test_batch_order_run_trains_each_batch_at_its_own_step(tmp_path, train_world):
+    cfg, metrics, rows = _train_slow(tmp_path, train_world, **{**COMPLETION, "algorithm.async_order": "batch",
+                                                              "trainer.total_steps": 2})
+    assert all(r["batch_step"] == r["step"] for r in rows)
+    assert all(m["async/groups_of_other_batches"] == 0 and m["async/dropped_stale"] == 0 for m in metrics)
+
+
+def test_completion_order_resume_trains_exactly_the_groups_its_checkpoint_had_not(tmp_path, train_world):
+    """The checkpoint after step 2 names the first batch not wholly trained and the slots trained
+    from it on; a run resumed from a copy of it trains exactly the rest (every group of the four
+    batches once across the two runs), the first of them from the checkpoint's weights or later."""
+    import shutil
+
+    from training.checkpoint import verify_checkpoint
+
+    cfg, _, rows = _train_slow(tmp_path / "full", train_world, **COMPLETION)
+    step2 = tmp_path / "full" / "run" / "checkpoints" / "step-00000002"
+    state = verify_checkpoint(step2).load_state()
+    before = {k for k, r in zip(((r["batch_step"] - 1, r["slot"]) for r in rows), rows) if r["step"] <= 2}
+    first = state["first_batch"]
+    told = {(j, i) for j in range(first) for i in range(2)} | {(j, i) for j, v in state["trained_slots"].items()
+                                                                for i in v}
+    assert told == before and state["policy_version"] == 2
+    assert state["data_position"] == 2 * first                     # 2 tasks a batch, taken in order
+    (tmp_path / "resumed" / "run" / "checkpoints").mkdir(parents=True)
+    shutil.copytree(step2, tmp_path / "resumed" / "run" / "checkpoints" / step2.name)
+    _, metrics, resumed = _train_slow(tmp_path / "resumed", train_world, **COMPLETION)
+    assert [m["step"] for m in metrics] == [3, 4]
+    sampled = _sampled_groups(cfg, 4)
+    assert _made(resumed) == {k: (q, cfg.rollout.rollouts_per_task) for k, q in sampled.items() if k not in before}
+    assert min(t["policy_version"] for r in resumed for t in r["turns"]) >= 2
