@@ -4,6 +4,7 @@
     python bench/async_rollouts.py --staleness 0 --json /tmp/async-s0.json     # H200, one setting per call
     python bench/async_rollouts.py --staleness 1 --json /tmp/async-s1.json
     python bench/async_rollouts.py --staleness 2 --json /tmp/async-s2.json
+    python bench/async_rollouts.py --staleness 1 2 3 --order completion --json /tmp/async-c.json  # AReaL's queue
     python bench/async_rollouts.py --tiny --device cpu --tasks 2 --group 2 --turns 3 --steps 2 \
         --median 0.05 --p99 0.2                                                # checks the script (CPU)
 
@@ -161,6 +162,15 @@ class GpuBusy:
         return sum(inside) / len(inside) / 100 if inside else None
 
 
+def trainer_busy(timed: list[dict], step_seconds: list[float]) -> float | None:
+    """1 - (seconds the trainer waited for its rollouts) / (wall seconds of those steps): the
+    synchronous loop waits for each step's whole rollout time, the asynchronous one `async/wait`."""
+    if not step_seconds:
+        return None
+    waits = [m["async/wait"] if "async/wait" in m else m["time/rollout"] for m in timed]
+    return 1 - sum(waits) / sum(step_seconds)
+
+
 def run_setting(args, policy: Path, staleness: int, root: Path) -> dict:
     from training.config import load_config
     from training.learner import LocalLearner
@@ -172,7 +182,8 @@ def run_setting(args, policy: Path, staleness: int, root: Path) -> dict:
     tasks = root / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"id": f"t{i}", "question": f"Compute item {i}.", "answer": "1",
                                          "tools": TOOLS}) + "\n" for i in range(args.tasks)))
-    over = {"run.dir": str(root / f"run-s{staleness}"), "run.device": args.device, "run.resume": "never",
+    name = f"{'c' if args.order == 'completion' else 's'}{staleness}"
+    over = {"run.dir": str(root / f"run-{name}"), "algorithm.async_order": args.order, "run.device": args.device, "run.resume": "never",
             "model.path": str(policy), "model.dtype": "bfloat16" if args.device.startswith("cuda") else "float32",
             "model.price_model": "Qwen3-8B", "engine.kind": "hf", "engine.max_batch": args.tasks * args.group,
             "data.train_files": f"[{tasks}]", "rollout.tasks_per_step": args.tasks,
@@ -208,11 +219,13 @@ def run_setting(args, policy: Path, staleness: int, root: Path) -> dict:
     hist = {d: int(sum(m.get(f"async/staleness_{d}", 0) for m in timed)) for d in range(staleness + 1)}
     if not staleness:
         hist = {0: int(sum(m["train/samples"] for m in timed))}
-    return {"staleness": staleness, "steps_measured": len(timed), "step_seconds": step_seconds,
+    return {"staleness": staleness, "order": args.order if staleness else "-", "steps_measured": len(timed),
+            "step_seconds": step_seconds, "trainer_busy": trainer_busy(timed, step_seconds),
             "steps_per_hour": 3600 / (sum(step_seconds) / len(step_seconds)) if step_seconds else None,
             "gpu_busy": busy.mean(window_start, metrics[-1].get("time", time.time())),
             "staleness_histogram": hist,
             "dropped_stale": int(sum(m.get("async/dropped_stale", 0) for m in timed)),
+            "groups_of_other_batches": int(sum(m.get("async/groups_of_other_batches", 0) for m in timed)),
             "trainer_wait_s": [round(m.get("async/wait", 0.0), 2) for m in timed],
             "rollout_s": [round(m["time/rollout"], 1) for m in timed],
             "samples_per_step": [m["train/samples"] for m in timed],
@@ -223,6 +236,8 @@ def run_setting(args, policy: Path, staleness: int, root: Path) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--order", choices=["batch", "completion"], default="batch",
+                        help="algorithm.async_order for the asynchronous settings")
     parser.add_argument("--tiny", action="store_true", help="a tiny Qwen3 config (checks the script)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tasks", type=int, default=16)
@@ -257,8 +272,11 @@ def main() -> int:
     for r in results["settings"]:
         speed = f"{r['steps_per_hour'] / base:.2f}x" if base and r["steps_per_hour"] else "-"
         busy = f"{r['gpu_busy']:.0%}" if r["gpu_busy"] is not None else "-"
-        print(f"staleness {r['staleness']}: {r['steps_per_hour']:.1f} steps/h ({speed} of staleness 0), GPU busy {busy}, "
-              f"staleness histogram {r['staleness_histogram']}, dropped {r['dropped_stale']}")
+        trainer = f"{r['trainer_busy']:.0%}" if r["trainer_busy"] is not None else "-"
+        print(f"staleness {r['staleness']} ({r['order']} order): {r['steps_per_hour']:.1f} steps/h ({speed} of "
+              f"staleness 0), GPU busy {busy}, trainer busy {trainer}, staleness histogram "
+              f"{r['staleness_histogram']}, dropped {r['dropped_stale']}, groups of other batches "
+              f"{r['groups_of_other_batches']}")
     return 0
 
 

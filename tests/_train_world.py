@@ -96,3 +96,40 @@ def sampled_batches(cfg, steps: int) -> dict[int, dict[str, int]]:
     sampler = TaskSampler(len(tasks), cfg.run.seed, cfg.data.shuffle)
     return {k + 1: {tasks[i].question: cfg.rollout.rollouts_per_task for i in sampler.take(cfg.rollout.tasks_per_step)}
             for k in range(steps)}
+
+
+def slow_on_one_task(seconds: float, question: str = "What is 1 + 1?", expert_delay: float = 0.0) -> ToolRuntime:
+    """`fake_runtime`, its experts `seconds` slower on `question`: that task's group has a slow tail
+    (asynchronous training's completion order)."""
+    runtime = fake_runtime(expert_delay)
+    inner = runtime.llm
+
+    def llm(model, messages, **kw):
+        if question in messages[0]["content"]:
+            time.sleep(seconds)
+        return inner(model, messages, **kw)
+    runtime.llm = llm
+    return runtime
+
+
+def sampled_groups(cfg, steps: int) -> dict[tuple[int, int], str]:
+    """{(batch, slot): question} the task sampler gives batches 0 .. steps - 1."""
+    from training.tasks import TaskSampler, load_tasks
+
+    tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
+    sampler = TaskSampler(len(tasks), cfg.run.seed, cfg.data.shuffle)
+    return {(j, slot): tasks[i].question for j in range(steps)
+            for slot, i in enumerate(sampler.take(cfg.rollout.tasks_per_step))}
+
+
+def made_groups(rows: list[dict]) -> dict[tuple[int, int], tuple[str, int]]:
+    """{(batch, slot): (question, rollouts)} as an asynchronous run's rollouts.jsonl rows logged the
+    trained groups (`batch_step`, `slot`); one question per group."""
+    out: dict[tuple[int, int], tuple[str, int]] = {}
+    for r in rows:
+        key = (r["batch_step"] - 1, r["slot"])
+        question, n = out.get(key, (r["question"], 0))
+        if question != r["question"]:
+            raise AssertionError(f"group {key} logged two questions: {question!r} and {r['question']!r}")
+        out[key] = (question, n + 1)
+    return out

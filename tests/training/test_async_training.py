@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from _train_world import fake_runtime, overrides
+from _train_world import fake_runtime, made_groups, overrides, sampled_groups
 from orchestrator.engine import Generation, SamplingParams
 from orchestrator.engines.batcher import BatchingEngine
 from training.async_rollouts import RolloutProducer, VersionedEngine, VersionedWeights, drop_stale, staleness
@@ -452,57 +452,23 @@ def test_the_static_decoder_captures_its_graphs_under_the_capture_lock():
 COMPLETION = {**ASYNC, "algorithm.async_order": "completion", "trainer.total_steps": 4, "logging.rollouts_every": 1}
 
 
-def _slow_on_one_task(seconds: float):
-    """The training world's experts, `seconds` slower on "What is 1 + 1?" (a group with a slow tail)."""
-    from _train_world import fake_runtime
-
-    runtime = fake_runtime()
-    inner = runtime.llm
-
-    def llm(model, messages, **kw):
-        if "What is 1 + 1?" in messages[0]["content"]:
-            time.sleep(seconds)
-        return inner(model, messages, **kw)
-    runtime.llm = llm
-    return runtime
-
-
 def _train_slow(root, train_world, **extra):
+    from _train_world import slow_on_one_task
+
     from training.session import run
 
     policy, tasks = train_world
     cfg = load_config(None, overrides(root, policy, tasks, **extra))
-    run(cfg, runtime=_slow_on_one_task(1.5))
+    run(cfg, runtime=slow_on_one_task(1.5))
     rows = [json.loads(line) for line in (root / "run" / "rollouts.jsonl").read_text().splitlines()]
     return cfg, read_metrics(root / "run" / "metrics.jsonl"), rows
-
-
-def _sampled_groups(cfg, steps):
-    """{(batch, slot): question} the task sampler gives batches 0 .. steps - 1."""
-    from training.tasks import TaskSampler, load_tasks
-
-    tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
-    sampler = TaskSampler(len(tasks), cfg.run.seed, cfg.data.shuffle)
-    return {(j, slot): tasks[i].question for j in range(steps)
-            for slot, i in enumerate(sampler.take(cfg.rollout.tasks_per_step))}
-
-
-def _made(rows):
-    """{(batch, slot): (question, rollouts)} as rollouts.jsonl logged the trained groups."""
-    out = {}
-    for r in rows:
-        key = (r["batch_step"] - 1, r["slot"])
-        question, n = out.get(key, (r["question"], 0))
-        assert question == r["question"], key
-        out[key] = (question, n + 1)
-    return out
 
 
 def test_completion_order_run_overtakes_a_slow_group_and_trains_every_group_once(tmp_path, train_world):
     cfg, metrics, rows = _train_slow(tmp_path, train_world, **COMPLETION)
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
-    expected = {key: (q, cfg.rollout.rollouts_per_task) for key, q in _sampled_groups(cfg, 4).items()}
-    assert _made(rows) == expected                                  # none lost, none trained twice
+    expected = {key: (q, cfg.rollout.rollouts_per_task) for key, q in sampled_groups(cfg, 4).items()}
+    assert made_groups(rows) == expected                                  # none lost, none trained twice
     assert sum(m["async/groups_of_other_batches"] for m in metrics) > 0   # the slow group was overtaken
     for m in metrics:
         assert m["async/staleness_0"] + m["async/staleness_1"] == m["train/samples"]
@@ -540,6 +506,6 @@ def test_completion_order_resume_trains_exactly_the_groups_its_checkpoint_had_no
     shutil.copytree(step2, tmp_path / "resumed" / "run" / "checkpoints" / step2.name)
     _, metrics, resumed = _train_slow(tmp_path / "resumed", train_world, **COMPLETION)
     assert [m["step"] for m in metrics] == [3, 4]
-    sampled = _sampled_groups(cfg, 4)
-    assert _made(resumed) == {k: (q, cfg.rollout.rollouts_per_task) for k, q in sampled.items() if k not in before}
+    sampled = sampled_groups(cfg, 4)
+    assert made_groups(resumed) == {k: (q, cfg.rollout.rollouts_per_task) for k, q in sampled.items() if k not in before}
     assert min(t["policy_version"] for r in resumed for t in r["turns"]) >= 2

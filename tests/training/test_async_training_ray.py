@@ -268,3 +268,25 @@ def test_async_on_ray_resume_trains_the_same_tasks_from_the_checkpoints_version(
     rows = _rows(tmp_path / "run")
     assert {t["policy_version"] for r in rows if r["step"] == 2 for t in r["turns"]} == {1}
     assert _checkpoint_versions(tmp_path / "run") == [1, 2, 3]
+
+
+def test_async_on_ray_in_completion_order_overtakes_a_slow_group_and_trains_every_group_once(
+        tmp_path, train_world, ray_local):
+    """`algorithm.async_order: completion` on Ray: the producer hands a step the first groups done
+    (the Ray engine makes them; the slow task's group is trained by a later step), every group of
+    the three batches trained once, the staleness buckets add up to the samples trained."""
+    from _train_world import made_groups, sampled_groups, slow_on_one_task
+
+    from training.distributed.run import RayLearner
+    from training.session import run
+
+    cfg = load_config(None, overrides(tmp_path, *train_world, **{**SETTINGS, "algorithm.async_order": "completion"}))
+    run(cfg, runtime=slow_on_one_task(1.5, expert_delay=0.3),
+        make_learner=lambda c, checkpoint, state, total: RayLearner.start(c, checkpoint, state, total, dist=DIST))
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
+    assert made_groups(_rows(tmp_path / "run")) == {k: (q, ROLLOUTS) for k, q in sampled_groups(cfg, STEPS).items()}
+    assert sum(m["async/groups_of_other_batches"] for m in metrics) > 0
+    for m in metrics:
+        assert m["rollout/count"] == TASKS * ROLLOUTS
+        assert m["async/staleness_0"] + m["async/staleness_1"] == m["train/samples"]
