@@ -80,3 +80,19 @@ def test_an_engine_without_episodes_still_runs_them(monkeypatch):
     monkeypatch.setattr(rollouts, "run_episode", lambda task, policy, runtime, config: task)
     assert rollouts.collect_rollouts(["a"], NoEngine(), SimpleNamespace(), None, rollouts_per_task=2, seed=0,
                                      step=0, price_model="Qwen3-8B", concurrency=2) == [["a", "a"]]
+
+
+def test_slots_give_a_tasks_rollouts_the_seeds_of_its_place_in_the_batch_and_groups_are_reported_once(monkeypatch):
+    """A resumed asynchronous run makes a batch's leftover task alone (`slots=[1]`): its rollouts get
+    the seeds they had as slot 1 of the whole batch; `on_group` follows each task's last rollout."""
+    monkeypatch.setattr(rollouts, "run_episode", lambda task, policy, runtime, config: (task, policy.engine._seed))
+    common = dict(runtime=SimpleNamespace(), config=None, rollouts_per_task=3, seed=7, step=4,
+                  price_model="Qwen3-8B", concurrency=2)
+    whole = rollouts.collect_rollouts(["a", "b"], NoEngine(), **common)
+    reported = []
+    alone = rollouts.collect_rollouts(["b"], NoEngine(), slots=[1], on_group=lambda i, g: reported.append((i, list(g))),
+                                      **common)
+    assert alone == [whole[1]] and reported == [(0, whole[1])]
+    assert whole[1] == [("b", rollouts.rollout_seed(7, 4, 1, j)) for j in range(3)]
+    with pytest.raises(ValueError, match="2 slots for 1 tasks"):
+        rollouts.collect_rollouts(["b"], NoEngine(), slots=[0, 1], **common)
