@@ -65,7 +65,8 @@ case "$call" in
     name=${call#async-}; s=${name:1}; order=batch; [ "${name:0:1}" = c ] && order=completion
     # the compile cache lives in the (ignored) checkout, so a next call on the same warm machine reuses it
     export TORCHINDUCTOR_CACHE_DIR=$PWD/.cache/inductor TRITON_CACHE_DIR=$PWD/.cache/triton
-    timeout ${ASYNC_S:-540} python3 bench/async_rollouts.py --staleness "$s" --order $order --steps ${ASYNC_STEPS:-4} \
+    steps=4; [ $order = completion ] && steps=6   # completion order needs a few steps to reach its steady state
+    timeout ${ASYNC_S:-540} python3 bench/async_rollouts.py --staleness "$s" --order $order --steps ${ASYNC_STEPS:-$steps} \
       --workdir /tmp/async --json "$OUT/async-$name.json" > "$OUT/async-$name.log" 2>&1
     echo "async_rollouts $name rc=$?"; cp /tmp/async/run-$name/metrics.jsonl "$OUT/async-$name-metrics.jsonl" 2>/dev/null
     grep -E "^ +[0-9]+/[0-9]+ |^staleness|Error" "$OUT/async-$name.log" | cut -c1-300
