@@ -15,7 +15,8 @@ counted busy `--gpu-per-step` s a step (the update plus the step's decoding).  A
 its weights are more than s updates older than the step that trains it (it would be dropped).
 
 Not modelled: decoding slowing down with more rows in flight, the update and decoding sharing the
-GPU, compile time.  On the H200 (docs/training.md) the measured batch-order runs are the check on it.
+GPU, compile time, a batch's rollouts queueing for `rollout.concurrency` threads (all of a batch's
+rollouts run at once here, as bench/async_rollouts.py sets it).  On the H200 (docs/training.md) the measured batch-order runs are the check on it.
 """
 from __future__ import annotations
 
@@ -37,15 +38,18 @@ def rollout_turns(rng: random.Random, args) -> list[float]:
     return turns
 
 
-def simulate(args, staleness: int, order: str, seed: int) -> dict[str, float]:
+def simulate(args, staleness: int, order: str, seed: int, durations=None) -> dict:
+    """Rates, busy share, stale share and `taken` (each step's groups); `durations(j, i)` -> that
+    group's rollouts' turn durations replaces the drawn ones (tests)."""
     rng = random.Random(seed)
     steps, B = args.steps, args.tasks
-    groups = {(j, i): [rollout_turns(rng, args) for _ in range(args.group)] for j in range(steps) for i in range(B)}
+    groups = {(j, i): durations(j, i) if durations else [rollout_turns(rng, args) for _ in range(args.group)]
+              for j in range(steps) for i in range(B)}
     update_ends: list[float] = []            # the time update k ended = version k + 1 from then on
     started: dict[int, float] = {}           # batch -> start time
     done: dict[tuple[int, int], float] = {}  # group -> end time
     trained: set[tuple[int, int]] = set()
-    step_ends, stale, turns = [], 0, 0
+    step_ends, stale, turns, taken = [], 0, 0, []
 
     def admit() -> None:
         for j in range(steps):
@@ -76,6 +80,7 @@ def simulate(args, staleness: int, order: str, seed: int) -> dict[str, float]:
                     turns += 1
                     t += d
         trained.update(take)
+        taken.append(take)
         clock = start + args.update
         update_ends.append(clock)
         step_ends.append(clock)
@@ -83,7 +88,7 @@ def simulate(args, staleness: int, order: str, seed: int) -> dict[str, float]:
     wall = step_ends[-1] - step_ends[warm - 1]
     counted = steps - warm
     return {"steps_per_hour": 3600 * counted / wall, "gpu_busy": min(1.0, counted * args.gpu_per_step / wall),
-            "stale_turns": stale / turns}
+            "stale_turns": stale / turns, "taken": taken}
 
 
 def main() -> int:

@@ -39,3 +39,21 @@ def test_completion_order_overtakes_a_slow_tail_that_batch_order_waits_for():
     completion = simulate(spread, 1, "completion", seed=3)
     assert completion["steps_per_hour"] > batch["steps_per_hour"]
     assert batch["stale_turns"] == 0 < completion["stale_turns"]
+
+
+def test_completion_order_takes_the_oldest_groups_done_and_batch_order_its_own_batch():
+    """Hand-worked: 2 groups a batch, one 1-turn rollout each, every group 10 s but (0, 1) 30 s; 2 s
+    updates; s = 1, so batches 0 and 1 start at 0 s.  Completion order: step 0 at 10 s takes (0, 0),
+    (1, 0) (done at 10 s, oldest first); update 0 ends at 12 s and batch 2 starts (done at 22 s);
+    step 1 at 22 s takes (1, 1), (2, 0); update 1 ends at 24 s, batch 3 starts (done at 34 s); step 2
+    at 30 s takes (0, 1) (its turn was made by version 0: staleness 2 > 1, over the bound), (2, 1);
+    step 3 at 34 s takes batch 3.  Batch order waits for (0, 1) at step 0."""
+    def durations(j, i):
+        return [[30.0 if (j, i) == (0, 1) else 10.0]]
+    args = _args(steps=4, warmup=1, group=1)
+    completion = simulate(args, 1, "completion", seed=0, durations=durations)
+    assert completion["taken"] == [[(0, 0), (1, 0)], [(1, 1), (2, 0)], [(0, 1), (2, 1)], [(3, 0), (3, 1)]]
+    assert completion["stale_turns"] == pytest.approx(1 / 8)
+    batch = simulate(args, 1, "batch", seed=0, durations=durations)
+    assert batch["taken"] == [[(0, 0), (0, 1)], [(1, 0), (1, 1)], [(2, 0), (2, 1)], [(3, 0), (3, 1)]]
+    assert batch["stale_turns"] == 0

@@ -183,16 +183,16 @@ class RolloutProducer:
     def stopped(self) -> bool:
         return self._stopped
 
-    def resume_point(self, current: int) -> tuple[int, int, dict[int, list[int]]]:
+    def resume_point(self, current: Callable[[], int]) -> tuple[int, int, dict[int, list[int]]]:
         """Where a checkpoint written now resumes: (the first batch with a group not trained, the
-        sampler position before it (`current` when it is not taken yet), the slots of it and of
-        the batches after it that were trained)."""
+        sampler position before it (`current()`, read under the lock `take` runs under, when it is
+        not taken yet), the slots of it and of the batches after it that were trained)."""
         with self._cond:
             j = self.first_batch
             while j in self._slots and set(self._slots[j]) <= self._trained.get(j, set()):
                 j += 1
             trained = {b: sorted(v) for b, v in self._trained.items() if b >= j and v}
-            return j, self._positions.get(j, current), trained
+            return j, self._positions[j] if j in self._positions else current(), trained
 
     def get(self, step: int, timeout: float) -> Produced | None:
         """Step `step`'s groups (None on timeout); a batch's failure is returned as `error`."""
@@ -217,18 +217,23 @@ class RolloutProducer:
         return sorted(self._ready)[:self.per_step] if len(self._ready) >= self.per_step else None
 
     def _admit(self) -> None:
-        for j in range(self.first_batch, self.stop_at):
+        try:
+            for j in range(self.first_batch, self.stop_at):
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stopped or self._version >= j - self.max_staleness)
+                    if self._stopped:
+                        return
+                    admitted = self._version
+                    batch, position = self._take(j)
+                    self._positions[j] = position
+                    slots = [i for i in range(len(batch)) if i not in self._trained.get(j, ())]
+                    self._slots[j] = slots
+                threading.Thread(target=self._make, args=(j, [batch[i] for i in slots], slots, admitted),
+                                 name=f"rollouts-step-{j}", daemon=True).start()
+        except BaseException as exc:   # (a failing take): the trainer raises it instead of waiting forever
             with self._cond:
-                self._cond.wait_for(lambda: self._stopped or self._version >= j - self.max_staleness)
-                if self._stopped:
-                    return
-                admitted = self._version
-                batch, position = self._take(j)
-                self._positions[j] = position
-                slots = [i for i in range(len(batch)) if i not in self._trained.get(j, ())]
-                self._slots[j] = slots
-            threading.Thread(target=self._make, args=(j, [batch[i] for i in slots], slots, admitted),
-                             name=f"rollouts-step-{j}", daemon=True).start()
+                self._error = self._error or exc
+                self._cond.notify_all()
 
     def _make(self, j: int, tasks: list[Task], slots: list[int], admitted: int) -> None:
         started = time.monotonic()

@@ -166,7 +166,7 @@ def open_session(cfg: TrainConfig, tasks: list[Task], total_steps: int, learner,
         ckpt.set_rng_state(state["rng"])
         sampler.position, start_step, wandb_id = state["data_position"], checkpoint.step, state.get("wandb_id")
         if "first_batch" in state:   # an asynchronous run's checkpoint (older ones: first batch = step)
-            groups = (int(state["first_batch"]), {int(j): list(v) for j, v in state["trained_slots"].items()})
+            groups = _resume_groups(state)
     run_dir = Path(cfg.run.dir)
     logger = MetricsLogger(run_dir, config=to_dict(cfg), name=cfg.run.name, project=cfg.logging.project,
                            wandb_mode=cfg.logging.wandb, wandb_id=wandb_id, console=cfg.logging.console,
@@ -177,6 +177,28 @@ def open_session(cfg: TrainConfig, tasks: list[Task], total_steps: int, learner,
     loop_config = rollout_loop_config(cfg)
     return Session(cfg, tasks, learner, sampler, runtime or build_runtime(cfg),
                    judge or train_judge(cfg), loop_config, logger, start_step, total_steps, groups)
+
+
+def _resume_groups(state: dict[str, Any]) -> tuple[int, dict[int, list[int]]]:
+    """(first batch not wholly trained, {batch: slots trained}) of an asynchronous checkpoint's state."""
+    return int(state["first_batch"]), {int(j): list(v) for j, v in state["trained_slots"].items()}
+
+
+def check_resumable_groups(cfg: TrainConfig, checkpoint, state: dict[str, Any]) -> None:
+    """A checkpoint written in completion order may have trained some groups of batches past its
+    first untrained one; only completion order resumes that without losing or retraining groups
+    (checked before anything starts or is written)."""
+    if checkpoint is None or "first_batch" not in state:
+        return
+    first_batch, trained = _resume_groups(state)
+    if (first_batch, trained) == (checkpoint.step, {}):
+        return
+    if cfg.algorithm.max_staleness == 0 or cfg.algorithm.async_order != "completion":
+        raise ConfigError(f"algorithm.async_order: {checkpoint.path} was written in completion order with groups of "
+                          f"batches {first_batch} and later trained ahead of their steps ({trained}); resuming it "
+                          f"with max_staleness={cfg.algorithm.max_staleness}, async_order={cfg.algorithm.async_order} "
+                          f"would lose or retrain them: resume with algorithm.async_order=completion and "
+                          f"max_staleness > 0 (or start over: run.resume=never)")
 
 
 def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollout]]) -> dict[str, Any]:
@@ -285,7 +307,7 @@ def async_train_loop(s: Session) -> dict[str, Any]:
                                    order=cfg.algorithm.async_order, first_batch=first, trained=trained).begin()
 
         def resume_point() -> tuple[int, tuple[int, dict[int, list[int]]]]:
-            batch, position, done = producer.resume_point(s.sampler.position)
+            batch, position, done = producer.resume_point(lambda: s.sampler.position)
             return position, (batch, done)
         try:
             last = time.monotonic()
@@ -313,7 +335,7 @@ def async_train_loop(s: Session) -> dict[str, Any]:
                                 "async/admitted_staleness": sum(step - v for v in item.admitted_versions)
                                 / max(1, len(item.admitted_versions)),
                                 "async/groups_of_other_batches": float(sum(lag != 0 for lag in lags)),
-                                "async/group_lag_max": float(max(lags, default=0))})
+                                "async/group_lag_max": float(max([0, *lags]))})
                 last = now
                 _after_step(s, step, item.batch, item.groups, metrics, resume_point, preempt, item.keys)
         finally:
@@ -380,6 +402,7 @@ def _run_once(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
     tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
     total_steps = cfg.trainer.total_steps or cfg.trainer.epochs * max(1, len(tasks) // cfg.rollout.tasks_per_step)
     checkpoint, state = resume_point(cfg)
+    check_resumable_groups(cfg, checkpoint, state)
     save_run_config(cfg, run_dir, checkpoint.step if checkpoint else 0)   # a replaced config.yaml -> history
     if runtime is None:   # the gateway calls the experts: check each can be called before start-up
         runtime = build_runtime(cfg)

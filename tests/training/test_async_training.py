@@ -230,7 +230,7 @@ def test_completion_order_trains_the_oldest_groups_done_so_a_slow_group_does_not
         first = producer.get(0, timeout=5)
         assert first.keys == [(0, 0), (1, 0)] and first.groups == [["0.0"], ["1.0"]]
         assert first.batch == ["t0a", "t1a"] and first.admitted_versions == [0, 0]
-        assert producer.resume_point(current=-1) == (0, 0, {0: [0], 1: [0]})   # batch 0 not wholly trained
+        assert producer.resume_point(current=lambda: -1) == (0, 0, {0: [0], 1: [0]})   # batch 0 not wholly trained
         producer.publish(1)
         second = producer.get(1, timeout=5)
         assert second.keys == [(1, 1), (2, 0)]                     # (0, 1) still running
@@ -243,7 +243,7 @@ def test_completion_order_trains_the_oldest_groups_done_so_a_slow_group_does_not
         assert third.keys == [(0, 1), (2, 1)]                      # oldest first, once it is done
         producer.publish(3)
         assert producer.get(3, timeout=5).keys == [(3, 0), (3, 1)]
-        assert producer.resume_point(current=8) == (4, 8, {})      # all four batches trained
+        assert producer.resume_point(current=lambda: 8) == (4, 8, {})      # all four batches trained
     finally:
         producer.stop()
 
@@ -257,11 +257,11 @@ def test_batch_order_waits_for_its_own_batchs_slowest_group():
         assert producer.get(0, timeout=5).keys == [(0, 0), (0, 1)]
         producer.publish(1)
         assert producer.get(1, timeout=5).keys == [(1, 0), (1, 1)]
-        assert producer.resume_point(current=-1) in ((2, -1, {}), (2, 4, {}))   # batch 2 (at position 4) may be taken
+        assert producer.resume_point(current=lambda: -1) in ((2, -1, {}), (2, 4, {}))   # batch 2 (at position 4) may be taken
         deadline = time.monotonic() + 5
-        while producer.resume_point(current=-1)[1] == -1 and time.monotonic() < deadline:
+        while producer.resume_point(current=lambda: -1)[1] == -1 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert producer.resume_point(current=-1) == (2, 4, {})
+        assert producer.resume_point(current=lambda: -1) == (2, 4, {})
     finally:
         producer.stop()
 
@@ -501,11 +501,65 @@ def test_completion_order_resume_trains_exactly_the_groups_its_checkpoint_had_no
     told = {(j, i) for j in range(first) for i in range(2)} | {(j, i) for j, v in state["trained_slots"].items()
                                                                 for i in v}
     assert told == before and state["policy_version"] == 2
+    assert first < 2 or state["trained_slots"]                     # groups were trained out of order
     assert state["data_position"] == 2 * first                     # 2 tasks a batch, taken in order
     (tmp_path / "resumed" / "run" / "checkpoints").mkdir(parents=True)
     shutil.copytree(step2, tmp_path / "resumed" / "run" / "checkpoints" / step2.name)
+    for other in ({"algorithm.async_order": "batch"}, {"algorithm.max_staleness": 0}):   # would lose or retrain groups
+        with pytest.raises(ConfigError, match="algorithm.async_order: .* was written in completion order"):
+            _train_slow(tmp_path / "resumed", train_world, **{**COMPLETION, **other})
     _, metrics, resumed = _train_slow(tmp_path / "resumed", train_world, **COMPLETION)
     assert [m["step"] for m in metrics] == [3, 4]
     sampled = sampled_groups(cfg, 4)
     assert made_groups(resumed) == {k: (q, cfg.rollout.rollouts_per_task) for k, q in sampled.items() if k not in before}
     assert min(t["policy_version"] for r in resumed for t in r["turns"]) >= 2
+
+
+SIGTERM_ASYNC = """
+import sys
+sys.path[:0] = [{root!r}, {tests!r}]
+from pathlib import Path
+from _train_world import overrides, slow_on_one_task
+from training.config import load_config
+from training.session import run
+root, policy, tasks = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+cfg = load_config(None, overrides(root, policy, tasks, **{settings!r}))
+run(cfg, runtime=slow_on_one_task(1.5))
+"""
+
+
+def test_sigterm_in_completion_order_then_resume_trains_every_group_once(tmp_path, train_world):
+    """SIGTERM after step 1 (groups of batch 1 trained ahead of batch 0's slow one): the job saves a
+    checkpoint and exits 143; rerun, it resumes there and the two attempts together train every
+    group of the sampler's four batches exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from training import checkpoint as ckpt
+
+    root = Path(__file__).resolve().parents[2]
+    policy, tasks = train_world
+    settings = {**COMPLETION, "trainer.save_every": 100}
+    script = tmp_path / "job.py"
+    script.write_text(SIGTERM_ASYNC.format(root=str(root), tests=str(root / "tests"), settings=settings))
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(policy), str(tasks)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while not (metrics.exists() and metrics.read_text().strip()):
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "the job never finished step 1"
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == ckpt.PREEMPTED_EXIT_CODE, output
+    saved = ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")
+    assert len(saved) == 1 and saved[0].name in ("step-00000001", "step-00000002"), output
+    state = ckpt.verify_checkpoint(saved[0]).load_state()
+    assert state["first_batch"] < state["step"] or state["trained_slots"], state   # saved mid-queue
+    cfg, after, rows = _train_slow(tmp_path, train_world, **settings)   # run.resume auto: the same run folder
+    assert [m["step"] for m in read_metrics(metrics)] == [1, 2, 3, 4]   # each step logged once over both attempts
+    assert made_groups(rows) == {k: (q, cfg.rollout.rollouts_per_task) for k, q in sampled_groups(cfg, 4).items()}
