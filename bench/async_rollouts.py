@@ -5,6 +5,7 @@
     python bench/async_rollouts.py --staleness 1 --json /tmp/async-s1.json
     python bench/async_rollouts.py --staleness 2 --json /tmp/async-s2.json
     python bench/async_rollouts.py --staleness 1 2 3 --order completion --json /tmp/async-c.json  # AReaL's queue
+    python bench/async_rollouts.py --summarize --workdir /tmp/async --json /tmp/async.json   # after a time limit
     python bench/async_rollouts.py --tiny --device cpu --tasks 2 --group 2 --turns 3 --steps 2 \
         --median 0.05 --p99 0.2                                                # checks the script (CPU)
 
@@ -132,10 +133,12 @@ def lognormal_runtime(median: float, p99: float, seed: int):
 
 
 class GpuBusy:
-    """nvidia-smi utilization.gpu every `period` s in a thread: (time, percent) samples."""
+    """nvidia-smi utilization.gpu every `period` s in a thread: (time, percent) samples, each also
+    appended to `path` as it comes (a run its call's time limit ends keeps them: `--summarize`)."""
 
-    def __init__(self, period: float = 0.5):
+    def __init__(self, period: float = 0.5, path: Path | None = None):
         self.samples: list[tuple[float, float]] = []
+        self.path = path
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
 
@@ -145,6 +148,9 @@ class GpuBusy:
                 out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
                                       "-i", "0"], capture_output=True, text=True, timeout=5).stdout.strip()
                 self.samples.append((time.time(), float(out.splitlines()[0])))
+                if self.path is not None:
+                    with self.path.open("a") as f:
+                        f.write(f"{self.samples[-1][0]} {self.samples[-1][1]}\n")
             except (OSError, ValueError, IndexError, subprocess.SubprocessError):
                 return
             time.sleep(period)
@@ -157,9 +163,17 @@ class GpuBusy:
         self._stop.set()
         self._thread.join(10)
 
-    def mean(self, start: float, end: float) -> float | None:
-        inside = [p for t, p in self.samples if start <= t <= end]
-        return sum(inside) / len(inside) / 100 if inside else None
+
+
+def busy_mean(samples: list[tuple[float, float]], start: float, end: float) -> float | None:
+    inside = [p for t, p in samples if start <= t <= end]
+    return sum(inside) / len(inside) / 100 if inside else None
+
+
+def read_busy(path: Path) -> list[tuple[float, float]]:
+    if not path.exists():
+        return []
+    return [(float(a), float(b)) for a, b in (line.split() for line in path.read_text().splitlines() if line.strip())]
 
 
 def trainer_busy(timed: list[dict], step_seconds: list[float]) -> float | None:
@@ -174,7 +188,6 @@ def trainer_busy(timed: list[dict], step_seconds: list[float]) -> float | None:
 def run_setting(args, policy: Path, staleness: int, root: Path) -> dict:
     from training.config import load_config
     from training.learner import LocalLearner
-    from training.metrics_log import read_metrics
     from training.session import run
 
     from orchestrator.engines.batcher import BatchingEngine
@@ -209,9 +222,21 @@ def run_setting(args, policy: Path, staleness: int, root: Path) -> dict:
                                         max_batch=cfg.engine.max_batch, linger_ms=cfg.engine.linger_ms)
         return learner
 
-    with GpuBusy() as busy:
+    busy_file = Path(cfg.run.dir) / "gpu_busy.txt"
+    busy_file.parent.mkdir(parents=True, exist_ok=True)
+    busy_file.unlink(missing_ok=True)
+    with GpuBusy(path=busy_file) as busy:
         run(cfg, runtime=runtime, judge=judge, make_learner=make_learner)
-    metrics = read_metrics(Path(cfg.run.dir) / "metrics.jsonl")
+    return {**summarize(Path(cfg.run.dir), busy.samples, staleness, args.order if staleness else "-"),
+            "tool_calls": len(drawn), "tool_seconds_max": round(max(drawn), 1) if drawn else None}
+
+
+def summarize(run_dir: Path, busy: list[tuple[float, float]], staleness: int, order: str) -> dict:
+    """One setting's figures from its run folder's metrics.jsonl (written a step at a time) and the
+    GPU-busy samples."""
+    from training.metrics_log import read_metrics
+
+    metrics = read_metrics(run_dir / "metrics.jsonl")
     timed = metrics[1:]                                        # the first step compiles
     # the wall time between consecutive steps' logs (both loops: everything a step costs)
     step_seconds = [b["time"] - a["time"] for a, b in zip(metrics, metrics[1:])]
@@ -219,18 +244,33 @@ def run_setting(args, policy: Path, staleness: int, root: Path) -> dict:
     hist = {d: int(sum(m.get(f"async/staleness_{d}", 0) for m in timed)) for d in range(staleness + 1)}
     if not staleness:
         hist = {0: int(sum(m["train/samples"] for m in timed))}
-    return {"staleness": staleness, "order": args.order if staleness else "-", "steps_measured": len(timed),
+    return {"staleness": staleness, "order": order, "steps_measured": len(timed),
             "step_seconds": step_seconds, "trainer_busy": trainer_busy(timed, step_seconds),
             "steps_per_hour": 3600 / (sum(step_seconds) / len(step_seconds)) if step_seconds else None,
-            "gpu_busy": busy.mean(window_start, metrics[-1].get("time", time.time())),
+            "gpu_busy": busy_mean(busy, window_start, metrics[-1].get("time", time.time())),
             "staleness_histogram": hist,
             "dropped_stale": int(sum(m.get("async/dropped_stale", 0) for m in timed)),
             "groups_of_other_batches": int(sum(m.get("async/groups_of_other_batches", 0) for m in timed)),
             "trainer_wait_s": [round(m.get("async/wait", 0.0), 2) for m in timed],
             "rollout_s": [round(m["time/rollout"], 1) for m in timed],
             "samples_per_step": [m["train/samples"] for m in timed],
-            "turns_per_rollout": [round(m["rollout/turns"], 2) for m in timed],
-            "tool_calls": len(drawn), "tool_seconds_max": round(max(drawn), 1) if drawn else None}
+            "turns_per_rollout": [round(m["rollout/turns"], 2) for m in timed]}
+
+
+def summarize_workdir(workdir: Path) -> list[dict]:
+    """Every run-* folder of a --workdir, finished or ended by a time limit (its config.yaml names
+    the setting; the steps logged before the end are counted)."""
+    import yaml
+
+    out = []
+    for run_dir in sorted(workdir.glob("run-*")):
+        if not (run_dir / "metrics.jsonl").exists() or not (run_dir / "config.yaml").exists():
+            continue
+        algorithm = yaml.safe_load((run_dir / "config.yaml").read_text())["algorithm"]
+        s = int(algorithm["max_staleness"])
+        out.append(summarize(run_dir, read_busy(run_dir / "gpu_busy.txt"), s,
+                             algorithm.get("async_order", "batch") if s else "-"))
+    return out
 
 
 def main() -> int:
@@ -253,8 +293,18 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--workdir", type=Path, help="keep the policy and each setting's run folder (metrics.jsonl) "
                                                     "here (default: a temporary folder)")
+    parser.add_argument("--summarize", action="store_true",
+                        help="only summarise the run-* folders of --workdir (e.g. after a time limit ended the bench)")
     args = parser.parse_args()
     results: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "torch": torch.__version__, "settings": []}
+    if args.summarize:
+        if not args.workdir:
+            parser.error("--summarize needs --workdir (the folder the bench ran in)")
+        results["settings"] = summarize_workdir(args.workdir)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1))
+        print_table(results["settings"])
+        return 0
     if args.device.startswith("cuda"):
         results["card"] = torch.cuda.get_device_name(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -268,8 +318,16 @@ def main() -> int:
             print(json.dumps(r), flush=True)
             if args.json:
                 args.json.write_text(json.dumps(results, indent=1))
-    base = next((r["steps_per_hour"] for r in results["settings"] if r["staleness"] == 0), None)
-    for r in results["settings"]:
+    print_table(results["settings"])
+    return 0
+
+
+def print_table(settings: list[dict]) -> None:
+    base = next((r["steps_per_hour"] for r in settings if r["staleness"] == 0), None)
+    for r in settings:
+        if r["steps_per_hour"] is None:
+            print(f"staleness {r['staleness']} ({r['order']} order): fewer than two steps logged")
+            continue
         speed = f"{r['steps_per_hour'] / base:.2f}x" if base and r["steps_per_hour"] else "-"
         busy = f"{r['gpu_busy']:.0%}" if r["gpu_busy"] is not None else "-"
         trainer = f"{r['trainer_busy']:.0%}" if r["trainer_busy"] is not None else "-"
@@ -277,7 +335,6 @@ def main() -> int:
               f"staleness 0), GPU busy {busy}, trainer busy {trainer}, staleness histogram "
               f"{r['staleness_histogram']}, dropped {r['dropped_stale']}, groups of other batches "
               f"{r['groups_of_other_batches']}")
-    return 0
 
 
 if __name__ == "__main__":

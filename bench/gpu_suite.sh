@@ -69,6 +69,9 @@ case "$call" in
     timeout ${ASYNC_S:-540} python3 bench/async_rollouts.py --staleness "$s" --order $order --steps ${ASYNC_STEPS:-$steps} \
       --workdir /tmp/async --json "$OUT/async-$name.json" > "$OUT/async-$name.log" 2>&1
     echo "async_rollouts $name rc=$?"; cp /tmp/async/run-$name/metrics.jsonl "$OUT/async-$name-metrics.jsonl" 2>/dev/null
+    # a time limit ends the bench before its summary: summarise the steps its run folders logged
+    [ -s "$OUT/async-$name.json" ] || python3 bench/async_rollouts.py --summarize --workdir /tmp/async \
+      --json "$OUT/async-$name.json" 2>&1 | grep -E "^staleness" | cut -c1-300
     grep -E "^ +[0-9]+/[0-9]+ |^staleness|Error" "$OUT/async-$name.log" | cut -c1-300
     unset TORCHINDUCTOR_CACHE_DIR TRITON_CACHE_DIR ;;
   retrieval)   # 21M x 768 on one GPU: index, top-k, encoder (eager vs CUDA graphs), the server at 8 / 1 / 4 front ends
