@@ -15,7 +15,7 @@ version).  A turn of version v trained by step k has staleness k - v.
 
 The bound holds by admission: the producer starts batch j only once the trainer has published
 version >= j - s (`RolloutProducer`).  With `algorithm.async_order: batch` step k trains batch k,
-so every turn has staleness <= s; with `completion` step k trains the first groups done (AReaL's
+so every turn has staleness <= s; with `completion` step k trains the oldest groups done (AReaL's
 rollout queue), so a slow group may be trained later than its batch's step.  Either way
 `drop_stale` checks each sample and drops (does not regenerate) any turn over the bound; the count
 is logged as `async/dropped_stale` (0 in batch order unless something broke).
@@ -130,8 +130,9 @@ class RolloutProducer:
 
     Batch j is admitted (its tasks taken, its rollouts started) once the trainer's published
     version is >= j - `max_staleness` (`publish`), in batch order, so up to `max_staleness + 1`
-    batches are in flight at once (a batch's slow tail overlaps the next batch's start) and no more
-    than (version + max_staleness + 1) x `per_step` groups are ever started (AReaL's capacity rule).
+    batches' worth of groups are in flight at once (a batch's slow tail overlaps the next batch's
+    start) and no more than (version + max_staleness + 1) x `per_step` groups are ever started
+    (AReaL's capacity rule).
     What step k trains (`get`) is `order`'s choice:
       - "batch": the groups of batch k, once all of them are done (a step waits for its batch's
         slowest group; every turn is within the bound by admission);

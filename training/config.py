@@ -148,7 +148,7 @@ class AlgorithmConfig:
                                         # while earlier updates run, by weights at most s versions old (docs/training.md)
     behav_weight_cap: float = 5.0       # max_staleness > 0: tokens with pi_prox / pi_behav above this leave the loss
     async_order: Literal["batch", "completion"] = "batch"   # max_staleness > 0: step k trains batch k ("batch"),
-                                        # or the first groups done, whatever their batch (AReaL's queue: "completion")
+                                        # or the oldest groups done, whatever their batch (AReaL's queue: "completion")
 
 
 @dataclass

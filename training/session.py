@@ -282,7 +282,7 @@ def async_train_loop(s: Session) -> dict[str, Any]:
     """`train_loop` with rollouts made ahead by a `RolloutProducer` (training/async_rollouts.py):
     batch j starts once the weights are version >= j - `algorithm.max_staleness`, so it runs while
     the updates before step j do (and beside the tails of the batches before it).  Step k trains
-    batch k (`algorithm.async_order: batch`) or the first `rollout.tasks_per_step` groups done
+    batch k (`algorithm.async_order: batch`) or the oldest `rollout.tasks_per_step` groups done
     (`completion`).  The engine takes each step's new weights between turns (`learner.update`
     pushes them, stamped with version step + 1).  A checkpoint records the policy version, the
     data position of the first batch not wholly trained and the groups of it and of later batches
