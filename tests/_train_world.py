@@ -133,3 +133,27 @@ def made_groups(rows: list[dict]) -> dict[tuple[int, int], tuple[str, int]]:
             raise AssertionError(f"group {key} logged two questions: {question!r} and {r['question']!r}")
         out[key] = (question, n + 1)
     return out
+
+
+def sigterm_after_step_1(script: Path, root: Path, policy, tasks, timeout: float = 240.0):
+    """Run `script root policy tasks` (a training job), SIGTERM it once step 1 is logged (step 2's
+    rollouts run), wait for it; (return code, output)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, str(script), str(root), str(policy), str(tasks)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = Path(root) / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + timeout
+    while not (metrics.exists() and metrics.read_text().strip()):
+        if proc.poll() is not None:
+            raise AssertionError(f"the job ended before step 1 was logged:\n{proc.stdout.read()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("the job never finished step 1")
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    return proc.returncode, output

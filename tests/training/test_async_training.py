@@ -532,11 +532,9 @@ def test_sigterm_in_completion_order_then_resume_trains_every_group_once(tmp_pat
     """SIGTERM after step 1 (groups of batch 1 trained ahead of batch 0's slow one): the job saves a
     checkpoint and exits 143; rerun, it resumes there and the two attempts together train every
     group of the sampler's four batches exactly once."""
-    import os
-    import signal
-    import subprocess
-    import sys
     from pathlib import Path
+
+    from _train_world import sigterm_after_step_1
 
     from training import checkpoint as ckpt
 
@@ -545,21 +543,13 @@ def test_sigterm_in_completion_order_then_resume_trains_every_group_once(tmp_pat
     settings = {**COMPLETION, "trainer.save_every": 100}
     script = tmp_path / "job.py"
     script.write_text(SIGTERM_ASYNC.format(root=str(root), tests=str(root / "tests"), settings=settings))
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(policy), str(tasks)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    metrics = tmp_path / "run" / "metrics.jsonl"
-    deadline = time.monotonic() + 240
-    while not (metrics.exists() and metrics.read_text().strip()):
-        assert proc.poll() is None, proc.stdout.read()
-        assert time.monotonic() < deadline, "the job never finished step 1"
-        time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGTERM)
-    output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == ckpt.PREEMPTED_EXIT_CODE, output
+    code, output = sigterm_after_step_1(script, tmp_path, policy, tasks)
+    assert code == ckpt.PREEMPTED_EXIT_CODE, output
     saved = ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")
     assert len(saved) == 1 and saved[0].name in ("step-00000001", "step-00000002"), output
     state = ckpt.verify_checkpoint(saved[0]).load_state()
     assert state["first_batch"] < state["step"] or state["trained_slots"], state   # saved mid-queue
-    cfg, after, rows = _train_slow(tmp_path, train_world, **settings)   # run.resume auto: the same run folder
-    assert [m["step"] for m in read_metrics(metrics)] == [1, 2, 3, 4]   # each step logged once over both attempts
+    cfg, _, rows = _train_slow(tmp_path, train_world, **settings)   # run.resume auto: the same run folder
+    # each step logged once over both attempts, every group trained once
+    assert [m["step"] for m in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3, 4]
     assert made_groups(rows) == {k: (q, cfg.rollout.rollouts_per_task) for k, q in sampled_groups(cfg, 4).items()}

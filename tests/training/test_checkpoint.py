@@ -2,12 +2,7 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -132,17 +127,10 @@ def test_sigterm_during_rollouts_saves_a_checkpoint_and_exits_143(tmp_path, trai
     policy, tasks = train_world
     script = tmp_path / "job.py"
     script.write_text(SIGTERM_SCRIPT.format(root=str(ROOT), tests=str(ROOT / "tests")))
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(policy), str(tasks)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    metrics = tmp_path / "run" / "metrics.jsonl"
-    deadline = time.monotonic() + 240
-    while not (metrics.exists() and metrics.read_text().strip()):   # step 1 done: step 2's rollouts run
-        assert proc.poll() is None, proc.stdout.read()
-        assert time.monotonic() < deadline, "the job never finished step 1"
-        time.sleep(0.2)
-    os.kill(proc.pid, signal.SIGTERM)
-    output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == ckpt.PREEMPTED_EXIT_CODE, output
+    from _train_world import sigterm_after_step_1
+
+    code, output = sigterm_after_step_1(script, tmp_path, policy, tasks)   # in step 2's rollouts
+    assert code == ckpt.PREEMPTED_EXIT_CODE, output
     saved = ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")
     assert [p.name for p in saved] == ["step-00000001"], output      # no periodic save was due
     c = ckpt.verify_checkpoint(saved[0])
