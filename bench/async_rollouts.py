@@ -258,18 +258,17 @@ def summarize(run_dir: Path, busy: list[tuple[float, float]], staleness: int, or
 
 
 def summarize_workdir(workdir: Path) -> list[dict]:
-    """Every run-* folder of a --workdir, finished or ended by a time limit (its config.yaml names
-    the setting; the steps logged before the end are counted)."""
-    import yaml
+    """Every run-* folder of a --workdir, finished or ended by a time limit (its config.yaml, read as
+    training reads a config, names the setting; the steps logged before the end are counted)."""
+    from training.config import load_config
 
     out = []
     for run_dir in sorted(workdir.glob("run-*")):
         if not (run_dir / "metrics.jsonl").exists() or not (run_dir / "config.yaml").exists():
             continue
-        algorithm = yaml.safe_load((run_dir / "config.yaml").read_text())["algorithm"]
-        s = int(algorithm["max_staleness"])
-        out.append(summarize(run_dir, read_busy(run_dir / "gpu_busy.txt"), s,
-                             algorithm.get("async_order", "batch") if s else "-"))
+        algorithm = load_config(run_dir / "config.yaml").algorithm
+        s = algorithm.max_staleness
+        out.append(summarize(run_dir, read_busy(run_dir / "gpu_busy.txt"), s, algorithm.async_order if s else "-"))
     return out
 
 

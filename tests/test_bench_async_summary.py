@@ -16,7 +16,8 @@ from async_rollouts import summarize_workdir  # noqa: E402
 def test_summarize_reads_the_steps_logged_the_config_and_the_busy_samples(tmp_path):
     run = tmp_path / "run-c1"
     run.mkdir()
-    (run / "config.yaml").write_text("algorithm:\n  max_staleness: 1\n  async_order: completion\n")
+    (run / "config.yaml").write_text("algorithm:\n  max_staleness: 1\n  async_order: completion\n"
+                                     "  old_logprobs: engine\nengine:\n  share_weights: false\n")
     steps = [  # step 1 (compiles) at t=0, then periods of 10 s and 20 s
         {"step": 1, "time": 0.0, "async/wait": 5.0, "async/staleness_0": 3, "async/staleness_1": 0, "train/samples": 3,
          "async/dropped_stale": 0, "async/groups_of_other_batches": 1, "time/rollout": 9.0, "rollout/turns": 2},

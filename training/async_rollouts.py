@@ -153,7 +153,7 @@ class RolloutProducer:
         if order not in ("batch", "completion"):
             raise ValueError(f"RolloutProducer: order must be 'batch' or 'completion', got {order!r}")
         self._take, self._collect = take, collect
-        self.start, self.stop_at, self.max_staleness = start, stop, max_staleness
+        self.stop_at, self.max_staleness = stop, max_staleness
         self.per_step, self.order = per_step, order
         self.first_batch = start if first_batch is None else first_batch
         self._trained: dict[int, set[int]] = {int(j): set(v) for j, v in (trained or {}).items()}

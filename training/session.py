@@ -226,13 +226,14 @@ def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollo
 
 
 def _collect(s: Session, step: int, batch: list[Task], should_stop: Callable[[], bool], on_done=None,
-             unconstrained_logprobs: bool = False, **groups) -> list[list[Rollout]]:
+             unconstrained_logprobs: bool = False, **more) -> list[list[Rollout]]:
+    """`collect_rollouts` with the run's settings; `more`: its on_group / slots (asynchronous training)."""
     cfg = s.cfg
     return collect_rollouts(batch, s.learner.engine, s.runtime, s.loop_config,
                             rollouts_per_task=cfg.rollout.rollouts_per_task, seed=cfg.run.seed, step=step,
                             price_model=cfg.model.price_model, concurrency=cfg.rollout.concurrency,
                             should_stop=should_stop, on_done=on_done, unconstrained_logprobs=unconstrained_logprobs,
-                            **groups)
+                            **more)
 
 
 def _after_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollout]], metrics: dict[str, Any],
