@@ -147,6 +147,8 @@ def get_llm_response(model: str, messages: list[dict[str, Any]], tools: list[dic
             raise _rejected(model, exc, attempts) from None
         gave_up = "gave up after" if exc.retryable else "failed (not retryable) after"
         why = f"; {exc.gave_up}" if exc.gave_up else ""
+        if exc.before is not None:      # the last attempt only ran out of the call's time: say what failed before
+            why += f"; the attempt before failed: {exc.before}"
         raise LLMCallError(f"{model}: {gave_up} {attempts} attempt(s); last endpoint "
                            f"{exc.endpoint or 'none'}: {exc}{why}", model=model, endpoint=exc.endpoint,
                            attempts=attempts, retryable=exc.retryable) from None

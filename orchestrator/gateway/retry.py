@@ -53,14 +53,17 @@ class AttemptError(Exception):
     """
 
     def __init__(self, message: str, *, endpoint: str | None, retryable: bool, status: int | None = None,
-                 retry_after: float | None = None, provider_message: str | None = None):
+                 retry_after: float | None = None, provider_message: str | None = None, timed_out: bool = False):
         super().__init__(message)
         self.endpoint = endpoint
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
         self.provider_message = provider_message
+        self.timed_out = timed_out        # the attempt ran out of time (no answer from the server)
         self.gave_up: str | None = None   # set by RetryPolicy when the next wait would pass the deadline
+        self.before: AttemptError | None = None   # set by RetryPolicy: the previous attempt's error, when the
+                                                  # call's deadline cut this one short
 
 
 def is_retryable_status(status: int | None) -> bool:
@@ -232,10 +235,20 @@ class RetryPolicy:
             before_sleep=_log,
             reraise=True,
         )
+        previous: AttemptError | None = None
         for state in retrying:
             with state:
                 left = call_end - time.monotonic()
-                budget = min(self.attempt_s if self.attempt_s is not None else math.inf, left)
-                with attempt_deadline(None if math.isinf(budget) else max(budget, 0.0)):
-                    return attempt(state.retry_state.attempt_number - 1)
+                own = self.attempt_s if self.attempt_s is not None else math.inf
+                budget = min(own, left)
+                try:
+                    with attempt_deadline(None if math.isinf(budget) else max(budget, 0.0)):
+                        return attempt(state.retry_state.attempt_number - 1)
+                except AttemptError as exc:
+                    if exc.timed_out and budget < own:     # the call's deadline, not attempt_s, ended it
+                        exc.args = (f"timed out after {max(budget, 0.0):.1f} s: the call's deadline (deadline_s "
+                                    f"{self.deadline_s:g} s) cut this attempt short of its timeout_s {own:g} s",)
+                        exc.before = previous
+                    previous = exc
+                    raise
         raise AssertionError("unreachable: tenacity either returns or re-raises")

@@ -61,7 +61,8 @@ def sdk_attempt_error(exc: Exception, sdk, *, endpoint: str, timeout: float,
     """Translate an openai/anthropic SDK exception into AttemptError (None: not an SDK error)."""
     keys = [s for s in secrets if s]
     if isinstance(exc, sdk.APITimeoutError):
-        return AttemptError(f"timed out after {timeout:g} s (attempt deadline)", endpoint=endpoint, retryable=True)
+        return AttemptError(f"timed out after {timeout:g} s (attempt deadline)", endpoint=endpoint, retryable=True,
+                            timed_out=True)
     if isinstance(exc, sdk.APIConnectionError):
         cause = exc.__cause__ or exc
         return AttemptError(scrub(f"connection failed: {type(cause).__name__}: {cause}", keys),

@@ -27,7 +27,7 @@ from orchestrator.engines.batcher import BatchingEngine
 from orchestrator.engines.hf import HFEngine
 from orchestrator.gateway.backends.base import BackendRequest, BackendResult
 from orchestrator.gateway.registry import ModelEntry
-from orchestrator.gateway.retry import AttemptError
+from orchestrator.gateway.retry import AttemptError, remaining
 from orchestrator.records import Usage
 
 _engines: dict[tuple[str, str, str], BatchingEngine] = {}
@@ -92,12 +92,14 @@ class TransformersBackend:
         prompt = prompt_ids(self.engine.tokenizer, request.messages, request.tools)
         params = self.sampling_params(request)
         try:
-            gen = self.engine.generate([prompt], params, deadline=time.monotonic() + request.timeout)[0]
+            left = remaining()          # the attempt's deadline: timeout_s, cut by what is left of deadline_s
+            seconds = request.timeout if left is None else min(request.timeout, max(left, 0.0))
+            gen = self.engine.generate([prompt], params, deadline=time.monotonic() + seconds)[0]
         except ValueError as exc:        # the engine names the bad field
             raise AttemptError(f"{self.name}: {exc}", endpoint=self.endpoint, retryable=False) from None
         if gen.finish_reason == "timeout":
             raise AttemptError(f"timed out after {request.timeout:g} s ({len(gen.token_ids)} tokens generated)",
-                               endpoint=self.endpoint, retryable=False)
+                               endpoint=self.endpoint, retryable=False, timed_out=True)
         text = gen.text
         cuts = [text.index(s) for s in params.stop if s in text]
         if cuts:                        # vLLM semantics: the stop string is not part of the reply

@@ -129,3 +129,34 @@ def test_every_shipped_model_has_a_finite_call_deadline():
     assert default is not None and 0 < default < 86400
     for name, entry in load_registry(DEFAULT_MODELS).models.items():
         assert entry.deadline_s is not None and entry.deadline_s >= entry.timeout_s, name
+
+
+def test_an_attempt_cut_short_by_the_call_deadline_says_so_and_keeps_the_error_before():
+    # A loaded box can leave the last retry only a sliver of the call's deadline: that attempt
+    # times out, and the error must still name the server's failure, not only the timeout.
+    from orchestrator.gateway.retry import AttemptError, RetryPolicy, remaining
+
+    def attempt(i: int):
+        if i == 0:
+            raise AttemptError("HTTP 500: boom", endpoint="e", retryable=True, status=500)
+        time.sleep(max(remaining(), 0.0))         # the server says nothing until the attempt's time is up
+        raise AttemptError("timed out after 5 s (attempt deadline)", endpoint="e", retryable=True, timed_out=True)
+
+    policy = RetryPolicy(max_retries=5, initial_s=0.01, max_wait_s=0.01, attempt_s=5.0, deadline_s=0.5)
+    with pytest.raises(AttemptError) as caught:
+        policy.run(attempt, model="m")
+    exc = caught.value
+    assert "the call's deadline (deadline_s 0.5 s) cut this attempt short of its timeout_s 5 s" in str(exc)
+    assert exc.before is not None and "HTTP 500" in str(exc.before)
+
+
+def test_a_timeout_within_the_attempts_own_budget_keeps_its_message():
+    from orchestrator.gateway.retry import AttemptError, RetryPolicy
+
+    def attempt(i: int):
+        raise AttemptError("timed out after 0.1 s (attempt deadline)", endpoint="e", retryable=True, timed_out=True)
+
+    policy = RetryPolicy(max_retries=0, attempt_s=0.1, deadline_s=30.0)
+    with pytest.raises(AttemptError) as caught:
+        policy.run(attempt, model="m")
+    assert str(caught.value) == "timed out after 0.1 s (attempt deadline)" and caught.value.before is None
