@@ -24,7 +24,7 @@ Semantics (what a caller can rely on):
 The batch is formed between engine calls (no joining a generation already running).
 
 Lingering (multi-turn rollouts): callers that will come back (an episode between two turns,
-away in a tool call) register (`batcher.episodes(n)`, each `.end()`s; `with batcher.episode():`
+away in a tool call) register (`batcher.episodes(n)`, each `.end()`s; `with batcher.episodes():`
 for one); training.rollouts.collect_rollouts registers all of a collection's episodes before
 the first starts.  While any registered episode is away (no request waiting) and the batch is
 not full, the batch keeps gathering until it is full, until every registered episode is
@@ -160,10 +160,6 @@ class BatchingEngine:
         will be back, which lets a short batch linger for it.  Register them all before the
         first starts, so the first requests do not run alone while the others are starting."""
         return Episodes(self, n)
-
-    def episode(self) -> "Episodes":
-        """One episode, for a `with` block around it."""
-        return Episodes(self, 1)
 
     def _register(self, n: int) -> None:
         with self._lock:

@@ -22,7 +22,7 @@ class NoEngine:
 
 
 def test_each_running_episode_is_registered_with_the_engine(monkeypatch):
-    """Every episode runs inside `engine.episode()`: 6 episodes held at a barrier see 6
+    """Every episode runs inside `engine.episodes()`: 6 episodes held at a barrier see 6
     registered; after the collection none is."""
     barrier, seen = threading.Barrier(6), []
     with BatchingEngine(NoEngine(), linger_ms=100) as engine:

@@ -212,14 +212,14 @@ def test_through_the_batcher_an_hf_engine_returns_what_direct_calls_return():
 
 # ---------------------------------------------------------------- lingering for episodes in flight
 def run_episodes(batcher, offsets, away_s: float = 0.0, away=None):
-    """One thread per episode, each inside `batcher.episode()`: episode i sends one request at
+    """One thread per episode, each inside `batcher.episodes()`: episode i sends one request at
     `offsets[i]` seconds after a common start (then leaves); `away` more episodes stay registered
     and send nothing for `away_s` seconds.  Returns each request's seconds until answered."""
     waited = [None] * len(offsets)
     start = threading.Barrier(len(offsets) + (away or 0))
 
     def episode(i):
-        with batcher.episode():
+        with batcher.episodes():
             start.wait()
             time.sleep(offsets[i])
             sent = time.monotonic()
@@ -227,7 +227,7 @@ def run_episodes(batcher, offsets, away_s: float = 0.0, away=None):
             waited[i] = time.monotonic() - sent
 
     def absent():
-        with batcher.episode():
+        with batcher.episodes():
             start.wait()
             time.sleep(away_s)
 
