@@ -25,7 +25,8 @@ float32 weights), on:
 Reported per setting: steps per hour (3600 / the mean wall time between consecutive steps' metrics
 lines, after the first step, which compiles), GPU busy fraction (nvidia-smi utilization.gpu sampled every 0.5 s over those steps: the
 share of time some kernel ran), the staleness histogram of the trained samples, the dropped count,
-and the trainer's idle wait.  Target (issue 32): >= 1.5x steps per hour at staleness 1 over 0,
+and the trainer's idle wait; the same figures over the steady window alone (`steady`: steps s + 2 to
+total - s, between the start's burst and the end's drain; see `steady_window`).  Target (issue 32): >= 1.5x steps per hour at staleness 1 over 0,
 GPU busy >= 80%.
 """
 from __future__ import annotations
@@ -227,16 +228,42 @@ def run_setting(args, policy: Path, staleness: int, root: Path) -> dict:
     busy_file.unlink(missing_ok=True)
     with GpuBusy(path=busy_file) as busy:
         run(cfg, runtime=runtime, judge=judge, make_learner=make_learner)
-    return {**summarize(Path(cfg.run.dir), busy.samples, staleness, args.order if staleness else "-"),
+    return {**summarize(Path(cfg.run.dir), busy.samples, staleness, args.order if staleness else "-",
+                        cfg.trainer.total_steps),
             "tool_calls": len(drawn), "tool_seconds_max": round(max(drawn), 1) if drawn else None}
 
 
-def summarize(run_dir: Path, busy: list[tuple[float, float]], staleness: int, order: str) -> dict:
+def steady_window(staleness: int, total_steps: int) -> tuple[int, int]:
+    """The steps (first, last; 1-based, inclusive) whose wall time shows the steady state: after the
+    start's burst (while step 1 compiles and updates, batches 2 .. s + 1 are made in advance, so steps
+    2 .. s + 1 find their groups ready) and before the end's drain (no batch after `total_steps` is
+    admitted, so the last s steps train from a shrinking pool: their oldest groups done are the
+    slowest ones).  A long training run has one burst and one drain; a short bench is mostly both."""
+    return staleness + 2, total_steps - staleness
+
+
+def window_figures(metrics: list[dict], busy: list[tuple[float, float]], first: int, last: int) -> dict | None:
+    """Steps per hour, trainer busy and GPU busy over the periods ending at steps first .. last (None
+    when the run logged no such period)."""
+    by_step = {int(m["step"]): m for m in metrics}
+    steps = [k for k in range(max(first, 2), last + 1) if k in by_step and k - 1 in by_step]
+    if not steps:
+        return None
+    seconds = [by_step[k]["time"] - by_step[k - 1]["time"] for k in steps]
+    return {"steps": [steps[0], steps[-1]], "steps_per_hour": 3600 / (sum(seconds) / len(seconds)),
+            "trainer_busy": trainer_busy([by_step[k] for k in steps], seconds),
+            "gpu_busy": busy_mean(busy, by_step[steps[0] - 1]["time"], by_step[steps[-1]]["time"])}
+
+
+def summarize(run_dir: Path, busy: list[tuple[float, float]], staleness: int, order: str,
+              total_steps: int | None = None) -> dict:
     """One setting's figures from its run folder's metrics.jsonl (written a step at a time) and the
-    GPU-busy samples."""
+    GPU-busy samples: over every step after the first, and over the steady window (`steady_window`;
+    `total_steps`: the run's trainer.total_steps, default the steps logged)."""
     from training.metrics_log import read_metrics
 
     metrics = read_metrics(run_dir / "metrics.jsonl")
+    steady = window_figures(metrics, busy, *steady_window(staleness, total_steps or len(metrics)))
     timed = metrics[1:]                                        # the first step compiles
     # the wall time between consecutive steps' logs (both loops: everything a step costs)
     step_seconds = [b["time"] - a["time"] for a, b in zip(metrics, metrics[1:])]
@@ -248,6 +275,7 @@ def summarize(run_dir: Path, busy: list[tuple[float, float]], staleness: int, or
             "step_seconds": step_seconds, "trainer_busy": trainer_busy(timed, step_seconds),
             "steps_per_hour": 3600 / (sum(step_seconds) / len(step_seconds)) if step_seconds else None,
             "gpu_busy": busy_mean(busy, window_start, metrics[-1].get("time", time.time())),
+            "steady": steady,
             "staleness_histogram": hist,
             "dropped_stale": int(sum(m.get("async/dropped_stale", 0) for m in timed)),
             "groups_of_other_batches": int(sum(m.get("async/groups_of_other_batches", 0) for m in timed)),
@@ -266,9 +294,10 @@ def summarize_workdir(workdir: Path) -> list[dict]:
     for run_dir in sorted(workdir.glob("run-*")):
         if not (run_dir / "metrics.jsonl").exists() or not (run_dir / "config.yaml").exists():
             continue
-        algorithm = load_config(run_dir / "config.yaml").algorithm
-        s = algorithm.max_staleness
-        out.append(summarize(run_dir, read_busy(run_dir / "gpu_busy.txt"), s, algorithm.async_order if s else "-"))
+        cfg = load_config(run_dir / "config.yaml")
+        s = cfg.algorithm.max_staleness
+        out.append(summarize(run_dir, read_busy(run_dir / "gpu_busy.txt"), s,
+                             cfg.algorithm.async_order if s else "-", cfg.trainer.total_steps))
     return out
 
 
@@ -334,6 +363,14 @@ def print_table(settings: list[dict]) -> None:
               f"staleness 0), GPU busy {busy}, trainer busy {trainer}, staleness histogram "
               f"{r['staleness_histogram']}, dropped {r['dropped_stale']}, groups of other batches "
               f"{r['groups_of_other_batches']}")
+        w = r.get("steady")
+        if w:
+            wb = f"{w['gpu_busy']:.0%}" if w["gpu_busy"] is not None else "-"
+            print(f"  steady (steps {w['steps'][0]}-{w['steps'][1]}): {w['steps_per_hour']:.1f} steps/h, GPU busy "
+                  f"{wb}, trainer busy {w['trainer_busy']:.0%}")
+        else:
+            print("  steady: no step between the start's burst and the end's drain (run more steps: "
+                  "2 x staleness + 2 at least)")
 
 
 if __name__ == "__main__":

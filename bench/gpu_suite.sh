@@ -65,14 +65,14 @@ case "$call" in
     name=${call#async-}; s=${name:1}; order=batch; [ "${name:0:1}" = c ] && order=completion
     # the compile cache lives in the (ignored) checkout, so a next call on the same warm machine reuses it
     export TORCHINDUCTOR_CACHE_DIR=$PWD/.cache/inductor TRITON_CACHE_DIR=$PWD/.cache/triton
-    steps=4; [ $order = completion ] && steps=6   # completion order needs a few steps to reach its steady state
+    steps=$((2 * s + 6))   # 5 steady periods: after the start's burst (steps 2..s+1), before the end's drain (last s)
     timeout ${ASYNC_S:-540} python3 bench/async_rollouts.py --staleness "$s" --order $order --steps ${ASYNC_STEPS:-$steps} \
       --workdir /tmp/async --json "$OUT/async-$name.json" > "$OUT/async-$name.log" 2>&1
     echo "async_rollouts $name rc=$?"; cp /tmp/async/run-$name/metrics.jsonl "$OUT/async-$name-metrics.jsonl" 2>/dev/null
     # a time limit ends the bench before its summary: summarise the steps its run folders logged
     [ -s "$OUT/async-$name.json" ] || python3 bench/async_rollouts.py --summarize --workdir /tmp/async \
-      --json "$OUT/async-$name.json" 2>&1 | grep -E "^staleness" | cut -c1-300
-    grep -E "^ +[0-9]+/[0-9]+ |^staleness|Error" "$OUT/async-$name.log" | cut -c1-300
+      --json "$OUT/async-$name.json" 2>&1 | grep -E "^staleness|^  steady" | cut -c1-300
+    grep -E "^ +[0-9]+/[0-9]+ |^staleness|^  steady|Error" "$OUT/async-$name.log" | cut -c1-300
     unset TORCHINDUCTOR_CACHE_DIR TRITON_CACHE_DIR ;;
   retrieval)   # 21M x 768 on one GPU: index, top-k, encoder (eager vs CUDA graphs), the server at 8 / 1 / 4 front ends
     timeout ${RETRIEVAL_S:-560} python3 bench/retrieval_gpu.py --n 21000000 --sections build,index,recall,topk,encoder,server \

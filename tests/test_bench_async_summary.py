@@ -34,3 +34,27 @@ def test_summarize_reads_the_steps_logged_the_config_and_the_busy_samples(tmp_pa
     assert r["trainer_busy"] == pytest.approx(1 - (4 + 2) / 30)      # steps 2-3 waited 6 of 30 s
     assert r["staleness_histogram"] == {0: 1, 1: 9} and r["dropped_stale"] == 3
     assert r["groups_of_other_batches"] == 3
+    assert r["steady"] is None          # s = 1 over 3 steps: step 3 (= s + 2) is the drain (> 3 - 1)
+
+
+def test_the_steady_window_leaves_out_the_start_burst_and_the_end_drain(tmp_path):
+    from async_rollouts import steady_window, summarize
+
+    assert steady_window(0, 6) == (2, 6) and steady_window(2, 10) == (4, 8) and steady_window(3, 12) == (5, 9)
+    run = tmp_path / "run"
+    run.mkdir()
+    # s = 2, 10 steps: step 2 ends at 100 s (step 1 compiled), step 3 at 102 s (the burst: its groups
+    # were made while step 1 ran), steps 4-8 every 10 s (steady), steps 9-10 every 40 s (the drain).
+    times = {1: 0.0, 2: 100.0, 3: 102.0, 4: 112.0, 5: 122.0, 6: 132.0, 7: 142.0, 8: 152.0, 9: 192.0, 10: 232.0}
+    waits = {1: 0.0, 2: 0.0, 3: 0.0, 4: 5.0, 5: 5.0, 6: 5.0, 7: 5.0, 8: 5.0, 9: 35.0, 10: 35.0}
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "time": t, "async/wait": waits[k],
+                                                            "train/samples": 1, "time/rollout": 1.0,
+                                                            "rollout/turns": 1}) + "\n" for k, t in times.items()))
+    busy = [(103.0, 0.0), (110.0, 100.0), (150.0, 50.0), (190.0, 0.0)]   # the window is [102, 152]
+    r = summarize(run, busy, 2, "completion", total_steps=10)
+    w = r["steady"]
+    assert w["steps"] == [4, 8]                                  # periods 3->4 .. 7->8: 10 s each
+    assert w["steps_per_hour"] == pytest.approx(360.0)
+    assert w["trainer_busy"] == pytest.approx(1 - 25 / 50)
+    assert w["gpu_busy"] == pytest.approx(0.5)                   # (0 + 100 + 50) / 3
+    assert r["steps_per_hour"] == pytest.approx(3600 / (232 / 9))   # every period after step 1
