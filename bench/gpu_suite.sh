@@ -8,7 +8,7 @@
 #   bash bench/gpu_suite.sh qwen3-8b-decode qwen3-8b-update   # Qwen3-8B shape: decode at 8-128 rows x 2k-16k-token
 #                                      # prompts against the weights + KV bound; the update's MFU
 #   bash bench/gpu_suite.sh async-s0   # asynchronous training at max_staleness 0 (then async-s1, async-s2: one per call)
-#   bash bench/gpu_suite.sh async-c1   # the same in completion order (algorithm.async_order; async-c2, async-c3)
+#   bash bench/gpu_suite.sh async-c1   # the same in completion order (algorithm.async_order; async-c2, async-c3, async-c4)
 #   bash bench/gpu_suite.sh retrieval  # Wikipedia-scale (21M x 768) GPU retrieval: index, encoder, server front ends
 # Several names run in one call, in order.
 # Needs the wheels the device image lacks in .whl/ (TRL, transformers 5.19, pydantic, the gateway's
@@ -60,7 +60,7 @@ case "$call" in
     timeout 200 python3 bench/gpu_train_step.py --model 8b --variants trainer-bf16 trainer-bf16-ckpt --rows 8 \
       --seq 4096 --prompt 2048 --micro 1 --warmup 2 --repeats 3 --out "$OUT/update8b" > "$OUT/update8b.log" 2>&1
     echo "gpu_train_step 8b rc=$?"; tail -6 "$OUT/update8b.log" | cut -c1-700 ;;
-  async-s0|async-s1|async-s2|async-c1|async-c2|async-c3)   # asynchronous training, one staleness per call
+  async-s0|async-s1|async-s2|async-c1|async-c2|async-c3|async-c4)   # asynchronous training, one staleness per call
     # (heavy-tailed tools; issue 32); s: batch order, c: completion order (algorithm.async_order)
     name=${call#async-}; s=${name:1}; order=batch; [ "${name:0:1}" = c ] && order=completion
     # the compile cache lives in the (ignored) checkout, so a next call on the same warm machine reuses it
@@ -78,7 +78,7 @@ case "$call" in
     timeout ${RETRIEVAL_S:-560} python3 bench/retrieval_gpu.py --n 21000000 --sections build,index,recall,topk,encoder,server \
       --frontends 8,1,4 --tokenizer .whl/minilm-tokenizer --json "$OUT/gpu-retrieval.json" > "$OUT/retrieval.log" 2>&1
     echo "retrieval_gpu rc=$?"; tail -30 "$OUT/retrieval.log" | cut -c1-300 ;;
-  *) echo "usage: bash bench/gpu_suite.sh CALL... (e2e e2e-fixed compile-cold regress rollouts qwen3-8b-decode qwen3-8b-update async-s0 async-s1 async-s2 async-c1 async-c2 async-c3 retrieval)" >&2
+  *) echo "usage: bash bench/gpu_suite.sh CALL... (e2e e2e-fixed compile-cold regress rollouts qwen3-8b-decode qwen3-8b-update async-s0 async-s1 async-s2 async-c1 async-c2 async-c3 async-c4 retrieval)" >&2
      exit 2 ;;
 esac
 done
