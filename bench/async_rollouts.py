@@ -264,17 +264,17 @@ def summarize(run_dir: Path, busy: list[tuple[float, float]], staleness: int, or
 
     metrics = read_metrics(run_dir / "metrics.jsonl")
     steady = window_figures(metrics, busy, *steady_window(staleness, total_steps or len(metrics)))
-    timed = metrics[1:]                                        # the first step compiles
+    every = window_figures(metrics, busy, 2, len(metrics)) or {"steps_per_hour": None, "trainer_busy": None,
+                                                               "gpu_busy": None}   # the first step compiles
+    timed = metrics[1:]
     # the wall time between consecutive steps' logs (both loops: everything a step costs)
     step_seconds = [b["time"] - a["time"] for a, b in zip(metrics, metrics[1:])]
-    window_start = metrics[0]["time"]
     hist = {d: int(sum(m.get(f"async/staleness_{d}", 0) for m in timed)) for d in range(staleness + 1)}
     if not staleness:
         hist = {0: int(sum(m["train/samples"] for m in timed))}
     return {"staleness": staleness, "order": order, "steps_measured": len(timed),
-            "step_seconds": step_seconds, "trainer_busy": trainer_busy(timed, step_seconds),
-            "steps_per_hour": 3600 / (sum(step_seconds) / len(step_seconds)) if step_seconds else None,
-            "gpu_busy": busy_mean(busy, window_start, metrics[-1].get("time", time.time())),
+            "step_seconds": step_seconds, "trainer_busy": every["trainer_busy"],
+            "steps_per_hour": every["steps_per_hour"], "gpu_busy": every["gpu_busy"],
             "steady": steady,
             "staleness_histogram": hist,
             "dropped_stale": int(sum(m.get("async/dropped_stale", 0) for m in timed)),
