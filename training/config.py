@@ -58,6 +58,8 @@ class RunConfig:
     compile_cache: str | None = None    # folder for torch.compile's Inductor/Triton caches (shared storage on a
                                         # cluster: later jobs and restarts start warm); None: torch's default
                                         # (training/compile_cache.py)
+    compile_artifacts: str | None = None  # one file of compiled kernels (torch.compiler's portable cache): loaded
+                                        # at start when present, else written after the first step
 
 
 @dataclass
