@@ -105,3 +105,53 @@ def add_lighthouse(root: Path, name: str = "lighthouse") -> Path:
                                                         "L2": {"lamp_id": "L2", "status": "on"}}}))
     (data / "policy.md").write_text("# Lighthouse policy\nSwitch lamps only when the keeper asks.\n")
     return root
+
+
+def bank_case(checkout: Path) -> dict:
+    """Values of the shared bank database a ToolScale-style record needs: a client with a unique
+    email and one of its active cards, and another client's active card."""
+    from collections import Counter
+
+    db = json.loads((checkout / "data" / "tau2" / "domains" / "bank" / "db.json").read_text())
+    emails = Counter(c["contact"]["email"].lower() for c in db["clients"].values())
+    client = next(c for c in db["clients"].values()
+                  if emails[c["contact"]["email"].lower()] == 1 and any(k["status"] == "active" for k in c["cards"].values()))
+    card = next(cid for cid, k in client["cards"].items() if k["status"] == "active")
+    other = next(cid for c in db["clients"].values() if c is not client
+                 for cid, k in c["cards"].items() if k["status"] == "active")
+    return {"client_id": client["client_id"], "email": client["contact"]["email"], "card_id": card,
+            "other_card_id": other}
+
+
+def toolscale_record(rid: str, domain: str, reason: str, actions: list[tuple[str, dict]]) -> dict:
+    """One task in the released ToolScale schema (the hub card's fields)."""
+    return {"id": rid, "description": {"purpose": "", "relevant_policies": None, "notes": None},
+            "user_scenario": {"persona": None, "instructions": {
+                "task_instructions": "Answer only what the agent asks.", "reason_for_call": reason,
+                "known_info": "You are the account holder.", "unknown_info": None, "domain": domain}},
+            "initial_state": None,
+            "evaluation_criteria": {"actions": [{"action_id": f"{rid}_{i}", "name": n, "arguments": a}
+                                                for i, (n, a) in enumerate(actions)],
+                                    "communicate_info": [], "nl_assertions": None}}
+
+
+class Script:
+    """Every model of a tau2 conversation, scripted: the user simulator (no tools) asks once and
+    stops at the agent's next message; the orchestrator (tools) makes `calls` one per turn, each
+    after the previous one's result, then says it is done."""
+
+    def __init__(self, calls: list[tuple[str, dict]]):
+        self.calls = calls
+
+    def __call__(self, model, messages, tools=None, **kw):
+        from orchestrator.records import LLMResponse, ToolCall, Usage
+
+        usage = Usage(100, 10)
+        if not tools:
+            said = sum(m["role"] == "assistant" for m in messages)      # the user's own, roles flipped
+            return LLMResponse(model, "I need help with my bank card." if said == 0 else "Thanks. ###STOP###", [],
+                               usage)
+        done = sum((m.get("content") or "").startswith("<tool_response>") for m in messages)
+        if done < len(self.calls):
+            return LLMResponse(model, "", [ToolCall(*self.calls[done])], usage)
+        return LLMResponse(model, "<think>ok</think><message>Done, anything else?</message>", [], usage)
