@@ -152,11 +152,15 @@ class UpstreamDomain:
         return {name: getattr(kit.tool_type(name), "value", str(kit.tool_type(name))) for name in kit.tools}
 
     def fresh_db(self) -> Any:
-        """A deep copy of the pristine database (pickle: several times faster than a model deep copy)."""
-        return pickle.loads(self._db_bytes)
+        """A deep copy of the pristine database (pickle: several times faster than a model deep copy,
+        which serves a data model pickle refuses, e.g. one that defines a class name twice)."""
+        return pickle.loads(self._db_bytes) if self._db_bytes is not None else self.db.model_copy(deep=True)
 
     def __post_init__(self) -> None:
-        self._db_bytes = pickle.dumps(self.db)
+        try:
+            self._db_bytes: bytes | None = pickle.dumps(self.db)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            self._db_bytes = None
 
     def call(self, db: Any, name: str, arguments: dict) -> Any:
         """Run tool `name` on `db` (a `fresh_db()`) with keyword `arguments`; raises what it raises."""

@@ -70,6 +70,21 @@ def test_a_domain_the_loader_never_saw_loads_without_code_changes(tmp_path):
         load_upstream_domain(other, "lighthouse")
 
 
+def test_a_data_model_pickle_refuses_still_gives_independent_fresh_copies(tmp_path):
+    """Upstream's weather data_model.py defines `Name` twice, so pickle cannot copy its database."""
+    import pickle
+
+    root = add_lighthouse(tmp_path / "ck", name="lighthouse_twice")
+    model = root / "training" / "rollout" / "tau2" / "domains" / "lighthouse_twice" / "data_model.py"
+    model.write_text(model.read_text() + "\n\nclass Lamp(BaseModel):\n    lamp_id: str\n    status: str\n")
+    dom = load_upstream_domain(root, "lighthouse_twice")
+    with pytest.raises(pickle.PicklingError):
+        pickle.dumps(dom.db)
+    db = dom.fresh_db()
+    dom.call(db, "switch_lamp", {"lamp_id": "L1", "status": "on"})
+    assert db.lamps["L1"].status == "on" and dom.fresh_db().lamps["L1"].status == "off"
+
+
 def test_a_marked_domain_folder_runs_in_tau2_on_its_own_data(checkout, tmp_path):
     from orchestrator.domain import SchemaError, load_domain
     from orchestrator.tau2_env import get_environment, register_domain
