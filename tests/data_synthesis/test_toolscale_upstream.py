@@ -130,3 +130,22 @@ def test_a_kept_task_trains_as_a_tau2_episode_on_upstreams_tools(converted):
     idle = episode(task, [gold[0]])                                    # looks the client up, never freezes the card
     assert (idle.stop_reason, idle.outcome) == ("user_stop", 0.0)
     assert idle.info["simulation"]["reward_info"]["db_check"]["db_match"] is False
+
+
+def test_a_domain_the_checkout_lacks_falls_back_to_the_generic_toolkit(converted, checkout, tmp_path):
+    domains = tmp_path / "domains"
+    domains.mkdir()
+    (domains / "bank").symlink_to(checkout / "data" / "tau2" / "domains" / "bank", target_is_directory=True)
+    (domains / "kiosk").mkdir()
+    (domains / "kiosk" / "db.json").write_text(json.dumps({"snacks": {"s1": {"snack_id": "s1", "name": "Pretzel"}}}))
+    (domains / "kiosk" / "policy.md").write_text("# Kiosk\n")
+    src = tmp_path / "t.jsonl"
+    rows = converted["rows"][:1] + [toolscale_record("1", "kiosk", "You want a pretzel.", [("buy_snack", {"snack_id": "s1"})])]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    assert dataset_main(["--toolscale", str(src), "--toolscale-upstream", str(checkout), "--toolscale-domains",
+                         str(domains), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())["toolscale"]["domains"]
+    assert summary["bank"]["runs"] == {"upstream": 1, "generic": 0}
+    assert summary["kiosk"]["toolkit"].startswith("generic toolkit") and summary["kiosk"]["runs"] == {"generic": 0}
+    assert (out / "domains" / "kiosk" / "tools.py").is_file() and (out / "domains" / "bank" / "upstream.json").is_file()
