@@ -289,7 +289,7 @@ def async_train_loop(s: Session) -> dict[str, Any]:
     pushes them, stamped with version step + 1).  A checkpoint records the policy version, the
     data position of the first batch not wholly trained and the groups of it and of later batches
     that were; the groups made ahead are not saved: a resume makes the untrained ones again (same
-    tasks, same rollout seeds) from the checkpoint's weights (docs/training.md says why their
+    tasks, same rollout seeds) from the checkpoint's weights (docs/async-training.md, "Resume", says why their
     versions then differ)."""
     cfg, metrics = s.cfg, {}
     bound = cfg.algorithm.max_staleness
