@@ -148,13 +148,17 @@ class RayEngine:
         log.warning("sending policy version %s to restarted rollout engine(s) %s", self.version, names)
         self.refresh(names)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams):
+    def generate(self, prompts: list[list[int]], params: SamplingParams, *, seeds: list[int | None] | None = None):
+        """`seeds`: one per row (a BatchingEngine merging seeded calls passes each row's own);
+        default `params.seed + i` per row."""
         import ray
         from ray.exceptions import RayActorError
 
         from training.distributed.rollout_worker import StaleWeights
 
-        seeds = row_seeds(params, len(prompts))
+        seeds = row_seeds(params, len(prompts)) if seeds is None else list(seeds)
+        if len(seeds) != len(prompts):
+            raise ValueError(f"RayEngine.generate: {len(seeds)} seeds for {len(prompts)} prompts")
         out: list = [None] * len(prompts)
         pending: list[tuple[int, int]] | None = None
         while pending is None or pending:
@@ -305,18 +309,20 @@ class RayPolicy:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from training.compile_cache import compile_cache_env
+        from training.distributed.placement import forwarded_env
         from training.distributed.rollout_worker import RolloutWorker
         from training.distributed.train_worker import TrainWorker
 
         dist, device, threads = self.dist, cfg.run.device, cfg.run.threads
         ipc = self.sync_kind == "cuda_ipc"     # engine in its own process on the rank's GPU
 
-        compile_env = compile_cache_env(cfg.run.compile_cache)   # actors compile into the same caches
+        # actors compile into the same caches; NVLink multicast stays off in them as in the driver
+        actor_env = {**forwarded_env(), **compile_cache_env(cfg.run.compile_cache)}
 
         def on(i: int, resources: dict, gpu_share: float = 1.0) -> dict:
             return dict(num_cpus=resources.get("CPU", 0) * gpu_share, num_gpus=resources.get("GPU", 0) * gpu_share,
                         scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-                        **({"runtime_env": {"env_vars": compile_env}} if compile_env else {}))
+                        **({"runtime_env": {"env_vars": actor_env}} if actor_env else {}))
 
         n = dist.trainer_workers
         share = 0.5 if ipc else 1.0

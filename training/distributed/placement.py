@@ -17,6 +17,18 @@ from dataclasses import dataclass
 from training.distributed.config import DistributedConfig, DistributedConfigError, gpus_needed
 
 
+# set in the driver, passed to every actor (runtime_env): on a shared multi-GPU host NVLink multicast must
+# stay off in every process that uses NCCL, PyTorch's symmetric memory or NVSHMEM
+FORWARDED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+
+
+def forwarded_env() -> dict[str, str]:
+    """The driver's values of `FORWARDED_ENV` (those set), for the actors' runtime_env."""
+    import os
+
+    return {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
+
+
 def connect(address: str, *, num_cpus: int | None = None):
     """ray.init for "local" (start one here) or "auto"/"host:port" (join); idempotent."""
     import ray
