@@ -464,6 +464,8 @@ def parse(argv=None):
     p.add_argument("--json", type=Path, help="rows appended to this file's (the targets read its earlier rows)")
     p.add_argument("--table", type=Path, help="append each row's markdown line to this file")
     p.add_argument("--commit", default=os.environ.get("BENCH_COMMIT") or None)
+    p.add_argument("--rows", type=Path, nargs="+", help="run nothing: the rows of these --json files (e.g. one per "
+                   "device call), their targets marked against each other, as one table (to --table too)")
     args = p.parse_args(argv)
     args.zero_stage = args.zero_stage or (3 if args.model == "8b" else 2)
     args.command = "python bench/gpu_scale.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None
@@ -472,8 +474,24 @@ def parse(argv=None):
     return args
 
 
+def retarget(files: list[Path], table: Path | None) -> int:
+    """--rows: every row of `files`, its targets marked against all of them, one table."""
+    rows = [r for f in files for r in json.loads(f.read_text())["rows"]]
+    lines = [TABLE_HEADER]
+    for row in rows:
+        row["targets"] = targets(row, rows)
+        lines.append(table_row(row))
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if table:
+        table.write_text(text)
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse(argv)
+    if args.rows:
+        return retarget(args.rows, args.table)
     gpu = args.device.startswith("cuda")
     if gpu:
         missing = [f"{k}={v}" for k, v in NVLS_OFF.items() if os.environ.get(k) != v]

@@ -11,14 +11,26 @@
 #   bash bench/gpu_suite.sh async-s0   # asynchronous training at max_staleness 0 (then async-s1, async-s2: one per call)
 #   bash bench/gpu_suite.sh async-c1   # the same in completion order (algorithm.async_order; async-c2, async-c3, async-c4)
 #   bash bench/gpu_suite.sh retrieval  # Wikipedia-scale (21M x 768) GPU retrieval: index, encoder, server front ends
+#   bash bench/gpu_suite.sh scale-1    # many GPUs (issue 49, bench/gpu_scale.py): the 1-GPU colocated baseline;
+#   bash bench/gpu_suite.sh scale-2    # then one call per GPU count (scale-2, scale-4, scale-8) on a machine of
+#                                      # that many GPUs: colocated, split N/2:N/2, split async (completion order)
+#                                      # MODEL=8b (ZeRO-3, no checkpoints), LAYOUTS, STALENESS, SCALE_STEPS,
+#                                      # SCALE_S (time limit) override; rows to $OUT/scale-N.json and .md
 # Several names run in one call, in order.
 # Needs the wheels the device image lacks in .whl/ (TRL, transformers 5.19, pydantic, the gateway's
 # HTTP stack, the retrieval server's FastAPI/uvicorn/faiss-cpu): `bash bench/device_wheels.sh` fetches
-# them; a device call carries them with carry [".whl"].
+# them; a device call carries them with carry [".whl"].  The scale-N calls install .whl-scale/ instead
+# (`bash bench/device_wheels.sh --scale`: Ray without its Java jar, DeepSpeed, transformers 5.19; carry
+# [".whl-scale"]; the two sets together are over the 64 MiB a call carries, so scale-N calls run alone).
 set -u
 export PYTHONUNBUFFERED=1 TQDM_DISABLE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
 OUT=${OUT:-.}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+wheels=.whl
+case " $* " in
+  *" scale-"*) wheels=.whl-scale
+    for call in "$@"; do case "$call" in scale-*) ;; *) echo "scale-N calls run alone (they carry .whl-scale, not .whl)" >&2; exit 2 ;; esac; done ;;
+esac
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels/*.whl \
   && export PYTHONPATH=/tmp/site || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
@@ -88,7 +100,18 @@ case "$call" in
     timeout ${RETRIEVAL_S:-560} python3 bench/retrieval_gpu.py --n 21000000 --sections build,index,recall,topk,encoder,server \
       --frontends 8,1,4 --tokenizer .whl/minilm-tokenizer --json "$OUT/gpu-retrieval.json" > "$OUT/retrieval.log" 2>&1
     echo "retrieval_gpu rc=$?"; tail -30 "$OUT/retrieval.log" | cut -c1-300 ;;
-  *) echo "usage: bash bench/gpu_suite.sh CALL... (e2e e2e-fixed compile-cold regress rollouts qwen3-8b-decode qwen3-8b-update async-s0 async-s1 async-s2 async-c1 async-c2 async-c3 async-c4 retrieval)" >&2
+  scale-1|scale-2|scale-4|scale-8)   # many GPUs (issue 49): today's run_distributed path at N GPUs
+    # NVLink multicast off, here and (training/distributed/placement.py forwarded_env) in every Ray actor
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    n=${call#scale-}; model=${MODEL:-0.6b}; extra=""; [ "$model" = 8b ] && extra="--no-save"
+    python3 -c "import torch; print(torch.cuda.device_count(), 'GPUs')"
+    mkdir -p .cache
+    timeout ${SCALE_S:-570} python3 bench/gpu_scale.py --gpus "$n" --model "$model" --layouts ${LAYOUTS:-colocated split async} \
+      --staleness ${STALENESS:-1} --steps ${SCALE_STEPS:-5} --compile-cache "$PWD/.cache/compile" --workdir /tmp/scale \
+      --json .cache/scale.json --table "$OUT/scale-$n.md" $extra > "$OUT/scale-$n.log" 2>&1
+    echo "gpu_scale $n rc=$?"; cp .cache/scale.json "$OUT/scale-$n.json" 2>/dev/null
+    grep -E "^\||Error|error" "$OUT/scale-$n.log" | cut -c1-1500 ;;
+  *) echo "usage: bash bench/gpu_suite.sh CALL... (e2e e2e-fixed compile-cold regress rollouts qwen3-8b-decode qwen3-8b-update async-s0 async-s1 async-s2 async-c1 async-c2 async-c3 async-c4 retrieval scale-1 scale-2 scale-4 scale-8)" >&2
      exit 2 ;;
 esac
 done
