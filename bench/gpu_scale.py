@@ -17,9 +17,10 @@ bench-side wrappers on the learner: the engine's replies are scripted tool calls
 `--tokens` tokens on the engine actors, which is the decode cost), and `update` counts the tokens
 of the samples it trains (NeMo-RL's count, below) and the tokens the engines decoded.
 
-World (async_rollouts.py): `--tasks-per-gpu` x `--group` rollouts per step *per GPU* (weak scaling:
-N GPUs make N times the rollouts of one), up to `--turns` turns, every expert call sleeping a
-log-normal time (median `--median` s, 99th percentile `--p99` s), `answer` with probability
+World (async_rollouts.py): `--tasks-per-gpu` x `--group` rollouts per step *per GPU* (4 x 8; weak
+scaling: N GPUs make N times the rollouts of one), up to `--turns` (8) turns, every expert call
+sleeping a log-normal time (median `--median` 0.5 s, 99th percentile `--p99` 10 s: async_rollouts'
+1 s / 20 s halved, so that a call of every layout fits a device call), `answer` with probability
 `--answer-prob` per turn, the judge right with probability 0.5.  Policy: the Qwen3-0.6B or
 Qwen3-8B shape (random weights, the bench's 1,200-token vocabulary), or a tiny one (CPU checks).
 
@@ -447,11 +448,11 @@ def parse(argv=None):
     p.add_argument("--steps", type=int, default=5, help="training steps per run (the first is not timed)")
     p.add_argument("--tasks-per-gpu", type=int, default=4)
     p.add_argument("--group", type=int, default=8, help="rollouts per task")
-    p.add_argument("--turns", type=int, default=6)
+    p.add_argument("--turns", type=int, default=8)
     p.add_argument("--tokens", type=int, default=64, help="decoded tokens per turn")
     p.add_argument("--answer-prob", type=float, default=0.2)
-    p.add_argument("--median", type=float, default=1.0, help="tool latency median, s")
-    p.add_argument("--p99", type=float, default=20.0, help="tool latency 99th percentile, s")
+    p.add_argument("--median", type=float, default=0.5, help="tool latency median, s")
+    p.add_argument("--p99", type=float, default=10.0, help="tool latency 99th percentile, s")
     p.add_argument("--context-tokens", type=int, default=8192)
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--bucket-mb", type=int, default=256)
