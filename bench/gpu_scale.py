@@ -7,7 +7,7 @@ marked met / not met.
     python bench/gpu_scale.py --gpus 8 --model 8b --layouts colocated split           # ZeRO-3
     bash bench/gpu_suite.sh scale-2          # the same as one device call (scale-1, scale-4, scale-8)
     python bench/gpu_scale.py --device cpu --model tiny --gpus 2 --steps 2 ...        # CPU actors (gloo):
-                                             # tests/training/test_gpu_scale_cpu.py
+                                             # tests/test_bench_gpu_scale.py
 
 What runs: `training.session.run` with `RayLearner.start(..., dist=...)`, i.e. `run_distributed`
 (`RayPolicy` actors: DeepSpeed ZeRO ranks and HF engines; the synchronous loop or
@@ -69,7 +69,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # Ray's actors
 
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 WEAK_SCALING, NEMO_RL_8B, SYNC_8B_S, ASYNC_SPEEDUP, ASYNC_BUSY = 0.85, 1562.0, 2.0, 1.5, 0.80
@@ -506,6 +505,8 @@ def main(argv=None) -> int:
         args.card = torch.cuda.get_device_name(0)
     else:
         args.card = "cpu"
+    if ROOT not in [Path(p).resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # actors
     peak = args.peak_tflops or (matmul_tflops() if gpu else None)
     from training.distributed.placement import connect
     connect("local", num_cpus=None if gpu else max(2, os.cpu_count() or 2))

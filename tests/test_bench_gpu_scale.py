@@ -22,13 +22,13 @@ pytestmark = pytest.mark.slow   # a local Ray cluster and DeepSpeed ranks
 pytest.importorskip("ray", reason="scale-out tests need ray[default] (pip install 'ray[default]==2.60.*')")
 pytest.importorskip("deepspeed", reason="scale-out tests need deepspeed (pip install deepspeed==0.19.8)")
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+BENCH = Path(__file__).resolve().parents[1] / "bench"
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-import gpu_scale  # noqa: E402
+import gpu_scale
 
-from training.metrics_log import read_metrics  # noqa: E402
+from training.metrics_log import read_metrics
 
 LAYOUTS = ["colocated", "split 1:1", "split 1:1 async s=1 completion"]
 ARGS = ["--device", "cpu", "--gpus", "2", "--steps", "2", "--staleness", "1", "--tasks-per-gpu", "1", "--group", "4",
