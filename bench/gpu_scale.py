@@ -172,16 +172,16 @@ def instrument(learner, cfg, answer_prob: float):
 
 
 class GpuBusyAll:
-    """nvidia-smi utilization.gpu of GPUs 0..n-1 every `period` s: (time, mean percent) samples
-    (none where nvidia-smi is missing: the CPU)."""
+    """nvidia-smi utilization.gpu of the GPUs `ids` every `period` s: (time, mean percent) samples
+    (none where nvidia-smi is missing or no GPU is named: the CPU)."""
 
-    def __init__(self, n: int, period: float = 0.5):
+    def __init__(self, ids: list[int], period: float = 0.5):
         self.samples: list[tuple[float, float]] = []
-        self.ids, self.period, self._stop = ",".join(map(str, range(n))), period, threading.Event()
+        self.ids, self.period, self._stop = ",".join(map(str, ids)), period, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
-        while not self._stop.is_set():
+        while self.ids and not self._stop.is_set():
             try:
                 out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
                                       "-i", self.ids], check=False, capture_output=True, text=True, timeout=5).stdout.split()
@@ -290,6 +290,9 @@ def run_layout(args, n: int, layout: str, dist_fields: dict, extra: dict, policy
             all(env.get(k) == v for k, v in NVLS_OFF.items())
             for env in ray.get([a.__ray_call__.remote(lambda self: dict(os.environ))
                                 for a in policy.trainers + policy.rollouts]))
+        # the GPUs Ray gave the actors (nvidia-smi's indices), the ones whose busy share is sampled
+        row["gpu_ids"] = sorted({int(i) for ids in ray.get([a.__ray_call__.remote(lambda self: ray.get_gpu_ids())
+                                                            for a in policy.trainers + policy.rollouts]) for i in ids})
         before = policy.weights_digests()
 
         def make_learner(c, checkpoint, state, total):
@@ -298,7 +301,7 @@ def run_layout(args, n: int, layout: str, dist_fields: dict, extra: dict, policy
             if args.no_save:   # Qwen3-8B: fp32 master weights + AdamW state are ~96 GB of checkpoint
                 learner.save = lambda step, state: Path(c.run.dir) / "checkpoints" / f"not-saved-{step}"
             return learner
-        with GpuBusyAll(n) as busy:
+        with GpuBusyAll(row["gpu_ids"]) as busy:
             run(cfg, runtime=runtime, judge=judge, make_learner=make_learner)
         after = policy.weights_digests()
         trainer = after.pop("trainer")

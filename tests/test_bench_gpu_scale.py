@@ -57,6 +57,7 @@ def test_every_layout_trains_and_the_engines_hold_the_trainers_weights(scale_run
         assert row["weights_changed"], row["layout"]              # the update moved the weights
         assert row["engines_equal_trainer"], row["layout"]        # ... and every engine got them
         assert row["nvls_off_in_actors"], row["layout"]           # forwarded through runtime_env
+        assert row["gpu_ids"] == []                               # CPU actors: no GPU to sample
         metrics = read_metrics(Path(row["run_dir"]) / "metrics.jsonl")
         assert [m["step"] for m in metrics] == [1, 2] and row["steps_logged"] == 2
         assert all(m["time/weight_sync"] >= 0 and "bench/sequence_tokens" in m for m in metrics)
