@@ -59,6 +59,7 @@ import math
 import os
 import random
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -252,6 +253,7 @@ def run_layout(args, n: int, layout: str, dist_fields: dict, extra: dict, policy
     tasks_n = args.tasks_per_gpu * n
     name = f"{n}gpu-" + layout.replace(" ", "-").replace(":", "x").replace("=", "")
     run_dir, tasks = root / name, root / f"tasks-{tasks_n}.jsonl"
+    shutil.rmtree(run_dir, ignore_errors=True)   # a --workdir used before: this run's rows only
     tasks.write_text("".join(json.dumps({"id": f"t{i}", "question": f"Compute item {i}.", "answer": "1",
                                          "tools": TOOLS}) + "\n" for i in range(tasks_n)))
     gpu = args.device.startswith("cuda")
