@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import sys
 from pathlib import Path
 from collections.abc import Iterable
@@ -494,7 +495,7 @@ def _print_list(cat: Catalog, task: str) -> int:
             desc = fn.description if fn.broken is None else f"UNAVAILABLE: {fn.broken}; fix: {fn.broken.fix}"
             broken += fn.broken is not None
             table.add_row(fn.name, spec.kind, args, price_note(cat, spec).strip(" ()") or "-", desc)
-    Console(width=160).print(table)
+    Console(width=int(os.environ.get("COLUMNS") or 160)).print(table)
     return 1 if broken else 0
 
 
