@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from orchestrator.redaction import add_secret
+from orchestrator.redaction import add_secret, redact
 from orchestrator.tools.registry import CallContext, Function, FunctionKind, ToolFailure, register
 from orchestrator.tools.spec import FunctionToolSpec
 
@@ -78,7 +78,8 @@ class Http(FunctionKind):
     def functions(self, spec: Spec, runtime) -> list[Function]:
         headers = header_values(spec)
         description = spec.description or f"{spec.method} {spec.url}"
-        return [Function(spec.name, description, spec.parameters, spec, _caller(spec, headers))]
+        # the call bounds itself by timeout_s (every attempt and wait); the grace lets its own message win
+        return [Function(spec.name, description, spec.parameters, spec, _caller(spec, headers), grace_s=1.0)]
 
 
 def _caller(spec: Spec, headers: dict[str, str]):
@@ -112,8 +113,9 @@ def _caller(spec: Spec, headers: dict[str, str]):
                         if time.monotonic() > deadline:
                             raise httpx.ReadTimeout("deadline")
                     if reply.status_code >= 400:
-                        raise AttemptError(f"{spec.url} answered HTTP {reply.status_code}: "
-                                           f"{bytes(body[:200]).decode('utf-8', 'replace')!r}",
+                        # redacted here: the retry policy logs this text (a service may echo our key)
+                        raise AttemptError(redact(f"{spec.url} answered HTTP {reply.status_code}: "
+                                                  f"{bytes(body[:200]).decode('utf-8', 'replace')!r}"),
                                            endpoint=spec.url, retryable=is_retryable_status(reply.status_code),
                                            status=reply.status_code)
                     return reply.headers.get("content-type", ""), bytes(body)
@@ -121,7 +123,7 @@ def _caller(spec: Spec, headers: dict[str, str]):
                 raise AttemptError(f"{spec.url} did not answer within {ctx.timeout_s:g} s", endpoint=spec.url,
                                    retryable=True, timed_out=True) from None
             except httpx.TransportError as exc:
-                raise AttemptError(f"{spec.url}: {type(exc).__name__}: {exc}", endpoint=spec.url,
+                raise AttemptError(redact(f"{spec.url}: {type(exc).__name__}: {exc}"), endpoint=spec.url,
                                    retryable=True) from None
 
         policy = RetryPolicy(max_retries=spec.retries, initial_s=0.2, max_wait_s=2.0, deadline_s=ctx.timeout_s)
@@ -130,7 +132,9 @@ def _caller(spec: Spec, headers: dict[str, str]):
         except AttemptError as exc:
             fix = ("check the service (its logs) at the tool's `url`" if exc.status
                    else "check that the service runs at the tool's `url` and answers within `timeout_s`")
-            raise ToolFailure(f"{exc}{'; ' + exc.gave_up if exc.gave_up else ''}", fix=fix) from None
+            # the policy's own wording names configs/models.yaml (the gateway's): say it for a tool
+            what = f"{spec.url} did not answer within {ctx.timeout_s:g} s" if exc.timed_out else str(exc)
+            raise ToolFailure(f"{what} (attempts within timeout_s: at most {spec.retries + 1})", fix=fix) from None
         text = body.decode("utf-8", "replace")
         if not text.strip():
             raise ToolFailure(f"{spec.url} answered an empty body", fix="make the service answer JSON")

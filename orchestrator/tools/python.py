@@ -23,6 +23,7 @@ from orchestrator.tools.registry import CallContext, Function, FunctionKind, Too
 from orchestrator.tools.spec import FunctionToolSpec
 
 RESULT_MARK = "\n<<tool-result>>"
+SANDBOX_GRACE_S = 10.0      # the sandbox kills the run at timeout_s; its start and clean-up may take this long
 
 
 class Spec(FunctionToolSpec):
@@ -96,7 +97,8 @@ class Python(FunctionKind):
         else:
             call = _in_process(fn, validator)
             is_async = inspect.iscoroutinefunction(fn)
-        return [Function(spec.name, description, parameters, spec, call, is_async=is_async)]
+        return [Function(spec.name, description, parameters, spec, call, is_async=is_async,
+                         grace_s=SANDBOX_GRACE_S if spec.sandbox else 0.0)]
 
 
 def _checked(validator, arguments: dict) -> dict:

@@ -78,6 +78,7 @@ class Function:
     # a stand-in for tools that could not be listed (an MCP server that did not start): every
     # call fails with this message, so the run goes on and the record says why
     broken: ToolFailure | None = None
+    grace_s: float = 0.0        # waited past timeout_s for a call that ends itself at its deadline (the sandbox's kill)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

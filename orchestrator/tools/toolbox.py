@@ -59,7 +59,8 @@ class Toolbox:
         log.warning("%s", redact(f"tool {spec.name!r} ({spec.kind}) is not available: {exc}; fix: {exc.fix}; "
                                  f"its calls are recorded as errors until it is"))
         return [Function(name, spec.description or f"{spec.kind} tool {spec.name} (unavailable)",
-                         {"type": "object", "properties": {}}, spec, _unavailable, broken=exc)
+                         {"type": "object", "properties": {}, "additionalProperties": True}, spec, _unavailable,
+                         broken=exc)
                 for name in kind.stand_ins(spec)]
 
     def offered(self, catalog: "Catalog", task: str = "qa", runtime=None, taken: set[str] = frozenset()) -> list[Function]:
@@ -94,7 +95,7 @@ class Toolbox:
             if fn.is_async:
                 out = run_async(lambda: fn.call(arguments, ctx), spec.timeout_s)
             else:
-                out = run_sync(lambda: fn.call(arguments, ctx), spec.timeout_s)
+                out = run_sync(lambda: fn.call(arguments, ctx), spec.timeout_s + fn.grace_s)
             text = output_text(out, spec)
         except Deadline:
             call.error = (f"no result within its deadline ({spec.timeout_s:g} s); fix: make it faster or raise "
