@@ -29,7 +29,6 @@ __all__ = ["AliasSpec", "Catalog", "CatalogError", "DEFAULT_CATALOG", "Fees", "P
            "load_catalog", "parse_catalog"]
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "tools.json"
-ToolKind = str     # a name in orchestrator.tools.registry.KINDS
 
 
 class CatalogError(ValueError):
