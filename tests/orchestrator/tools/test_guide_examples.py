@@ -93,7 +93,8 @@ def test_the_http_weather_example(tmp_path, monkeypatch):
                                                [("weather", {"city": "Paris"})], '"temp_c": 18.5')
         code, out = listed(path, {"WEATHER_API_KEY": secret})
         assert code == 0 and "weather" in out and "city: string" in out and "$0.002 per call" in out, out
-        # a wrong key: the service answers 401, recorded as an error that does not show the key
+        # the service now expects another key (it reads the variable per request; the tool read it once,
+        # when opened): it answers 401, recorded as an error that shows neither key
         monkeypatch.setenv("WEATHER_API_KEY", "wrong-" + secret)
         rollout, _ = run_calls(catalog_file(tmp_path, addition, "wrong.json"), [("weather", {"city": "Paris"})])
         assert "answered HTTP 401" in rollout.turns[0].expert.error
