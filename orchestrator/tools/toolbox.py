@@ -34,14 +34,21 @@ class Toolbox:
 
     def __init__(self):
         self._opened: dict[str, tuple[list[Function], float]] = {}
+        self._opening: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def functions(self, spec: FunctionToolSpec, runtime=None) -> list[Function]:
         key = spec.model_dump_json()
         with self._lock:
-            held = self._opened.get(key)
-        if held is not None and (not held[0] or held[0][0].broken is None or time.monotonic() < held[1]):
-            return held[0]
+            opening = self._opening.setdefault(key, threading.Lock())
+        with opening:           # concurrent episodes open an entry once (one import, one server listing)
+            with self._lock:
+                held = self._opened.get(key)
+            if held is not None and (not held[0] or held[0][0].broken is None or time.monotonic() < held[1]):
+                return held[0]
+            return self._open(key, spec, runtime)
+
+    def _open(self, key: str, spec: FunctionToolSpec, runtime) -> list[Function]:
         kind = function_kind(spec.kind)
         try:
             opened = kind.functions(spec, runtime)
