@@ -1,6 +1,7 @@
 """A tiny MCP server over stdio: the `mcp` kind's example in docs/tools.md.
 
-    python examples/tools/units_mcp.py        # speaks MCP on stdin/stdout (the run starts it)
+    python examples/tools/units_mcp.py                # speaks MCP on stdin/stdout (the run starts it)
+    python examples/tools/units_mcp.py --http 8765    # streamable HTTP at http://127.0.0.1:8765/mcp
 """
 from __future__ import annotations
 
@@ -31,4 +32,12 @@ def echo(text: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    import argparse
+
+    parser = argparse.ArgumentParser(description="the units MCP server")
+    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on this port, not stdio")
+    args = parser.parse_args()
+    if args.http:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    else:
+        server.run()

@@ -1,5 +1,6 @@
 """An MCP server whose `die` tool kills the server mid-call (tests/orchestrator/tools/test_bad_tools.py)."""
 import os
+import time
 
 from mcp.server.mcpserver import MCPServer
 
@@ -16,6 +17,13 @@ def ok(x: int) -> int:
 def die(x: int) -> int:
     """Exit the server in the middle of the call."""
     os._exit(1)
+
+
+@server.tool()
+def stalls(x: int) -> int:
+    """Take a minute to answer."""
+    time.sleep(60)
+    return x
 
 
 if __name__ == "__main__":

@@ -188,3 +188,13 @@ def test_an_mcp_server_that_dies_mid_episode_is_an_error_then_starts_again(tmp_p
     assert died.cost >= PER_CALL and died.latency > 0
     assert again.output == "3" and again.error is None            # started again at the next call
     assert rollout.finished
+
+
+def test_an_mcp_call_that_stalls_is_cut_at_its_deadline_and_the_server_still_answers(tmp_path):
+    spec = mcp_tool([sys.executable, str(HERE / "_dying_mcp.py")], timeout_s=2.0)
+    started = time.monotonic()
+    rollout, _ = run_calls(catalog_file(tmp_path, spec), [("stalls", {"x": 1}), ("ok", {"x": 5})])
+    stalled, ok = (t.expert for t in rollout.turns[:2])
+    assert stalled.error.startswith("tool 'stalls' (mcp): no result within its deadline (2 s)") and stalled.cost >= PER_CALL
+    assert ok.output == "6" and rollout.finished
+    assert time.monotonic() - started < 50        # the stalled call would hold it 60 s

@@ -115,3 +115,35 @@ def test_the_mcp_units_example(tmp_path, monkeypatch):
     assert code == 0, out
     assert "convert_length" in out and "echo" not in out          # include: only convert_length
     assert '"m" | "km" | "mi" | "ft"' in out and "$0.0005 per call; $0.001 per second" in out
+
+
+def test_the_mcp_example_over_streamable_http(tmp_path, monkeypatch):
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, str(REPO / "examples/tools/units_mcp.py"), "--http", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "the HTTP MCP server did not start"
+                time.sleep(0.2)
+        token = "mcp-" + "7c2d" * 6
+        monkeypatch.setenv("UNITS_TOKEN", token)
+        addition = {"tools": [{"name": "units", "kind": "mcp", "url": f"http://127.0.0.1:{port}/mcp",
+                               "headers": {"Authorization": "Bearer ${UNITS_TOKEN}"}, "exclude": ["echo"]}],
+                    "prices": {"units": {"per_call": 0.0005}}}
+        check_cost_in_record_and_reward(tmp_path, addition, "units",
+                                        [("convert_length", {"value": 1, "unit": "km", "to": "m"})], "1000.0")
+        rollout, _ = run_calls(catalog_file(tmp_path, addition, "again.json"), [("convert_length", {"value": 3, "unit": "ft", "to": "m"})])
+        assert rollout.turns[0].expert.output == "0.9144" and token not in json.dumps(rollout.to_dict())
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
