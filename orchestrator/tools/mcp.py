@@ -25,7 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from orchestrator.tools.http import ENV_NAME, ENV_REF, header_values
 from orchestrator.tools.registry import CallContext, Function, FunctionKind, ToolFailure, register
 from orchestrator.tools.spec import FunctionToolSpec
-from orchestrator.tools.workers import Deadline, loop, run_async
+from orchestrator.tools.workers import Deadline, run_async
 
 
 class Spec(FunctionToolSpec):

@@ -23,6 +23,12 @@ from typing import Any, Awaitable, Callable, ClassVar
 from orchestrator.tools.spec import AliasToolSpec, FunctionToolSpec, ToolSpecBase
 
 
+# Types of the modules that import this package, named without importing them (no import cycle):
+Catalog = Any          # orchestrator.catalog.Catalog
+EpisodeState = Any     # orchestrator.context.EpisodeState
+ExpertCall = Any       # orchestrator.records.ExpertCall
+ToolRuntime = Any      # orchestrator.runtime.ToolRuntime
+
 BUILTIN_MODULES = ("search", "code", "answer", "expert", "python", "http", "mcp", "tau2_domain")
 KINDS: dict[str, "ToolKind"] = {}
 
@@ -46,8 +52,8 @@ class AliasKind(ToolKind):
     needs_retriever: ClassVar[bool] = False  # offered only where a retriever is configured
     ends_episode: ClassVar[bool] = False     # a call that succeeds gives the final answer
 
-    def run(self, runtime: "ToolRuntime", call: "ExpertCall", state: "EpisodeState",
-            catalog: "Catalog") -> str | None:
+    def run(self, runtime: ToolRuntime, call: ExpertCall, state: EpisodeState,
+            catalog: Catalog) -> str | None:
         """Carry out one call of `call.alias`; record output, usage and cost on `call`; return
         the final answer (answer kind) or None.  Raise to record an error."""
         raise NotImplementedError(f"tool kind {self.name!r} is not a QA tool")
@@ -58,8 +64,8 @@ class CallContext:
     """What a function call may read: the episode's state (its `tool_state` holds per-episode
     data, e.g. a domain's database), the runtime (sandbox runner, token counter), its deadline."""
 
-    state: "EpisodeState | None"
-    runtime: "ToolRuntime | None"
+    state: EpisodeState | None
+    runtime: ToolRuntime | None
     timeout_s: float
 
 
@@ -89,7 +95,7 @@ class Function:
 class FunctionKind(ToolKind):
     spec: ClassVar[type[FunctionToolSpec]]
 
-    def functions(self, spec: FunctionToolSpec, runtime: "ToolRuntime | None") -> list[Function]:
+    def functions(self, spec: FunctionToolSpec, runtime: ToolRuntime | None) -> list[Function]:
         """The functions tools.json entry `spec` offers (may start a server; a failure is
         a ToolFailure, which the toolbox turns into a stand-in function)."""
         raise NotImplementedError

@@ -24,6 +24,10 @@ from orchestrator.tools.spec import FunctionToolSpec
 from orchestrator.tools.workers import Deadline, run_async, run_sync
 
 
+# Types of the modules that import this package, named without importing them (no import cycle):
+Catalog = Any          # orchestrator.catalog.Catalog
+EpisodeState = Any     # orchestrator.context.EpisodeState
+
 log = logging.getLogger("toolorchestra.tools")
 RETRY_BROKEN_S = 30.0
 RECORD_CHARS = 2000          # the record keeps this much of an output (the context gets it all)
@@ -70,7 +74,7 @@ class Toolbox:
                          broken=exc)
                 for name in kind.stand_ins(spec)]
 
-    def offered(self, catalog: "Catalog", task: str = "qa", runtime=None, taken: set[str] = frozenset()) -> list[Function]:
+    def offered(self, catalog: Catalog, task: str = "qa", runtime=None, taken: set[str] = frozenset()) -> list[Function]:
         """The functions of every function tool of `catalog` that episodes of `task` offer.  A
         name already taken (by another tool) is left out, with a warning naming the fix."""
         out: list[Function] = []
@@ -87,8 +91,8 @@ class Toolbox:
                 out.append(fn)
         return out
 
-    def invoke(self, fn: Function, arguments: dict[str, Any], catalog: "Catalog",
-               state: "EpisodeState | None" = None, runtime=None) -> tuple[ExpertCall, str]:
+    def invoke(self, fn: Function, arguments: dict[str, Any], catalog: Catalog,
+               state: EpisodeState | None = None, runtime=None) -> tuple[ExpertCall, str]:
         """Call `fn`; return its record (output cut to RECORD_CHARS, error, cost, latency) and
         the whole output text (what the episode's context gets: the output, or the error)."""
         spec = fn.spec
