@@ -328,6 +328,11 @@ def _problem(err: dict, data: Any) -> str:
         if model is not None and issubclass(model, AliasToolSpec) and key in ("url", "handler", "command", "per_call"):
             msg += (f"; a {_kind_of(_node(data, loc[:-1]))} tool picks a model alias: for a web service, a Python "
                     f"function or an MCP server use kind http, python or mcp (docs/tools.md)")
+    elif err["type"] == "union_tag_not_found" and not isinstance(err.get("input"), dict):
+        msg = (f"expected a tool entry (an object with `name` and `kind`), got {type(err.get('input')).__name__} "
+               f"{json.dumps(err.get('input'))[:60]}")
+    elif not loc and err["type"] in ("model_type", "dict_type"):
+        msg = "expected a JSON object with `tools` and `prices` (see the repository's tools.json)"
     elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         kind = _kind_of(err.get("input"))
         path = f"{path}.kind"
