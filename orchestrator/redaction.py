@@ -94,3 +94,9 @@ def install_log_redaction() -> None:
         if not getattr(current, "redacting", False):
             logging.setLogRecordFactory(_redacted_record_factory(current))
         _installed = True
+
+
+def loguru_patcher(record: dict) -> None:
+    """For loguru (tau2 logs through it): `logger.configure(patcher=loguru_patcher)` redacts each
+    message as the logging records above are."""
+    record["message"] = redact(record["message"])

@@ -12,8 +12,11 @@ Two budgets bound every call (units: seconds):
   wait did not fit (`AttemptError.gave_up`).  Every registry entry has a deadline
   (registry.DEFAULT_DEADLINE_S unless it sets its own).
 
+Every reply body is capped too (`CappedTransport`, the registry's `max_reply_bytes`): a body
+past the cap is cut while it streams in, never held whole (ReplyTooLarge, retried like a 5xx).
+
 Which errors are worth retrying: timeouts, refused/broken connections, HTTP 408/409/429
-and 5xx.  Everything else (bad request, wrong key, unknown model) fails at once.  Waits
+and 5xx, and 2xx replies that are malformed (replies.py) or too big.  Everything else (bad request, wrong key, unknown model) fails at once.  Waits
 grow exponentially with jitter (tenacity's `wait_exponential_jitter`) and are never
 shorter than the server's `Retry-After` (or `retry-after-ms`) header.
 """
