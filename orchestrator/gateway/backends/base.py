@@ -62,6 +62,8 @@ def attempt_error(exc: Exception, sdk, *, endpoint: str, timeout: float) -> Atte
     """Translate what one attempt raised into an AttemptError at `endpoint` (None: neither an SDK
     error nor an AttemptError): the SDK's errors, and the gateway's own from inside the HTTP client
     (a reply over the size cap) or from reading the reply.  Texts are redacted by AttemptError."""
+    if isinstance(exc.__cause__, AttemptError):     # the anthropic SDK wraps what the HTTP client raised
+        exc = exc.__cause__
     if isinstance(exc, AttemptError):
         if exc.endpoint is None:
             exc.endpoint = endpoint

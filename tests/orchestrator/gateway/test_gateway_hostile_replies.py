@@ -103,6 +103,16 @@ def test_endless_body_stops_at_the_cap_without_holding_it(registry):
     assert streamed < 64 * MiB, streamed         # the client hung up: the server stopped streaming
 
 
+def test_anthropic_endless_body_stops_at_the_cap(registry, monkeypatch):
+    monkeypatch.setenv("EMULATOR_KEY", "anthropic-test-key-0123")
+    with ProviderEmulator({}, faults={"*": "endless"}) as emu:
+        registry({"c": {"backend": "anthropic", "model": "claude-sonnet-4", "base_url": emu.root,
+                        "api_key_env": "EMULATOR_KEY", "price_model": "claude-sonnet-4", "max_reply_bytes": MiB}})
+        err, _ = elapsed(lambda: get_llm_response("c", MSG, max_retries=0))
+    assert type(err) is LLMCallError and err.retryable, repr(err)
+    assert f"{emu.root}: reply body over max_reply_bytes {MiB} (1 MiB)" in str(err), str(err)
+
+
 def test_300_mb_content_length_is_refused_before_reading(registry):
     with ProviderEmulator({}, faults={"*": "huge_declared"}) as emu:
         registry({"m": {"backend": "vllm", "base_url": emu.base_url, "price_model": "Qwen3-32B"}})
