@@ -7,7 +7,11 @@ from orchestrator.redaction import redact
 
 
 class GatewayConfigError(ValueError):
-    """A problem in configs/models.yaml or an endpoints file, as one line: file, key, problem."""
+    """A problem in configs/models.yaml or an endpoints file, as one line: file, key, problem
+    (redacted too: a preflight's line may quote what a server answered)."""
+
+    def __init__(self, message: str = "", *args):
+        super().__init__(redact(str(message)), *args)
 
 
 class UnknownModelError(GatewayConfigError, KeyError):

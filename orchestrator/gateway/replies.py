@@ -68,7 +68,7 @@ class AnthropicBlock(_Shape):
     input: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _fields_of_its_type(self) -> "AnthropicBlock":
+    def _fields_of_its_type(self) -> AnthropicBlock:
         if self.type == "text" and self.text is None:
             raise ValueError("a text block needs `text` (a string)")
         if self.type == "tool_use" and (self.name is None or self.input is None or self.id is None):
@@ -96,7 +96,7 @@ def _field(loc: tuple) -> str:
     return ".".join(str(p) for p in loc) or "(top level)"
 
 
-def read_reply(response: Any, schema: type[ChatCompletionReply] | type[MessageReply], *, endpoint: str,
+def read_reply(response: Any, schema: type[ChatCompletionReply | MessageReply], *, endpoint: str,
                max_tokens: int | None, context_window: int | None = None):
     """`response` (an httpx2.Response already read, within the size cap) validated as `schema`.
 

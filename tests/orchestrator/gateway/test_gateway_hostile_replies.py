@@ -66,9 +66,9 @@ def test_pool_with_one_bad_replica_answers_10_of_10_calls(registry, tmp_path, fa
     assert bad.fault_hits >= 1 and good.requests == 10
 
 
-@pytest.mark.parametrize("fault,expected", [("usage_negative", "usage.output_tokens: Input should be greater than or "
-                                                               "equal to 0"),
-                                            ("usage_string", "usage: Input should be a valid dictionary")])
+@pytest.mark.parametrize("fault,expected", [
+    ("usage_negative", "usage.output_tokens: Input should be greater than or equal to 0"),
+    ("usage_string", "usage: Input should be a valid dictionary")])
 def test_anthropic_reply_of_the_wrong_shape_is_a_call_error(registry, monkeypatch, fault, expected):
     monkeypatch.setenv("EMULATOR_KEY", "anthropic-test-key-0123")
     with ProviderEmulator({}, faults={"*": fault}) as emu:

@@ -30,7 +30,7 @@ def test_a_key_echoed_by_the_provider_is_in_no_file_log_or_stream_of_the_run(tmp
         run = subprocess.run([sys.executable, str(REPO / "evaluation" / "run_hle.py"), "--profile", "paper",
                               "--model", "Qwen3-8B", "--data", "data.jsonl", "--retriever", emu.root,
                               "--output", "out", "--no-progress", "--max-turns", "3"],
-                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     assert emu.fault_hits >= 2                      # the page echoing the key was served (and retried)
     written = sorted(p for p in tmp_path.rglob("*") if p.is_file())
