@@ -5,8 +5,8 @@
     redact("key sk-abc123... rejected")        # -> "key sk-***REDACTED*** rejected"
 
 Two rules: by value (every secret registered with add_secret, e.g. each API key the gateway's
-registry or a tool reads from the environment) and by pattern (`sk-...` keys, masked forms such
-as `sk-abc***wxyz`, `Bearer ...` tokens, `x-api-key: ...` / `api_key=...` pairs), so a provider
+registry or a tool reads from the environment) and by pattern (`sk-...` keys, half-masked forms
+such as `sk-abc***wxyz` or any other token holding `***`, `Bearer ...` tokens, `x-api-key: ...` / `api_key=...` pairs), so a provider
 that echoes a key we never registered is still masked.
 
 Where it is applied: the gateway's errors redact their own message when they are created
@@ -29,6 +29,8 @@ _secrets: set[str] = set()
 _lock = threading.Lock()
 _PATTERNS = (
     re.compile(r"(?<![A-Za-z0-9])(sk-)(?!(?:ant-|proj-)?\*{3}REDACTED\*{3})[A-Za-z0-9_\-]*\*{3,}[A-Za-z0-9_\-]*"),
+    # any other key a provider echoed half-masked ("key emu-12***89 is invalid"): the whole token
+    re.compile(r"(?<!\S)()(?=\S*\*{3})(?!\S*REDACTED)\S+"),
     re.compile(r"(?<![A-Za-z0-9])(sk-(?:ant-|proj-)?)[A-Za-z0-9_\-]{8,}"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-.=:+/]{8,}"),
     re.compile(r"(?i)((?:x-api-key|api[_-]?key|authorization|access[_-]?token)[\"']?\s*[:=]\s*[\"']?)"

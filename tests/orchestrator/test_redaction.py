@@ -34,6 +34,7 @@ def test_masked_key_forms_are_masked_and_redaction_is_idempotent():
     assert "abc" not in out and "wxyz" not in out and "cd" not in out.split("sk-")[-1]
     assert out == f"Incorrect API key provided: sk-{MASK}. sk-{MASK}"
     assert redact(out) == out
+    assert redact("key emu-Zq7-***5521 is invalid") == f"key {MASK} is invalid"     # any half-masked token
 
 
 def test_values_only_leaves_key_like_text_that_is_no_registered_secret():

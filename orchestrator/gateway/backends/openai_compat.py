@@ -66,8 +66,8 @@ def _convert_tool_calls(raw) -> list[ToolCall] | None:
     for tc in raw:
         fn = tc.function
         try:
-            args = fn.arguments if isinstance(fn.arguments, dict) else json.loads(
-                redact(fn.arguments or "{}", patterns=False))
+            text = json.dumps(fn.arguments) if isinstance(fn.arguments, dict) else fn.arguments or "{}"
+            args = json.loads(redact(text, patterns=False))
         except json.JSONDecodeError:
             log.warning("dropping tool call %r: arguments are not JSON: %.120r", fn.name, fn.arguments)
             continue
