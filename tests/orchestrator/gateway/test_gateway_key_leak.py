@@ -41,3 +41,20 @@ def test_a_key_echoed_by_the_provider_is_in_no_file_log_or_stream_of_the_run(tmp
     # the provider's page itself was kept, masked: in the records, the viewer and the logged retries
     for name in ("out/results.jsonl", "out/viewer.html", "stderr"):
         assert "Signed in as ***REDACTED***" in texts[name], name
+
+
+def test_reply_text_and_tool_arguments_echoing_the_key_are_masked(tmp_path, monkeypatch):
+    from test_gateway_fakes import FakeServer, write_registry
+
+    from LLM_CALL import get_llm_response
+    from orchestrator.redaction import MASK
+
+    monkeypatch.setenv("LEAK_TEST_KEY", KEY)
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": json.dumps({"k": f"use {KEY}"})}}
+    with FakeServer(["ok"], text=f"your key is {KEY}; api_key=os.environ['K']", tool_calls=[call]) as srv:
+        monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(write_registry(tmp_path / "models.yaml", {
+            "m": {"backend": "openai", "base_url": srv.url, "api_key_env": "LEAK_TEST_KEY", "price_model": "gpt-5"}})))
+        r = get_llm_response("m", [{"role": "user", "content": "hi"}])
+    assert srv.requests[0]["headers"]["authorization"] == f"Bearer {KEY}"       # the key was sent
+    assert r.text == f"your key is {MASK}; api_key=os.environ['K']"           # by value only: the code stays
+    assert r.tool_calls[0].arguments == {"k": f"use {MASK}"}
