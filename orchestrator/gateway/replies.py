@@ -35,9 +35,20 @@ class OpenAIToolCall(_Shape):
     function: OpenAIFunction
 
 
+class OpenAIContentPart(_Shape):
+    type: str
+    text: str | None = None
+
+
 class OpenAIMessage(_Shape):
-    content: str | None = None
+    content: str | list[OpenAIContentPart] | None = None    # a list of parts: some providers' form
     tool_calls: list[OpenAIToolCall] | None = None
+
+    def text(self) -> str:
+        """The reply text: the string, or the `text` parts joined (others, e.g. thinking, left out)."""
+        if isinstance(self.content, list):
+            return "".join(p.text or "" for p in self.content if p.type == "text")
+        return self.content or ""
 
 
 class OpenAIChoice(_Shape):

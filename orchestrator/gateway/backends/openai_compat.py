@@ -165,6 +165,6 @@ class OpenAICompatBackend:
             log.warning("%s via %s reported no usage; counting 0 tokens", self.name, endpoint)
         prompt, completion = reply.counts() or (0, 0)
         return BackendResult(
-            text=redact(choice.message.content or "", patterns=False),
+            text=redact(choice.message.text(), patterns=False),
             tool_calls=_convert_tool_calls(choice.message.tool_calls),
             usage=Usage(prompt, completion), endpoint=endpoint, finish_reason=choice.finish_reason)

@@ -8,7 +8,7 @@ import tracemalloc
 import httpx2
 import pytest
 from provider_emulator import SHAPE_FAULTS, ProviderEmulator
-from test_gateway_fakes import elapsed, write_registry
+from test_gateway_fakes import FakeServer, elapsed, write_registry
 
 from LLM_CALL import LLMCallError, get_llm_response
 from orchestrator.gateway.endpoints import register_endpoint
@@ -142,3 +142,11 @@ def test_gzip_replies_are_inflated_and_read(registry):
         registry({"m": {"backend": "vllm", "base_url": emu.base_url, "price_model": "Qwen3-32B"}})
         r = get_llm_response("m", MSG, max_tokens=64)
     assert r.text.startswith("```python") and r.usage.completion_tokens > 0
+
+
+def test_content_given_as_a_list_of_parts_is_read(registry):
+    parts = [{"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "Tokyo"}, {"type": "text", "text": "!"}]
+    with FakeServer(["ok"], text=parts, usage=(10, 5)) as srv:
+        registry({"m": {"backend": "vllm", "base_url": srv.url, "price_model": "Qwen3-32B"}})
+        r = get_llm_response("m", MSG, max_tokens=64)
+    assert r.text == "Tokyo!" and (r.usage.prompt_tokens, r.usage.completion_tokens) == (10, 5)
