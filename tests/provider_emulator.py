@@ -363,7 +363,8 @@ class ProviderEmulator(MockBackend):
             return JSONResponse({"id": "msg_emu", "type": "message", "role": "assistant", "model": body["model"],
                                  "content": [{"type": "text", "text": content}], "stop_reason": "end_turn",
                                  "stop_sequence": None,
-                                 "usage": {"input_tokens": len(text) // 4 + 1, "output_tokens": len(content) // 4 + 1}})
+                                 "usage": {"input_tokens": len(text) // 4 + 1,
+                                           "output_tokens": min(len(content) // 4 + 1, body["max_tokens"])}})
 
         @app.post("/tokenize")
         async def tokenize(request: Request):
