@@ -180,7 +180,10 @@ def run(args: argparse.Namespace) -> int:
                                      tau2_version, user_simulator_info, write_tau2_results)
     from loguru import logger
 
+    from orchestrator.redaction import loguru_patcher
+
     logger.remove()
+    logger.configure(patcher=loguru_patcher)     # keys out of tau2's log lines (orchestrator/redaction.py)
     logger.add(sys.stderr, level=args.log_level)
     check_common(args)
     if args.num_trials < 1:
