@@ -149,10 +149,11 @@ def test_disk_usage_counts_blocks_once_per_file(tmp_path):
 def test_descendants_lists_the_tree_with_threads():
     import subprocess
     import sys
-    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, threading, time\n"
-                              "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
-                              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
-                              "print(p.pid, flush=True)\ntime.sleep(30)\n"], stdout=subprocess.PIPE, text=True)
+    code = ("import subprocess, sys, threading, time\n"
+            "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+            "print(p.pid, flush=True)\ntime.sleep(30)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     grandchild = int(child.stdout.readline())
     try:
         assert descendants(child.pid) == {child.pid: 2, grandchild: 1}
