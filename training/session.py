@@ -234,7 +234,12 @@ def _collect(s: Session, step: int, batch: list[Task], should_stop: Callable[[],
                             rollouts_per_task=cfg.rollout.rollouts_per_task, seed=cfg.run.seed, step=step,
                             price_model=cfg.model.price_model, concurrency=cfg.rollout.concurrency,
                             should_stop=should_stop, on_done=on_done, unconstrained_logprobs=unconstrained_logprobs,
-                            **more)
+                            max_prompt_tokens=prompt_cap(cfg), **more)
+
+
+def prompt_cap(cfg: TrainConfig) -> int | None:
+    """Tokens a rollout turn's templated prompt is cut to (`rollout.prompt_truncation: middle`), or None."""
+    return cfg.rollout.context_tokens if cfg.rollout.prompt_truncation == "middle" else None
 
 
 def _after_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollout]], metrics: dict[str, Any],
