@@ -16,7 +16,7 @@ its weights are more than s updates older than the step that trains it (it would
 
 Not modelled: decoding slowing down with more rows in flight, the update and decoding sharing the
 GPU, compile time, a batch's rollouts queueing for `rollout.concurrency` threads (all of a batch's
-rollouts run at once here, as bench/async_rollouts.py sets it).  On the H200 (docs/training.md) the measured batch-order runs are the check on it.
+rollouts run at once here, as bench/async_rollouts.py sets it).  On the H200 (docs/async-training.md) the measured batch-order runs are the check on it.
 """
 from __future__ import annotations
 

@@ -226,6 +226,9 @@ class ReferenceTimer:
         self.scope["micro_logprobs"] = self.original
 
 
+from training.compile_cache import load_compile_artifacts, save_compile_artifacts  # noqa: E402 (after sys.path)
+
+
 def run_ours(path: Path, tok, prompts: list[str], args, device: torch.device) -> list[dict]:
     from orchestrator.engine import SamplingParams
     from training.algorithms import compute_advantages
@@ -270,6 +273,8 @@ def run_ours(path: Path, tok, prompts: list[str], args, device: torch.device) ->
                           "prompt_tokens": sum(len(p) for p in batch), "compiles": compiled_graphs() - graphs,
                           "lengths": [len(g.token_ids) for g in gens]})
             print(f"ours step {i + 1}: {steps[-1]}", flush=True)
+            if i == 0 and args.compile_artifacts:   # what step 1 compiled, for a later process (run.compile_artifacts)
+                print(f"compile artifacts: {save_compile_artifacts(str(args.compile_artifacts))} bytes written", flush=True)
     finally:
         ref_timer.close()
         learner.close()
@@ -409,7 +414,11 @@ def main() -> int:
     parser.add_argument("--trl-steps", type=int, default=3, help="TRL steps (the first reported apart)")
     parser.add_argument("--sides", nargs="+", default=["ours", "trl"], choices=["ours", "trl", "trl-static"])
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--compile-artifacts", type=Path,
+                        help="run.compile_artifacts: load this file before our side compiles, else write it after step 1")
     args = parser.parse_args()
+    if args.compile_artifacts:
+        print(load_compile_artifacts(str(args.compile_artifacts)) or "compile artifacts: none yet", flush=True)
     device = torch.device(args.device)
     info = {"args": {k: str(v) for k, v in vars(args).items()}, "torch": torch.__version__}
     if device.type == "cuda":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU benches, each one device call of < 10 minutes on one H200 (logs and JSON to $OUT):
-#   bash bench/gpu_suite.sh e2e        # a whole GRPO step on varied lengths, ours (cold, warm) vs TRL GRPOTrainer.train()
+#   bash bench/gpu_suite.sh e2e        # a whole GRPO step on varied lengths, ours (cold; fresh caches + the cold run's
+#                                      # run.compile_artifacts file; warm) vs TRL GRPOTrainer.train()
 #   bash bench/gpu_suite.sh e2e-fixed  # the same on the old fixed shape (every row to the cap)
 #   bash bench/gpu_suite.sh compile-cold  # cold compile seconds and graphs per phase: previous (whole) vs regional
 #   bash bench/gpu_suite.sh regress    # policy-update MFU and decode share of the bound at 0.6B
@@ -29,8 +30,17 @@ case "$call" in
   e2e)   # variable-length steps (forced EOS, varied prompts): ours cold (fresh compile caches), then warm + TRL
     export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-e2e TRITON_CACHE_DIR=/tmp/triton-e2e
     rm -rf "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR"
-    timeout 150 python3 bench/gpu_grpo_e2e.py --sides ours $E2E_OURS --json "$OUT/e2e_cold.json" > "$OUT/e2e_cold.log" 2>&1
-    echo "gpu_grpo_e2e cold rc=$?"; grep -E "^ours |^\||Error" "$OUT/e2e_cold.log" | cut -c1-900
+    rm -f /tmp/e2e-artifacts.bin   # the cold run writes what its step 1 compiled (run.compile_artifacts)
+    timeout 150 python3 bench/gpu_grpo_e2e.py --sides ours $E2E_OURS --compile-artifacts /tmp/e2e-artifacts.bin \
+      --json "$OUT/e2e_cold.json" > "$OUT/e2e_cold.log" 2>&1
+    echo "gpu_grpo_e2e cold rc=$?"; grep -E "^ours |^\||^compile art|Error" "$OUT/e2e_cold.log" | cut -c1-900
+    # a fresh process, other empty cache folders, only the artifacts file carried over (a new node or container)
+    export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-e2e-art TRITON_CACHE_DIR=/tmp/triton-e2e-art
+    rm -rf "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR"
+    timeout 130 python3 bench/gpu_grpo_e2e.py --sides ours $E2E_OURS --compile-artifacts /tmp/e2e-artifacts.bin \
+      --json "$OUT/e2e_artifacts.json" > "$OUT/e2e_artifacts.log" 2>&1
+    echo "gpu_grpo_e2e artifacts rc=$?"; grep -E "^ours |^\||^run.compile_art|Error" "$OUT/e2e_artifacts.log" | cut -c1-900
+    export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-e2e TRITON_CACHE_DIR=/tmp/triton-e2e
     timeout 250 python3 bench/gpu_grpo_e2e.py --sides ours trl trl-static $E2E_OURS $E2E_TRL \
       --json "$OUT/e2e_warm.json" > "$OUT/e2e_warm.log" 2>&1
     echo "gpu_grpo_e2e warm rc=$?"; grep -E "^ours |^trl|^\||ours /|Error" "$OUT/e2e_warm.log" | cut -c1-900

@@ -10,7 +10,7 @@ call is the mean expert cost of its calls on that kind of question in the run (p
 then over the extra folders, where the run never called it); the orchestrator's own cost is the
 mean over the run's two-turn episodes.  Prints each alias's price per call, the start's cost per
 task (`initial`, `cost` preset), that perfect routing, and the policy that sends every lookup to
-the deep search, with their cuts. docs/training.md (sixth round) quotes it.
+the deep search, with their cuts. docs/history.md (sixth round) quotes it.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ answer decision of every held-out task (the answer turn, with the task's evidenc
 averaged: a policy that reads the line puts more on it under `favour` than under the others.
 Exact probabilities at temperature 1 (no sampling); greedy experts; one thread.  About 4-5 min
 of one core with 12 warm-up epochs; more with the defaults' 24 (a lone quickstart run's warm-up
-stage: 231 s at 24 epochs, 164 s at 12).  docs/training.md (fourth round) quotes its output.
+stage: 231 s at 24 epochs, 164 s at 12).  docs/history.md (fourth round) quotes its output.
 """
 from __future__ import annotations
 

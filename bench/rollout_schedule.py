@@ -10,7 +10,7 @@ Everything but the GPU is real: one thread per rollout, the episode loop and its
 BatchingEngine and its worker thread.  The engine (`ModelledEngine`) splits a call into
 `max_batch` chunks as HFEngine does and sleeps, per chunk, what the static decoder
 (orchestrator/engines/hf_static.py) costs for it on one H200 for the Qwen3-0.6B body
-(docs/benchmarks.md, "GPU: rollout decode" and its "new shapes" table, 64 rows, 64 new tokens):
+(docs/history.md, "GPU: rollout decode" and its "new shapes" table, 64 rows, 64 new tokens):
 
     seconds = a(rows, width) + steps x b(rows) [+ CAPTURE_S when (rows, cache length) is not one
               of the decoder's 2 kept shapes]

@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--toolscale-domains", default=None, metavar="DIR",
                    help="(--toolscale) folder of domain folders <domain>/{db.json, policy.md[, tools.py]}, "
                         "e.g. ../shared/benchmarks/toolscale/domains")
+    p.add_argument("--toolscale-upstream", default=None, metavar="CHECKOUT",
+                   help="(--toolscale) a ToolOrchestra checkout: its domains run on upstream's own tau2 tools "
+                        "(training/rollout/tau2/domains/<domain>/, imported at run time); the others on their "
+                        "tools.py or the generic toolkit. Default --toolscale-domains: CHECKOUT/data/tau2/domains")
     p.add_argument("--toolscale-split", default="train", help="(--toolscale hub id) the split to read")
     p.add_argument("--skip-unknown-domains", action="store_true",
                    help="(--toolscale) count and skip records whose domain has no folder, instead of stopping")
@@ -125,9 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.tau2 and not args.qa and not args.toolscale:
         p.error("give at least one --tau2 DIR, --qa FILE or --toolscale PATH_OR_HUB_ID")
+    if args.toolscale_upstream and not args.toolscale:
+        p.error("--toolscale-upstream needs --toolscale PATH_OR_HUB_ID (the records); to list a checkout's domains: "
+                "python -m data_synthesis.toolscale --toolscale-upstream CHECKOUT --list")
+    if args.toolscale and not args.toolscale_domains and args.toolscale_upstream:
+        from data_synthesis.toolscale import upstream_data_dir
+        args.toolscale_domains = str(upstream_data_dir(Path(args.toolscale_upstream)))
     if args.toolscale and not args.toolscale_domains:
-        p.error("--toolscale needs --toolscale-domains DIR (the domain folders: db.json, policy.md[, tools.py]), "
-                "e.g. ../shared/benchmarks/toolscale/domains")
+        p.error("--toolscale needs --toolscale-domains DIR (the domain folders: db.json, policy.md[, tools.py]) or "
+                "--toolscale-upstream CHECKOUT, e.g. --toolscale-domains ../shared/benchmarks/toolscale/domains")
     try:
         eval_sets = {} if args.allow_eval_overlap else {**shipped_sets(), **parse_eval_sets(args.eval_set)}
         catalog = load_catalog(args.catalog)
@@ -165,6 +175,10 @@ def toolscale_examples(args: argparse.Namespace, catalog, cfg, eval_sets: dict[s
     from data_synthesis.toolscale import check_records, convert, load_records
 
     out = Path(args.out)
+    upstream = Path(args.toolscale_upstream) if args.toolscale_upstream else None
+    if upstream is not None:
+        from orchestrator.upstream_domains import checkout_domains
+        checkout_domains(upstream)   # a bad checkout fails here, before the records are read
     records = load_records(args.toolscale, args.toolscale_split)
     if not records:
         raise ValueError(f"--toolscale {args.toolscale}: no records read")
@@ -172,8 +186,8 @@ def toolscale_examples(args: argparse.Namespace, catalog, cfg, eval_sets: dict[s
     sets = {} if args.allow_eval_overlap else {**eval_sets, **tau2_bench_sets()}
     with tqdm(total=len(records), desc="toolscale records", unit="record", file=sys.stderr) as bar:
         conv = convert(records, args.toolscale, Path(args.toolscale_domains), out, sets,
-                       args.skip_unknown_domains, progress=bar.update)
-    summary = {"source": args.toolscale, "domains_dir": args.toolscale_domains,
+                       args.skip_unknown_domains, progress=bar.update, upstream=upstream)
+    summary = {"source": args.toolscale, "domains_dir": args.toolscale_domains, "upstream": args.toolscale_upstream,
                "eval_sets": sorted(sets), **conv.summary()}
     atomic_write(out / "summary.json", dump_json({"toolscale": summary}))
     Console(stderr=True).print(toolscale_table(summary))
@@ -192,12 +206,14 @@ def toolscale_table(summary: dict):
 
     table = Table(title=f"ToolScale {summary['source']}: {summary['kept']} of {summary['records']} records kept")
     for col, justify in (("domain", "left"), ("records", "right"), ("kept", "right"), ("rejected", "right"),
-                         ("toolkit", "left")):
+                         ("could run, per toolkit", "left"), ("toolkit", "left")):
         table.add_column(col, justify=justify)
     for name, d in summary["domains"].items():
-        table.add_row(name, str(d["generated"]), str(d["kept"]), str(d["generated"] - d["kept"]), d["toolkit"] or "")
+        runs = ", ".join(f"{kind} {n}" for kind, n in d.get("runs", {}).items())
+        table.add_row(name, str(d["generated"]), str(d["kept"]), str(d["generated"] - d["kept"]), runs,
+                      d["toolkit"] or "")
         for reason, n in d["dropped"].items():
-            table.add_row(f"  {reason}", "", "", str(n), "")
+            table.add_row(f"  {reason}", "", "", str(n), "", "")
     return table
 
 

@@ -11,9 +11,20 @@ snapshot of the hub dataset: `data/train-*.parquet`), or a hub id read with `dat
 
 Each record's domain is a folder `<domains>/<domain>/` with db.json and policy.md (the shared
 copy has seven of the ten domains) and optionally tools.py (docs/data_synthesis.md, "tools.py
-contract").  The release ships no tool code, so without a tools.py the domain gets the generic
-toolkit derived from its db.json (the offline pipeline's); a gold action calling a tool the
-toolkit lacks, or with arguments it does not take, is then rejected like any failing action.
+contract").  The dataset ships no tool code; upstream's tools live in a ToolOrchestra checkout
+(training/rollout/tau2/domains/<domain>/).  Each domain's toolkit, first that applies:
+
+1. `--toolscale-upstream CHECKOUT` has the domain: upstream's own tau2 toolkit, imported from the
+   checkout at run time (orchestrator/upstream_domains.py); the output folder gets db.json,
+   policy.md and `upstream.json` (the checkout's path), no tools.py;
+2. the domain folder has a tools.py: that one;
+3. else the generic toolkit derived from its db.json (the offline pipeline's).
+
+A gold action calling a tool the toolkit lacks, or with arguments it does not take, is rejected
+like any failing action.  Under upstream's tools every record is also replayed on the generic
+toolkit, only to count: the summary's `runs` says how many records each toolkit could run.
+
+    python -m data_synthesis.toolscale --toolscale-upstream CHECKOUT --list   # domains, tool counts
 Every record is checked in order: evaluation overlap (contamination.py), tau2 task shape,
 gold-action replay on a fresh database (verify.py); rejections are counted per domain and reason.
 
@@ -23,9 +34,13 @@ dropped again and timestamps written back as ISO text (a date at midnight as YYY
 """
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import re
+import sys
+import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +56,15 @@ from data_synthesis.offline import (
 from data_synthesis.tasks import difficulty
 from data_synthesis.verify import Tally, replay_reason, task_shape_reason
 from orchestrator.domain import Domain, SchemaError, load_domain
+from orchestrator.upstream_domains import (
+    DATA_DIR,
+    UpstreamDomain,
+    UpstreamError,
+    checkout_domains,
+    load_upstream_domain,
+    skipped_domains,
+    write_marker,
+)
 
 INSTRUCTION_FIELDS = ("task_instructions", "reason_for_call", "known_info", "unknown_info", "domain")
 NULLABLE = ("known_info", "unknown_info")      # tau2 allows None there; the key must still be present
@@ -203,14 +227,22 @@ def to_task(record: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ domains
+GENERIC = "generic toolkit derived from db.json (no tools.py)"
+
+
 @dataclass
 class DomainEnv:
-    """One domain's output folder, loaded, and where its tools came from."""
+    """One domain's output folder, loaded, and where its tools came from.  `domain` is a tools.py
+    folder (orchestrator/domain.py) or upstream's toolkit (orchestrator/upstream_domains.py); both
+    give `db`, `fresh_db()`, `call()`, `tool_types`.  `kind`: upstream, tools.py or generic;
+    `generic`: with upstream's tools, the generic toolkit too (to count what it could run)."""
 
     name: str
     path: Path
-    domain: Domain
+    domain: Domain | UpstreamDomain
     toolkit: str
+    kind: str = "generic"
+    generic: Domain | None = None
 
     def call(self, db: dict, name: str, arguments: dict) -> Any:
         return self.domain.call(db, name, arguments)
@@ -220,18 +252,36 @@ def available_domains(domains_dir: Path) -> list[str]:
     return sorted(p.name for p in domains_dir.iterdir() if (p / "db.json").is_file())
 
 
-def prepare_domain(src: Path, out: Path) -> DomainEnv:
-    """Write the domain folder `out` from `src` (db.json, policy.md, tools.py: copied when `src`
-    has a tools.py, else the generic toolkit derived from db.json) and load it."""
+def generic_domain(src: Path) -> Domain:
+    """The generic toolkit of `src`'s db.json, loaded from a scratch folder (nothing kept on disk)."""
+    with tempfile.TemporaryDirectory(prefix="toolscale-generic-") as tmp:
+        write_environment(resolve_source(src), Path(tmp) / src.name)
+        return load_domain(Path(tmp) / src.name)
+
+
+def prepare_domain(src: Path, out: Path, upstream: Path | None = None) -> DomainEnv:
+    """Write the domain folder `out` from `src` and load it: upstream's tools when the checkout
+    `upstream` has the domain (db.json, policy.md, upstream.json), else `src`'s tools.py (copied),
+    else the generic toolkit derived from db.json."""
+    if upstream is not None and src.name in checkout_domains(upstream):
+        for name in ("db.json", "policy.md"):
+            if (src / name).is_file():
+                atomic_write(out / name, (src / name).read_text(encoding="utf-8"))
+        write_marker(out, upstream, src.name)
+        domain = load_upstream_domain(upstream, src.name, data_dir=out)
+        return DomainEnv(src.name, out, domain, domain.toolkit_label, "upstream", generic_domain(src))
     if (src / "tools.py").is_file():
         for name in DOMAIN_FILES:
             if (src / name).is_file():
                 atomic_write(out / name, (src / name).read_text(encoding="utf-8"))
-        toolkit = f"{src / 'tools.py'}"
-    else:
-        write_environment(resolve_source(src), out)
-        toolkit = "generic toolkit derived from db.json (no tools.py)"
-    return DomainEnv(src.name, out, load_domain(out), toolkit)
+        return DomainEnv(src.name, out, load_domain(out), f"{src / 'tools.py'}", "tools.py")
+    write_environment(resolve_source(src), out)
+    return DomainEnv(src.name, out, load_domain(out), GENERIC, "generic")
+
+
+def upstream_data_dir(checkout: Path) -> Path:
+    """Where a checkout keeps the domains' db.json and policy.md (the default --toolscale-domains)."""
+    return checkout / DATA_DIR
 
 
 # ------------------------------------------------------------------------------------------ converting
@@ -243,6 +293,8 @@ class Conversion:
     tallies: dict[str, Tally] = field(default_factory=dict)
     rejected_ids: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     envs: dict[str, DomainEnv] = field(default_factory=dict)
+    runs: dict[str, Counter] = field(default_factory=dict)   # domain -> {toolkit kind: records it could run}
+    upstream: Path | None = None                             # --toolscale-upstream
 
     def reject(self, domain: str, reason: str, rid: str) -> None:
         head = self.tallies[domain].drop(reason)
@@ -254,7 +306,11 @@ class Conversion:
         domains = {}
         for name, tally in self.tallies.items():
             env = self.envs.get(name)
-            domains[name] = {"toolkit": env.toolkit if env else None, **tally.as_dict(),
+            runs = dict(self.runs.get(name, {}))
+            if env is not None:   # every toolkit tried, also one that ran none
+                runs = {env.kind: runs.get(env.kind, 0), **({"generic": runs.get("generic", 0)} if env.generic
+                                                             else {})}
+            domains[name] = {"toolkit": env.toolkit if env else None, **tally.as_dict(), "runs": runs,
                              "rejected_ids": self.rejected_ids.get(name, {})}
         total = sum(t.generated for t in self.tallies.values())
         kept = sum(t.kept for t in self.tallies.values())
@@ -282,12 +338,14 @@ def check_records(records: list[dict], source: str, domains_dir: Path, skip_unkn
 
 
 def convert(records: list[dict], source: str, domains_dir: Path, out: Path, eval_sets: dict[str, set[str]],
-            skip_unknown_domains: bool = False, progress: Callable[[int], None] | None = None) -> Conversion:
+            skip_unknown_domains: bool = False, progress: Callable[[int], None] | None = None,
+            upstream: Path | None = None) -> Conversion:
     """Check every record (shape errors raise), build each domain's folder once under
-    `out/domains/<domain>/`, and keep the records whose gold actions replay and that are in no
-    evaluation set.  Writes each domain's tasks.json."""
+    `out/domains/<domain>/` (on the checkout `upstream`'s tools where it has the domain), and keep
+    the records whose gold actions replay and that are in no evaluation set.  Writes each
+    domain's tasks.json."""
     known = check_records(records, source, domains_dir, skip_unknown_domains)
-    conv = Conversion()
+    conv = Conversion(upstream=upstream)
     seen: set[tuple[str, str]] = set()
     for i, rec in enumerate(records):
         name = rec["user_scenario"]["instructions"]["domain"]
@@ -324,13 +382,80 @@ def _verdict(conv: Conversion, rec: dict, rid: str, name: str, seen: set, known:
     env = conv.envs.get(name)
     if env is None:
         try:
-            env = conv.envs[name] = prepare_domain(domains_dir / name, out / "domains" / name)
+            env = conv.envs[name] = prepare_domain(domains_dir / name, out / "domains" / name, conv.upstream)
+        except UpstreamError as exc:
+            raise ToolScaleError(str(exc)) from None
         except SchemaError as exc:
             raise ToolScaleError(f"--toolscale-domains {domains_dir / name}: {exc}") from None
     task = to_task(rec)
     actions = [{"name": a["name"], "arguments": a["arguments"]} for a in task["evaluation_criteria"]["actions"]]
-    kinds = env.domain.tool_types
-    write = any(kinds.get(a["name"]) == "write" for a in actions)
-    reason = (task_shape_reason(task, set(kinds))
-              or replay_reason(env.call, env.domain.db, env.domain.fresh_db, actions, write))
+    reason = replay_verdict(env.domain, task, actions)
+    runs = conv.runs.setdefault(name, Counter())
+    runs[env.kind] += reason is None
+    if env.generic is not None:
+        runs["generic"] += replay_verdict(env.generic, task, actions) is None
     return reason, None if reason else task
+
+
+def replay_verdict(domain: Domain | UpstreamDomain, task: dict, actions: list[dict]) -> str | None:
+    """Why `task` cannot run on `domain`'s toolkit (its shape against the tool names, then its gold
+    actions replayed on a fresh database), or None."""
+    kinds = domain.tool_types
+    write = any(kinds.get(a["name"]) == "write" for a in actions)
+    return task_shape_reason(task, set(kinds)) or replay_reason(domain.call, domain.db, domain.fresh_db, actions, write)
+
+
+# ------------------------------------------------------------------------------------------ --list
+def list_upstream(checkout: Path, domains_dir: Path | None = None) -> tuple[list[str], list[str]]:
+    """(lines to print, error lines): each domain of the checkout with its number of tools, every
+    domain tried (one that fails to load is an error line, the others still listed)."""
+    lines, errors, total = [], [], 0
+    names = checkout_domains(checkout)
+    for name in names:
+        try:
+            dom = load_upstream_domain(checkout, name, domains_dir / name if domains_dir else None)
+        except UpstreamError as exc:
+            errors.append(str(exc))
+            continue
+        kinds = Counter(dom.tool_types.values())
+        total += len(dom.tool_types)
+        split = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+        lines.append(f"{name:<14} {len(dom.tool_types):>3} tools ({split})  {dom.tools_class.__name__} over "
+                     f"{dom.db_class.__name__} from {dom.db_path}")
+    head = f"{len(names) - len(errors)} ToolScale domains, {total} tools, upstream's code in {checkout}"
+    skipped = skipped_domains(checkout)
+    tail = [f"left out: {', '.join(skipped)} (tau2's own domains: the installed tau2 package runs them)"] if skipped else []
+    return [head, *lines, *tail], errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m data_synthesis.toolscale",
+                                description="ToolScale domains on upstream's own tau2 tools, imported from a "
+                                            "ToolOrchestra checkout (docs/data_synthesis.md). Converting records: "
+                                            "python -m data_synthesis.dataset --toolscale ... --toolscale-upstream ...")
+    p.add_argument("--toolscale-upstream", required=True, metavar="CHECKOUT",
+                   help="a ToolOrchestra checkout (training/rollout/tau2/domains/<domain>/, data/tau2/domains/<domain>/)")
+    p.add_argument("--toolscale-domains", default=None, metavar="DIR",
+                   help="the domains' db.json and policy.md, <domain>/ each (default: CHECKOUT/data/tau2/domains)")
+    p.add_argument("--list", action="store_true", help="load every domain and print it with its number of tools")
+    args = p.parse_args(argv)
+    if not args.list:
+        p.error("nothing to do: pass --list")
+    checkout = Path(args.toolscale_upstream)
+    domains_dir = Path(args.toolscale_domains) if args.toolscale_domains else None
+    if domains_dir is not None and not domains_dir.is_dir():
+        print(f"error: --toolscale-domains {domains_dir}: not a folder", file=sys.stderr)
+        return 1
+    try:
+        lines, errors = list_upstream(checkout, domains_dir)
+    except UpstreamError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    for line in errors:
+        print(f"error: {line}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

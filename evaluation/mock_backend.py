@@ -92,7 +92,9 @@ class MockBackend:
         else:
             message["content"] = "```python\nprint(6 * 7)\n```"
         out = message.get("content") or json.dumps(message.get("tool_calls"))
-        usage = {"prompt_tokens": len(text) // 4 + 1, "completion_tokens": len(out) // 4 + 1}
+        budget = body.get("max_completion_tokens") or body.get("max_tokens")     # a server never reports more
+        usage = {"prompt_tokens": len(text) // 4 + 1,
+                 "completion_tokens": min(len(out) // 4 + 1, budget if isinstance(budget, int) else 1 << 30)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return 200, {"id": "mock", "object": "chat.completion", "created": int(time.time()),
                      "model": body.get("model", "mock"), "usage": usage,

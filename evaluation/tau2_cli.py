@@ -53,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--domains", "--data", dest="domains", default="airline,retail,telecom",
                    help="comma-separated tau2 domains (default: %(default)s)")
     d.add_argument("--task-ids", help="comma-separated tau2 task ids (within each domain)")
+    d.add_argument("--toolscale-upstream", type=Path, metavar="CHECKOUT",
+                   help="a ToolOrchestra checkout: --domains may then name its ToolScale domains (bank, movie, ...), "
+                        "run on upstream's own tau2 tools imported from the checkout and scored by tau2's evaluator "
+                        "(needs --toolscale-tasks)")
+    d.add_argument("--toolscale-tasks", type=Path, metavar="PATH",
+                   help="(--toolscale-upstream) the ToolScale domains' tau2 tasks: a tasks.json, or the folder of "
+                        "<domain>/tasks.json that python -m data_synthesis.dataset --toolscale writes (OUT/domains)")
     d.add_argument("--num-trials", type=int, default=1,
                    help="trials (simulations) per task, each with tau2's seed for its index; the report gives "
                         "tau2's pass^1..k per domain. With --resume only the missing (task, trial) pairs run, "
@@ -169,19 +176,39 @@ def print_rescore(paths: list[Path], task_set: Path | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evaluation.tau2_run import (DOMAINS, Tau2Setup, load_jobs, simulate, task_set_version, tau2_version,
-                                     user_simulator_info, write_tau2_results)
+    from evaluation.tau2_run import (DOMAINS, Tau2Setup, load_jobs, register_toolscale, simulate, task_set_version,
+                                     tau2_version, user_simulator_info, write_tau2_results)
     from loguru import logger
 
+    from orchestrator.redaction import loguru_patcher
+
     logger.remove()
+    logger.configure(patcher=loguru_patcher)     # keys out of tau2's log lines (orchestrator/redaction.py)
     logger.add(sys.stderr, level=args.log_level)
     check_common(args)
     if args.num_trials < 1:
         raise CLIError(f"--num-trials must be >= 1, got {args.num_trials}")
     domains = [d.strip() for d in args.domains.split(",") if d.strip()]
-    unknown = [d for d in domains if d not in DOMAINS]
+    toolscale, toolscale_domains = None, []
+    if bool(args.toolscale_upstream) != bool(args.toolscale_tasks):
+        raise CLIError("--toolscale-upstream CHECKOUT and --toolscale-tasks PATH go together (the domains' tools and "
+                       "their tasks)")
+    if args.toolscale_upstream:
+        from orchestrator.upstream_domains import UpstreamError, checkout_domains
+        try:
+            toolscale_domains = checkout_domains(args.toolscale_upstream)
+        except UpstreamError as exc:
+            raise CLIError(str(exc)) from None
+    unknown = [d for d in domains if d not in DOMAINS and d not in toolscale_domains]
     if unknown or not domains:
-        raise CLIError(f"--domains {args.domains}: unknown {unknown}; choose from {list(DOMAINS)}")
+        raise CLIError(f"--domains {args.domains}: unknown {unknown}; choose from {list(DOMAINS) + toolscale_domains}"
+                       + ("" if args.toolscale_upstream else " (ToolScale domains: --toolscale-upstream CHECKOUT)"))
+    picked = [d for d in domains if d in toolscale_domains and d not in DOMAINS]
+    if picked:
+        try:
+            toolscale = register_toolscale(args.toolscale_upstream, args.toolscale_tasks, picked)
+        except ValueError as exc:   # UpstreamError too
+            raise CLIError(str(exc)) from None
     catalog = load_catalog(args.tools)
     out_dir = args.output or default_output("tau2", args.model, args.mode)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -215,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
               # tau2 as tau2 reports it: trials, the package, the task set, the user simulator
               "num_trials": args.num_trials, "tau2_version": tau2_version(),
               "task_set": {d: task_set_version(d) for d in domains},
+              "toolscale": {"checkout": str(args.toolscale_upstream.resolve()), "tasks": str(args.toolscale_tasks),
+                            "domains": toolscale} if toolscale else None,
               "user_simulator": user_simulator_info(settings, user.model)}
     config.update(tool_config)
     prepare_output(out_dir, config, args.resume, force=args.force)

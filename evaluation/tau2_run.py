@@ -114,6 +114,54 @@ def load_jobs(domains: list[str], task_ids: list[str] | None = None, limit: int 
             for trial in range(num_trials) for domain, t in picked]
 
 
+def toolscale_tasks(path: str | Path, domain: str) -> list[Tau2Task]:
+    """The tau2 tasks of ToolScale domain `domain` in `path`: a folder of domain folders
+    (`<path>/<domain>/tasks.json`, what `python -m data_synthesis.dataset --toolscale` writes to
+    OUT/domains) or one tasks.json (a JSON list of tau2 tasks; those whose
+    user_scenario.instructions.domain is `domain`).  ValueError names the file and the fix."""
+    path = Path(path)
+    file = path / domain / "tasks.json" if path.is_dir() else path
+    if not file.is_file():
+        raise ValueError(f"--toolscale-tasks {path}: {'no ' + str(file) if path.is_dir() else 'no such file'}; pass a "
+                         f"tasks.json or the folder of <domain>/tasks.json that python -m data_synthesis.dataset "
+                         f"--toolscale writes (OUT/domains)")
+    try:
+        rows = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--toolscale-tasks {file}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
+    if not isinstance(rows, list):
+        raise ValueError(f"--toolscale-tasks {file}: expected a JSON list of tau2 tasks")
+    if not path.is_dir():
+        rows = [r for r in rows if ((r.get("user_scenario") or {}).get("instructions") or {}).get("domain") == domain]
+    tasks = []
+    for i, row in enumerate(rows):
+        try:
+            tasks.append(Tau2Task.model_validate(row))
+        except Exception as exc:  # noqa: BLE001 - pydantic's error, first line
+            raise ValueError(f"--toolscale-tasks {file}: task #{i}: not a tau2 task: "
+                             f"{str(exc).splitlines()[0]}") from None
+    if not tasks:
+        raise ValueError(f"--toolscale-tasks {file}: no task of domain {domain!r}")
+    return tasks
+
+
+def register_toolscale(checkout: str | Path, tasks_path: str | Path, domains: list[str]) -> dict[str, dict]:
+    """Register each ToolScale domain of `domains` (upstream's tools from `checkout`, its tasks from
+    `tasks_path`) with tau2's registry under its name, so jobs, episodes and tau2's evaluator find
+    it as they find airline; returns {domain: what ran} for run_config.json."""
+    from orchestrator.tau2_env import register_upstream
+    from orchestrator.upstream_domains import load_upstream_domain
+
+    out = {}
+    for domain in domains:
+        upstream = load_upstream_domain(checkout, domain)
+        register_upstream(upstream, toolscale_tasks(tasks_path, domain))
+        out[domain] = {"toolkit": upstream.toolkit_label, "tools": len(upstream.tool_types),
+                       "db": str(upstream.db_path), "db_sha256": _sha256_file(upstream.db_path),
+                       "code": _folder_hashes(upstream.code_dir)}
+    return out
+
+
 def _sha256_file(path: Path) -> str:
     with path.open("rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()

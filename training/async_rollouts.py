@@ -1,4 +1,4 @@
-"""Asynchronous training with bounded staleness (`algorithm.max_staleness: s > 0`, docs/training.md).
+"""Asynchronous training with bounded staleness (`algorithm.max_staleness: s > 0`, docs/async-training.md).
 
 The rollouts of later steps are generated while the trainer updates on earlier ones, and a
 batch's slow tail no longer holds back the next batch's start (s = 1):

@@ -58,6 +58,8 @@ class RunConfig:
     compile_cache: str | None = None    # folder for torch.compile's Inductor/Triton caches (shared storage on a
                                         # cluster: later jobs and restarts start warm); None: torch's default
                                         # (training/compile_cache.py)
+    compile_artifacts: str | None = None  # one file of compiled kernels (torch.compiler's portable cache): loaded
+                                        # at start when present, else written after the first step
 
 
 @dataclass
@@ -107,6 +109,8 @@ class RolloutConfig:
     temperature: float = 1.0
     max_tokens: int = 8768              # per orchestrator turn (paper: max response 8,768)
     context_tokens: int = 24000         # paper: ~24k prompt cap
+    prompt_truncation: Literal["none", "middle"] = "none"   # a templated prompt over context_tokens: sent whole
+                                        # (none) or its middle cut out (middle: first half + last half, as upstream)
     constrained: bool = False           # constrained decoding: every turn is a valid call
     max_string_chars: int = ARG_MAX_CHARS   # constrained function calls (tau2): longest string argument
     concurrency: int = 64               # episodes in flight (threads); tool calls overlap

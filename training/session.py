@@ -35,7 +35,7 @@ from orchestrator.runtime import ToolRuntime
 from orchestrator.settings import OrchestratorSettings, Profile, ProfileError, load_profile
 from orchestrator.setup import build_runtime as build, load_prompts, loop_config
 from training import checkpoint as ckpt
-from training.compile_cache import use_compile_cache
+from training.compile_cache import load_compile_artifacts, save_compile_artifacts, use_compile_cache
 from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, save_run_config, to_dict
 from training.metrics_log import MetricsLogger
 from training.preflight import check_device, check_models
@@ -213,6 +213,7 @@ def train_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollo
     if cfg.algorithm.max_staleness > 0:   # asynchronous: each turn's version within the bound
         samples, stale = drop_stale(samples, step, cfg.algorithm.max_staleness)
     update = s.learner.update(samples, step)   # 5-6: also advances the LR schedule when samples is empty
+    save_compile_artifacts(cfg.run.compile_artifacts)   # once: after the first step that compiled
     rewards = [r for g in scored.rewards for r in g]
     metrics = {**rollout_metrics(groups), **update, "reward/mean": sum(rewards) / max(1, len(rewards)),
                "filter/groups_kept": float(scored.groups_kept), "filter/rollouts_kept": float(len(scored.rollouts)),
@@ -233,7 +234,12 @@ def _collect(s: Session, step: int, batch: list[Task], should_stop: Callable[[],
                             rollouts_per_task=cfg.rollout.rollouts_per_task, seed=cfg.run.seed, step=step,
                             price_model=cfg.model.price_model, concurrency=cfg.rollout.concurrency,
                             should_stop=should_stop, on_done=on_done, unconstrained_logprobs=unconstrained_logprobs,
-                            **more)
+                            max_prompt_tokens=prompt_cap(cfg), **more)
+
+
+def prompt_cap(cfg: TrainConfig) -> int | None:
+    """Tokens a rollout turn's templated prompt is cut to (`rollout.prompt_truncation: middle`), or None."""
+    return cfg.rollout.context_tokens if cfg.rollout.prompt_truncation == "middle" else None
 
 
 def _after_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollout]], metrics: dict[str, Any],
@@ -288,7 +294,7 @@ def async_train_loop(s: Session) -> dict[str, Any]:
     pushes them, stamped with version step + 1).  A checkpoint records the policy version, the
     data position of the first batch not wholly trained and the groups of it and of later batches
     that were; the groups made ahead are not saved: a resume makes the untrained ones again (same
-    tasks, same rollout seeds) from the checkpoint's weights (docs/training.md says why their
+    tasks, same rollout seeds) from the checkpoint's weights (docs/async-training.md, "Resume", says why their
     versions then differ)."""
     cfg, metrics = s.cfg, {}
     bound = cfg.algorithm.max_staleness
@@ -397,6 +403,8 @@ def _run_once(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     use_compile_cache(cfg.run.compile_cache)   # before anything compiles (Ray actors: group.py)
+    if (note := load_compile_artifacts(cfg.run.compile_artifacts)) is not None:
+        print(note, file=sys.stderr)
     # the schedule counts training steps, also those whose batch was filtered empty
     warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
     torch.manual_seed(cfg.run.seed)

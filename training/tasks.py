@@ -134,13 +134,18 @@ def _resolve_domain(task: Task, where: str, base: Path | None) -> None:
     from orchestrator.domain_outcome import tau2_installed
     from orchestrator.episodes.tau2 import tau2_task_of
     from orchestrator.episodes.tau2_solo import task_domain
+    from orchestrator.upstream_domains import folder_domain, upstream_marker
 
     domain_dir = task.metadata.get("domain_dir")
     if isinstance(domain_dir, str) and domain_dir and not Path(domain_dir).is_absolute() and base is not None:
         task.metadata["domain_dir"] = str((base / domain_dir).resolve())
     try:
         if not task.metadata.get("tau2_domain"):
-            task_domain(task)
+            folder = task.metadata.get("domain_dir")
+            if isinstance(folder, str) and folder and upstream_marker(folder):
+                folder_domain(folder)      # upstream's ToolScale tools, from the checkout its upstream.json names
+            else:
+                task_domain(task)
         if tau2_installed():
             tau2_task_of(task)
     except (ValueError, SchemaError) as exc:

@@ -7,7 +7,7 @@ synchronizes the whole device meanwhile: Inductor's autotuner calls `torch.cuda.
 the first time a compiled kernel runs with new sizes, and a device-wide synchronize waits on
 the capturing stream, which CUDA refuses (`cudaErrorStreamCaptureUnsupported` in the updating
 thread, `cudaErrorStreamCaptureInvalidated` in the capturing one: measured on an H200, see
-docs/training.md).  `capture_error_mode="thread_local"` does not cover that case, so the two
+docs/history.md, "Staleness 2 first crashed").  `capture_error_mode="thread_local"` does not cover that case, so the two
 are serialised: a capture waits for a running update to end and an update for a running
 capture, which is rare after the first batches (one capture per new shape bucket).
 """

@@ -145,6 +145,7 @@ def test_own_domain_keeps_good_records_rejects_the_rest_and_trains(shop, tmp_pat
     shop_sum = summary["domains"]["shop"]
     assert (summary["records"], summary["kept"], summary["rejected"]) == (6, 2, 4)
     assert shop_sum["toolkit"].endswith("shop/tools.py")
+    assert shop_sum["runs"] == {"tools.py": 2}      # of the 4 replayed (records 4 and 6 stop before)
     assert shop_sum["dropped"] == {
         "gold action … cancel_order failed: ValueError: Order is delivered, only pending orders can be cancelled": 1,
         "in evaluation set mybench": 1,
@@ -238,7 +239,7 @@ def test_unknown_domain_stops_or_is_counted(shop, tmp_path, capsys):
                      "--skip-unknown-domains"], capsys)
     assert code == 0, err
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())["toolscale"]
-    assert summary["domains"]["weather"] == {"toolkit": None, "generated": 1, "kept": 0, "dropped": {
+    assert summary["domains"]["weather"] == {"toolkit": None, "generated": 1, "kept": 0, "runs": {}, "dropped": {
         "unknown domain (no folder in --toolscale-domains)": 1}, "rejected_ids": {
         "unknown domain (no folder in --toolscale-domains)": ["8"]}}
     assert summary["kept"] == 2
@@ -344,6 +345,7 @@ def test_shared_domains_replay_gold_actions_on_the_real_databases(bank_rows, tmp
     bank, movie = summary["domains"]["bank"], summary["domains"]["movie"]
     assert (bank["generated"], bank["kept"], movie["generated"], movie["kept"]) == (5, 2, 1, 1)
     assert bank["toolkit"].startswith("generic toolkit derived from db.json")
+    assert (bank["runs"], movie["runs"]) == ({"generic": 2}, {"generic": 1})
     assert bank["dropped"] == {"gold action … get_client_details failed: ValueError: client … not found (ids look like …, …)": 1,
                                "gold actions call unknown tools […]": 1, "in evaluation set frames": 1}
     assert bank["rejected_ids"]["gold actions call unknown tools […]"] == ["104"]
