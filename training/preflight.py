@@ -30,17 +30,21 @@ def check_device(device: str, key: str = "run.device") -> None:
         raise ConfigError(f"{key}={device}: no {dev.type} device on this machine; use {key}=cpu")
 
 
-def check_models(tasks, runtime, others: dict[str, str]) -> None:
+def check_models(tasks, runtime, others: dict[str, str], request_s: float = 0.0) -> None:
     """Every model the run will call can be called (orchestrator/gateway/preflight.py, as evaluation
     checks it): each task's experts (its own `tools`, else the catalog's tools for its kind) as
     `runtime` serves them, and `others` (model -> role: the LLM judge, the tau2 user simulator).
+    `request_s` > 0 (`tools.preflight_timeout`): each also answers one tiny real request within it.
     Raises PreflightError (one line: role, model, key variable or endpoint, fix)."""
     from orchestrator.gateway.preflight import catalog_pairs, check_models as check, expert_roles
 
     needed: dict[str, str] = {}
+    prices: dict[str, str] = {}
     for task in tasks:
-        needed.update({m: r for m, r in expert_roles(catalog_pairs(runtime.catalog, task.kind, task.tools),
-                                                     runtime.served).items() if m not in needed})
+        pairs = catalog_pairs(runtime.catalog, task.kind, task.tools)
+        needed.update({m: r for m, r in expert_roles(pairs, runtime.served).items() if m not in needed})
+        for _alias, model in pairs:
+            prices.setdefault(runtime.served(model), runtime.priced(model, runtime.catalog))
     for model, role in others.items():
         needed.setdefault(model, role)
-    check(needed)
+    check(needed, request_s=request_s or None, prices=prices, catalog=runtime.catalog)

@@ -15,9 +15,10 @@ import os
 import threading
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.gateway.errors import GatewayConfigError, UnknownModelError
 from orchestrator.gateway.rules import ProviderRules
@@ -91,6 +92,22 @@ class ModelEntry(BaseModel):
     serve: VLLMServe | None = Field(None, description="vllm: how to start its server (orchestrator/serve_experts.py)")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     device: str = "cpu"
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        """An http(s) URL with a host and a port in 1-65535 (a bad one failed later, at the first call)."""
+        if url is None:
+            return url
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or port == 0:
+            raise ValueError(f"{url!r} is not an http(s) URL with a host and a port in 1-65535, "
+                             f"e.g. http://HOST:8000/v1")
+        return url
 
     @model_validator(mode="after")
     def _backend_fields(self) -> "ModelEntry":
