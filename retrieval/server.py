@@ -31,6 +31,7 @@ import socket
 import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import FastAPI, Request
@@ -249,6 +250,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="register this server as 'retrieval' in the endpoints JSON (removed at shutdown)")
     p.add_argument("--advertise-host", default=None, help="host name written to --endpoints-file")
     args = p.parse_args(argv)
+    from orchestrator.ports import PortError, check_port
+
+    try:   # before the index loads (minutes): a bad or taken port is one line now, not a hang then
+        check_port(args.port, "--port", host=args.host)
+        if not Path(args.index).is_dir():
+            raise FileNotFoundError(f"--index {args.index}: no such folder; build one with python -m "
+                                    f"retrieval.build_index")
+    except (PortError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     limits = Limits(request_timeout_s=args.request_timeout, body_timeout_s=args.body_timeout,
                     header_timeout_s=args.header_timeout)

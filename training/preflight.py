@@ -2,6 +2,8 @@
 do what the config asks (instead of a long traceback minutes later)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from training.config import ConfigError
 
 
@@ -28,6 +30,16 @@ def check_device(device: str, key: str = "run.device") -> None:
     available = getattr(backend, "is_available", None)
     if available is None or not available():
         raise ConfigError(f"{key}={device}: no {dev.type} device on this machine; use {key}=cpu")
+
+
+def check_paths(cfg) -> None:
+    """The files and folders the config names exist (ConfigError naming the key), checked before
+    anything is loaded or written; data.train_files are checked as they load (training/tasks.py)."""
+    for key, path, kind in (("tools.catalog", cfg.tools.catalog, "file"), ("tools.prompts", cfg.tools.prompts, "folder"),
+                            ("tools.index", cfg.tools.index, "folder")):
+        if path and not (Path(path).is_file() if kind == "file" else Path(path).is_dir()):
+            raise ConfigError(f"{key}: {path}: no such {kind}" + (" (the quickstart writes it: python -m "
+                                                                   "training.quickstart)" if "quickstart" in path else ""))
 
 
 def check_models(tasks, runtime, others: dict[str, str], request_s: float = 0.0) -> None:

@@ -38,7 +38,7 @@ from training import checkpoint as ckpt
 from training.compile_cache import use_compile_cache
 from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, save_run_config, to_dict
 from training.metrics_log import MetricsLogger
-from training.preflight import check_device, check_models
+from training.preflight import check_device, check_models, check_paths
 from training.async_rollouts import RolloutProducer, drop_stale
 from training.rollouts import MemoizedLLM, Preempted, collect_rollouts, mask_forced_tokens
 from training.samples import build_turn_samples, mini_batch_count
@@ -419,6 +419,8 @@ def _run_once(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
               judge: Callable[[Task, Rollout], bool] | None = None, make_learner: Callable | None = None) -> dict[str, Any]:
     if cfg.distributed.backend != "ray":   # (Ray places the policy on its workers' devices)
         check_device(cfg.run.device)
+    check_paths(cfg)
+    train_profile(cfg)   # a misspelt tools.profile: one line (did you mean ...?) before anything starts
     tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)   # before anything is written
     run_dir = Path(cfg.run.dir)
     run_dir.mkdir(parents=True, exist_ok=True)

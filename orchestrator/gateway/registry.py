@@ -11,6 +11,7 @@ when its modification time changes, so edits apply to a running process.
 """
 from __future__ import annotations
 
+import difflib
 import os
 import threading
 from pathlib import Path
@@ -168,8 +169,10 @@ class Registry(BaseModel):
         try:
             return self.models[name]
         except KeyError:
+            close = difflib.get_close_matches(name, list(self.models), n=1)
             raise UnknownModelError(
-                f"unknown model {name!r}: not in {self.source} (known: {', '.join(sorted(self.models))}). "
+                f"unknown model {name!r}: not in {self.source} ({f'did you mean {close[0]!r}? ' if close else ''}"
+                f"known: {', '.join(sorted(self.models))}). "
                 f"To add it, add an entry under 'models:' in that file, e.g. "
                 f"`{name}: {{backend: vllm, model: <served id>}}` (backends: openai, azure, vllm, "
                 f"transformers, anthropic; see docs/gateway.md)") from None

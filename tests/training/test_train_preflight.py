@@ -164,3 +164,25 @@ def test_the_settings_are_validated(tmp_path):
         with pytest.raises(ConfigError, match=rf"^{key}: must be >= 0"):
             load_config(None, [f"{key}={value}"])
     assert load_config(None, []).tools.max_consecutive_failures == 16
+
+
+@pytest.mark.parametrize("case", ["empty train file", "misspelt profile"])
+def test_bad_inputs_are_one_line_before_anything_is_written(tmp_path, train_world, case):
+    """An empty data.train_files JSONL was a 26-line traceback from `datasets`; a misspelt
+    tools.profile failed after the run folder was made.  Both are one line now, naming the file or
+    the key (with the closest profile name), exit 1, and the run folder is not created."""
+    registry = write_registry(tmp_path / "models.yaml", {n: {"backend": "vllm", "base_url": dead_url(),
+                                                                 "price_model": "Qwen3-32B"} for n in NAMES})
+    if case == "empty train file":
+        empty = tmp_path / "empty.jsonl"
+        empty.write_text("\n")
+        proc = _train_subprocess(tmp_path, train_world, registry, f"data.train_files=[{empty}]")
+        expected = f"error: data.train_files: {empty} holds no task records (empty); write one JSON object per line"
+    else:
+        proc = _train_subprocess(tmp_path, train_world, registry, "tools.profile=papr")
+        expected = "error: tools.profile: profile "
+    line = _one_error_line(proc)
+    assert line.startswith(expected), line
+    if case == "misspelt profile":
+        assert "papr.yaml: no such file; did you mean 'paper'?" in line, line
+    assert not (tmp_path / "run").exists()
