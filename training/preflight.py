@@ -40,6 +40,11 @@ def check_paths(cfg) -> None:
         if path and not (Path(path).is_file() if kind == "file" else Path(path).is_dir()):
             raise ConfigError(f"{key}: {path}: no such {kind}" + (" (the quickstart writes it: python -m "
                                                                    "training.quickstart)" if "quickstart" in path else ""))
+    for key, path in (("model.path", cfg.model.path), ("model.reference", cfg.model.reference)):
+        local = path.startswith(("/", "./", "../", "~")) or Path(path).expanduser().exists()
+        if path and path != "same" and local and not Path(path).expanduser().is_dir():
+            raise ConfigError(f"{key}: {path}: no such folder (a local policy folder, or a hub id such as "
+                              f"Qwen/Qwen3-8B)")
 
 
 def check_models(tasks, runtime, others: dict[str, str], request_s: float = 0.0) -> None:

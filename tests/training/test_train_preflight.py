@@ -186,3 +186,16 @@ def test_bad_inputs_are_one_line_before_anything_is_written(tmp_path, train_worl
     if case == "misspelt profile":
         assert "papr.yaml: no such file; did you mean 'paper'?" in line, line
     assert not (tmp_path / "run").exists()
+
+
+def test_paths_the_config_names_are_checked_before_start_up(tmp_path):
+    from training.config import ConfigError, load_config
+    from training.preflight import check_paths
+
+    cases = {"tools.catalog": ("tools.catalog", "no such file"), "tools.index": ("tools.index", "no such folder"),
+             "tools.prompts": ("tools.prompts", "no such folder"), "model.path": ("model.path", "no such folder"),
+             "model.reference": ("model.reference", "no such folder")}
+    for key, (named, problem) in cases.items():
+        with pytest.raises(ConfigError, match=rf"^{named}: {tmp_path}/nope: {problem}"):
+            check_paths(load_config(None, [f"{key}={tmp_path}/nope"]))
+    check_paths(load_config(None, ["model.path=Qwen/Qwen3-8B", f"tools.index={tmp_path}"]))   # a hub id; a folder
