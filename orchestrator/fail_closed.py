@@ -149,10 +149,19 @@ def call_error(model: str, exc: BaseException) -> str:
 _GATEWAY_PREFIX = re.compile(r"^(?:gave up|failed \(not retryable\)) after (\d+) attempt\(s\); last endpoint \S+: ")
 
 
+def refused_request(exc: BaseException) -> bool:
+    """A provider's refusal of one request (HTTP 400/413/422: too long, a bad parameter; or the
+    gateway's rules refusing it before sending): the server works, this request does not."""
+    from orchestrator.gateway.errors import ProviderRejected
+
+    return isinstance(exc, ProviderRejected) and exc.status in (None, 400, 413, 422)
+
+
 class ExpertWatch:
     """Training: the runtime's expert call (`ToolRuntime.llm`) with its outcomes counted.
 
-    `limit` failed calls in a row (0: no limit) trip it: every later call fails at once, so the
+    `limit` failed calls in a row (0: no limit) trip it (a request the provider refuses as such,
+    `refused_request`, is an answer, not a failure): every later call fails at once, so the
     running episodes end quickly, and `check(step)` raises FailClosed naming the endpoint and the
     error of the last failure.  `check` also raises when every call since the previous check
     failed (a step with no usable sample: each of its rollouts was scored on failed tools), then
@@ -174,6 +183,10 @@ class ExpertWatch:
         try:
             response = self.llm(model, messages, **kwargs)
         except Exception as exc:
+            if refused_request(exc):   # the server answered: this request was wrong, not the expert
+                with self._lock:
+                    self.calls, self.in_a_row = self.calls + 1, 0
+                raise
             with self._lock:
                 self.calls, self.failed, self.in_a_row = self.calls + 1, self.failed + 1, self.in_a_row + 1
                 self.last_failure = call_failure(model, exc)
