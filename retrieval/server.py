@@ -31,7 +31,6 @@ import socket
 import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import FastAPI, Request
@@ -254,10 +253,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:   # before the index loads (minutes): a bad or taken port is one line now, not a hang then
         check_port(args.port, "--port", host=args.host)
-        if not Path(args.index).is_dir():
-            raise FileNotFoundError(f"--index {args.index}: no such folder; build one with python -m "
-                                    f"retrieval.build_index")
-    except (PortError, FileNotFoundError) as err:
+    except PortError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
