@@ -180,6 +180,7 @@ class MockBackend:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+    import sys
     from pathlib import Path
 
     p = argparse.ArgumentParser(prog="python -m evaluation.mock_backend", description="the scripted mock as a server")
@@ -188,6 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--search", action="store_true", help="the orchestrator searches first (see the module docstring)")
     p.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
     args = p.parse_args(argv)
+    from orchestrator.ports import PortError, check_port
+
+    try:
+        check_port(args.port, "--port", host="127.0.0.1", zero_ok=False)
+    except PortError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     server = MockBackend(answers=json.loads(args.answers.read_text()), delay_s=args.delay, search=args.search,
                          port=args.port).start()
     print(f"serving at {server.base_url}", flush=True)

@@ -11,13 +11,15 @@ when its modification time changes, so edits apply to a running process.
 """
 from __future__ import annotations
 
+import difflib
 import os
 import threading
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.gateway.errors import GatewayConfigError, UnknownModelError
 from orchestrator.gateway.rules import ProviderRules
@@ -101,6 +103,22 @@ class ModelEntry(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     device: str = "cpu"
 
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        """An http(s) URL with a host and a port in 1-65535 (a bad one failed later, at the first call)."""
+        if url is None:
+            return url
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or port == 0:
+            raise ValueError(f"{url!r} is not an http(s) URL with a host and a port in 1-65535, "
+                             f"e.g. http://HOST:8000/v1")
+        return url
+
     @model_validator(mode="after")
     def _backend_fields(self) -> "ModelEntry":
         if self.backend == "transformers":
@@ -168,8 +186,10 @@ class Registry(BaseModel):
         try:
             return self.models[name]
         except KeyError:
+            close = difflib.get_close_matches(name, list(self.models), n=1)
             raise UnknownModelError(
-                f"unknown model {name!r}: not in {self.source} (known: {', '.join(sorted(self.models))}). "
+                f"unknown model {name!r}: not in {self.source} ({f'did you mean {close[0]!r}? ' if close else ''}"
+                f"known: {', '.join(sorted(self.models))}). "
                 f"To add it, add an entry under 'models:' in that file, e.g. "
                 f"`{name}: {{backend: vllm, model: <served id>}}` (backends: openai, azure, vllm, "
                 f"transformers, anthropic; see docs/gateway.md)") from None
