@@ -60,6 +60,11 @@ def main() -> None:
     p.add_argument("--port", type=int, default=8001)
     p.add_argument("--threads", type=int, default=1, help="torch/FAISS threads, as for our server")
     args = p.parse_args()
+    from orchestrator.ports import PortError, check_port
+    try:
+        check_port(args.port, "--port", host=args.host)
+    except PortError as exc:
+        raise SystemExit(f"error: {exc}") from None
     set_cpu_threads(args.threads)
     uvicorn.run(create_baseline_app(Searcher(args.index, method="dense")), host=args.host, port=args.port,
                 log_level="warning")

@@ -398,6 +398,11 @@ def main() -> int:
     p.add_argument("--py-spy", type=Path, help="sample the server under the last level's load into this file "
                                                "(needs py-spy on PATH)")
     args = p.parse_args()
+    from orchestrator.ports import PortError, check_port
+    try:
+        check_port(args.port, "--port", zero_ok=False)
+    except PortError as exc:
+        raise SystemExit(f"error: {exc}") from None
     import torch
     sections = set(args.sections.split(","))
     if args.tokenizer is None:

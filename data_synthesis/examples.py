@@ -44,6 +44,8 @@ def sample_tools(catalog: Catalog, kind: str, rng: random.Random, cfg: Randomiza
     """tool -> {alias: model} for one example."""
     out: dict[str, dict[str, str]] = {}
     for tool in catalog.tools_for(kind):
+        if not tool.alias_tool:
+            continue        # a function tool (python/http/mcp): every task offers it (episodes/base.py task_catalog)
         if tool.name not in REQUIRED[kind] and rng.random() >= cfg.tool_keep:
             continue
         names = list(tool.aliases)

@@ -1,7 +1,9 @@
 """What run_hle.py, run_frames.py and run_tau2.py share: flags, the run folder, the endpoint.
 
 A run folder holds `results.jsonl` (one record per task), `run_config.json` (the resolved
-settings), and after the run `summary.json`, `viewer.html` and `cost_accuracy.png`.
+settings), and after the run `summary.json`, `viewer.html` and `cost_accuracy.png`.  One process
+owns it at a time (`claim_output`: a lock on its `.lock` file), and it holds one benchmark's run:
+another benchmark's run is refused in it, whatever the flags.
 `--resume` continues a run only with the settings it was started with: every key of
 run_config.json but the few in NOT_COMPARED (what is run, not how) must be equal, else the
 resume is refused naming each difference; `--resume --force` continues anyway and writes the
@@ -10,13 +12,15 @@ differences to the run's log, `run.log`, one line per start.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 # run_config.json keys that may change on --resume: which tasks run, how fast, provenance.
@@ -28,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 NOT_COMPARED = ("git_commit", "tasks_loaded", "skipped", "malformed", "task_ids", "concurrency", "setting",
                 "num_trials", "endpoints")   # endpoints: where each model is served (replicas move)
 RUN_LOG = "run.log"
+OUTPUT_LOCK = ".lock"      # flock'ed by the process that owns the run folder; holds its pid
 
 
 class CLIError(ValueError):
@@ -203,6 +208,46 @@ def index_fingerprint(index: Path) -> str | None:
                 data["corpus"] = {k: v for k, v in data["corpus"].items() if k in ("bytes", "sha256")}
             parts[name] = data
     return content_hash(parts) if parts else None
+
+
+def _shown(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 60 else "..." + text[-57:]
+
+
+@contextmanager
+def claim_output(out_dir: Path, benchmark: str) -> Iterator[None]:
+    """Own run folder `out_dir` for this `benchmark` run until the block ends (created if missing).
+
+    A second process on the same folder gets CLIError naming the owner's pid and writes nothing
+    there (the lock is fcntl.flock on <out_dir>/.lock: the kernel drops it when the owner exits,
+    kill -9 included, so a crashed run never leaves the folder locked).  A folder whose
+    run_config.json names another benchmark is refused too, even with --resume --force: its
+    records and ids would mix with this run's."""
+    config = out_dir / "run_config.json"
+    if config.exists():
+        try:
+            theirs = json.loads(config.read_text()).get("benchmark")
+        except (OSError, ValueError, AttributeError):
+            theirs = None
+        if theirs and theirs != benchmark:
+            raise CLIError(f"--output {_shown(out_dir)} holds a {theirs} run; a {benchmark} run cannot use it, "
+                           f"even with --resume --force: choose another --output")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out_dir / OUTPUT_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise CLIError(f"--output {_shown(out_dir)} is in use by process {holder} (another run writing there): "
+                       f"wait for it to end, or choose another --output") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)      # releases the lock
 
 
 def prepare_output(out_dir: Path, config: dict[str, Any], resume: bool, force: bool = False) -> None:

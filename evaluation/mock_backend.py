@@ -92,7 +92,9 @@ class MockBackend:
         else:
             message["content"] = "```python\nprint(6 * 7)\n```"
         out = message.get("content") or json.dumps(message.get("tool_calls"))
-        usage = {"prompt_tokens": len(text) // 4 + 1, "completion_tokens": len(out) // 4 + 1}
+        budget = body.get("max_completion_tokens") or body.get("max_tokens")     # a server never reports more
+        usage = {"prompt_tokens": len(text) // 4 + 1,
+                 "completion_tokens": min(len(out) // 4 + 1, budget if isinstance(budget, int) else 1 << 30)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return 200, {"id": "mock", "object": "chat.completion", "created": int(time.time()),
                      "model": body.get("model", "mock"), "usage": usage,
@@ -178,6 +180,7 @@ class MockBackend:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+    import sys
     from pathlib import Path
 
     p = argparse.ArgumentParser(prog="python -m evaluation.mock_backend", description="the scripted mock as a server")
@@ -186,6 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--search", action="store_true", help="the orchestrator searches first (see the module docstring)")
     p.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
     args = p.parse_args(argv)
+    from orchestrator.ports import PortError, check_port
+
+    try:
+        check_port(args.port, "--port", host="127.0.0.1", zero_ok=False)
+    except PortError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     server = MockBackend(answers=json.loads(args.answers.read_text()), delay_s=args.delay, search=args.search,
                          port=args.port).start()
     print(f"serving at {server.base_url}", flush=True)

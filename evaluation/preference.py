@@ -102,9 +102,10 @@ def unseen_tools(catalog, args: argparse.Namespace, kind: str) -> dict[str, Any]
            "models": {k: v for k, v in models.items() if v},
            "tools": sorted(t.name for t in tools if t.name not in {x.name for x in training.tools}),
            "aliases": sorted(a for t in tools for a in t.aliases if a not in training.aliases)}
-    if getattr(args, "catalog", None) is not None and not out["models"]:
+    if getattr(args, "catalog", None) is not None and not out["models"] and not out["tools"]:
         raise CLIError(f"--catalog {args.catalog}: every {kind} alias model is one the training catalog "
-                       f"({out['training_catalog']}) offers through the same tool: nothing is unseen; use --tools "
+                       f"({out['training_catalog']}) offers through the same tool, and it adds no tool: nothing is "
+                       f"unseen; use --tools "
                        f"for a seen catalog, or name the catalog training used with --training-catalog")
     return out
 

@@ -8,12 +8,14 @@ constrained decoding so every turn is a valid tool call. No key, no GPU, no serv
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
 
-from evaluation.cli import (CLIError, add_common_args, check_common, check_serve, content_hash, default_output,
-                            index_fingerprint, load_run_profile, prepare_output, resolve_price_model, use_endpoint)
+from evaluation.cli import (CLIError, add_common_args, check_common, check_serve, claim_output, content_hash,
+                            default_output, index_fingerprint, load_run_profile, prepare_output, resolve_price_model,
+                            use_endpoint)
 from evaluation.error_streak import ErrorStreak
 from evaluation.preference import describe, resolve_preference, run_config_entries
 from evaluation.gaia import add_gaia_args, web_search as gaia_web_search, write_submission as write_gaia_submission
@@ -199,7 +201,7 @@ def build_setup(args: argparse.Namespace, catalog, price_model: str, retriever, 
                                max_tokens=settings.judge.max_tokens), prompts=prompts)
 
 
-def run(benchmark: str, args: argparse.Namespace) -> int:
+def run(benchmark: str, args: argparse.Namespace, owned: contextlib.ExitStack) -> int:
     check_common(args)
     catalog = load_catalog(args.tools)
     embedded, settings, choice = resolve(args, benchmark, catalog)
@@ -208,7 +210,7 @@ def run(benchmark: str, args: argparse.Namespace) -> int:
     print(choice)
     print(*describe(preference, tool_config), sep="\n") if preference or args.catalog else None
     out_dir = args.output or default_output(benchmark, args.model, args.mode)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    owned.enter_context(claim_output(out_dir, benchmark))   # this process's until main returns; nothing before
     price_model = resolve_price_model(args, catalog)
     if args.endpoint:
         use_endpoint(args, out_dir, price_model)
@@ -286,7 +288,8 @@ def main(benchmark: str, argv: list[str] | None = None) -> int:
     args = build_parser(benchmark).parse_args(argv)
     raise_nofile_limit()   # soft open-files limit up to the hard one; one line when it cannot
     try:
-        return run(benchmark, args)
+        with contextlib.ExitStack() as owned:   # the run folder's lock (claim_output)
+            return run(benchmark, args, owned)
     except (CLIError, LoaderError, CatalogError, JudgeError, RunError, PromptError, GatewayConfigError,
             ProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Protocol
 from tqdm import tqdm
 
 from orchestrator.loaders import jsonl_rows
+from orchestrator.redaction import redact
 from orchestrator.fail_closed import FailClosed, Watch, record_calls
 
 RESULTS_NAME = "results.jsonl"
@@ -181,11 +182,12 @@ class TaskFailed(RuntimeError):
 
 
 def error_record(task: HasId, exc: BaseException, wall_s: float) -> dict:
-    """The record of a task whose solve raised: the reason, the last frames, what it spent, no verdict."""
+    """The record of a task whose solve raised: the reason, the last frames, what it spent, no verdict.
+    Texts are redacted (orchestrator/redaction.py) whatever raised: the gateway's errors already are."""
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     partial = getattr(exc, "partial", None) or {}
-    return {**partial, "id": task.id, "status": "error", "error": f"{type(exc).__name__}: {exc}",
-            "traceback": "".join(tb[-3:])[-2000:], "correct": None, "wall_s": round(wall_s, 3)}
+    return {**partial, "id": task.id, "status": "error", "error": redact(f"{type(exc).__name__}: {exc}"),
+            "traceback": redact("".join(tb[-3:])[-2000:]), "correct": None, "wall_s": round(wall_s, 3)}
 
 
 def _timed_solve(solve: Callable[[Any], dict], task: HasId) -> dict:

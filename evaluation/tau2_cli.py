@@ -11,12 +11,13 @@ single values of it, and run_config.json records the section as it ran.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 
-from evaluation.cli import (CLIError, add_common_args, check_common, check_serve, content_hash, default_output,
-                            load_run_profile, prepare_output, resolve_price_model, use_endpoint)
+from evaluation.cli import (CLIError, add_common_args, check_common, check_serve, claim_output, content_hash,
+                            default_output, load_run_profile, prepare_output, resolve_price_model, use_endpoint)
 from evaluation.error_streak import ErrorStreak
 from evaluation.preference import describe, resolve_preference, run_config_entries
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, read_records, run_tasks
@@ -175,12 +176,15 @@ def print_rescore(paths: list[Path], task_set: Path | None = None) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, owned: contextlib.ExitStack) -> int:
     from evaluation.tau2_run import (DOMAINS, Tau2Setup, load_jobs, register_toolscale, simulate, task_set_version,
                                      tau2_version, user_simulator_info, write_tau2_results)
     from loguru import logger
 
+    from orchestrator.redaction import loguru_patcher
+
     logger.remove()
+    logger.configure(patcher=loguru_patcher)     # keys out of tau2's log lines (orchestrator/redaction.py)
     logger.add(sys.stderr, level=args.log_level)
     check_common(args)
     if args.num_trials < 1:
@@ -208,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(str(exc)) from None
     catalog = load_catalog(args.tools)
     out_dir = args.output or default_output("tau2", args.model, args.mode)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    owned.enter_context(claim_output(out_dir, "tau2"))   # this process's until main returns; nothing before
     price_model = resolve_price_model(args, catalog)
     if args.endpoint:
         use_endpoint(args, out_dir, price_model)
@@ -286,7 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.task_set and not args.rescore:
             raise CLIError("--task-set needs --rescore")
-        return print_rescore(args.rescore, args.task_set) if args.rescore else run(args)
+        if args.rescore:
+            return print_rescore(args.rescore, args.task_set)
+        with contextlib.ExitStack() as owned:   # the run folder's lock (claim_output)
+            return run(args, owned)
     except (CLIError, CatalogError, RunError, GatewayConfigError, ProfileError, json.JSONDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,40 +1,65 @@
 """The tool catalog (`tools.json`): tools, their model aliases, prices and profiles.
 
 One price table lives here; every dollar figure in the project is computed by
-`Catalog.llm_cost` / `Catalog.code_cost` / `Catalog.search_cost`.
+`Catalog.llm_cost` / `Catalog.code_cost` / `Catalog.search_cost` / `Catalog.tool_cost`.
+A tool's entry is the pydantic `Spec` of its kind (orchestrator/tools/, one module per kind);
+docs/tools.md is the add-a-tool guide.
 
-    python -m orchestrator.catalog tools.json     # validate and print a one-line summary
+    python -m orchestrator.catalog tools.json          # validate: every problem at once, or a summary
+    python -m orchestrator.catalog tools.json --list   # the tools the orchestrator sees, arguments, prices
 """
 from __future__ import annotations
 
 import difflib
 import json
+import os
 import sys
 from pathlib import Path
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, model_validator
 
 from orchestrator.records import Usage
 from orchestrator.textfile import NotUTF8, read_utf8
+from orchestrator.tools.registry import KINDS, alias_kind, function_kind, load_builtin_kinds
+from orchestrator.tools.spec import AliasSpec, AliasToolSpec, FunctionToolSpec, Strict
+
+__all__ = ["AliasSpec", "Catalog", "CatalogError", "DEFAULT_CATALOG", "Fees", "Price", "ToolSpec",
+           "load_catalog", "parse_catalog"]
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "tools.json"
-ToolKind = Literal["search", "code", "answer", "expert"]
 
 
 class CatalogError(ValueError):
-    """A tools.json problem, as one line: file, JSON path, what is wrong."""
+    """A tools.json problem: each line names the file, the JSON path, what is wrong and the fix.
+    `problems` holds every one found (the catalog CLI prints them all)."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = problems or [message]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Strict = Strict
 
 
 # Numbers must be JSON numbers: a price written as "1.25" is a typo, not a value to coerce.
 class Price(_Strict):
-    input: float = Field(ge=0, strict=True, description="$ per 1M prompt tokens")
-    output: float = Field(ge=0, strict=True, description="$ per 1M completion tokens")
+    """One row of the price table.  A model's row (an alias's `model`) prices its tokens; a
+    function tool's row (its `price`, default its name) may charge per call, per second of wall
+    clock, and per token of the call's arguments (`input`) and output (`output`)."""
+
+    input: float = Field(0.0, ge=0, strict=True, description="$ per 1M prompt / argument tokens")
+    output: float = Field(0.0, ge=0, strict=True, description="$ per 1M completion / output tokens")
+    per_call: float = Field(0.0, ge=0, strict=True, description="$ per call")
+    per_second: float = Field(0.0, ge=0, strict=True, description="$ per second of the call's wall clock")
+
+    @model_validator(mode="after")
+    def _something_priced(self) -> "Price":
+        if not self.model_fields_set:
+            raise ValueError("an empty price row; set any of input, output (per 1M tokens), per_call, per_second "
+                             "(0 for a free tool)")
+        return self
 
 
 class Fees(_Strict):
@@ -43,21 +68,12 @@ class Fees(_Strict):
     web_extract_page: float = Field(0.0, ge=0, strict=True)
 
 
-class AliasSpec(_Strict):
-    model: str = Field(min_length=1)
-    latency_s: float = Field(ge=0, strict=True, description="listed mean latency shown to the policy")
-    description: str | None = None
+def _kind_of(value: Any) -> str | None:
+    return value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
 
 
-class ToolSpec(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    kind: ToolKind
-    description: str
-    argument: str = Field("model", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-                          description="name of the alias argument (upstream: `model`; tau2's call_expert: `expert`)")
-    argument_description: str = ""
-    tasks: list[str] = Field(default_factory=lambda: ["qa"])
-    aliases: dict[str, AliasSpec] = Field(min_length=1)
+ToolSpec = Annotated[Union[tuple(Annotated[k.spec, Tag(name)] for name, k in load_builtin_kinds().items())],
+                     Discriminator(_kind_of)]
 
 
 class Catalog(_Strict):
@@ -70,27 +86,9 @@ class Catalog(_Strict):
 
     @model_validator(mode="after")
     def _cross_check(self) -> "Catalog":
-        seen_tools: set[str] = set()
-        seen_aliases: dict[str, str] = {}
-        for i, tool in enumerate(self.tools):
-            if tool.name in seen_tools:
-                raise ValueError(f"tools[{i}].name: duplicate tool name {tool.name!r}")
-            seen_tools.add(tool.name)
-            for alias, spec in tool.aliases.items():
-                where = f"tools[{i}].aliases.{alias}"
-                if alias in seen_aliases:
-                    raise ValueError(f"{where}: alias also used by tool {seen_aliases[alias]!r}; aliases must be unique")
-                seen_aliases[alias] = tool.name
-                if spec.model not in self.prices:
-                    raise ValueError(f"{where}.model: {spec.model!r} has no entry in 'prices'"
-                                     f"{_closest(spec.model, self.prices)}; add it there")
-        if self.orchestrator_price_model and self.orchestrator_price_model not in self.prices:
-            raise ValueError(f"orchestrator_price_model: {self.orchestrator_price_model!r} has no entry in 'prices'")
-        for name, mapping in self.profiles.items():
-            for model in mapping:
-                if model not in self.prices:
-                    raise ValueError(f"profiles.{name}.{model}: unknown model{_closest(model, self.prices)}; "
-                                     f"profile keys must be models listed in 'prices'")
+        problems = cross_check(self.model_dump(exclude_unset=False))
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     def check_served(self, known_models: Iterable[str], profile: str | None = None,
@@ -164,6 +162,12 @@ class Catalog(_Strict):
         p = self.price(model)
         return (p.input * usage.prompt_tokens + p.output * usage.completion_tokens) / 1_000_000
 
+    def tool_cost(self, row: str, seconds: float = 0.0, input_tokens: int = 0, output_tokens: int = 0) -> float:
+        """Dollars for one function-tool call at price row `row`: per call + per second of wall
+        clock + per 1M tokens of its arguments (`input`) and output (`output`)."""
+        p = self.price(row)
+        return p.per_call + p.per_second * seconds + (p.input * input_tokens + p.output * output_tokens) / 1_000_000
+
     def code_cost(self, seconds: float) -> float:
         return self.fees.code_per_second * seconds
 
@@ -179,6 +183,8 @@ class Catalog(_Strict):
         """
         out = []
         for tool in tools if tools is not None else self.tools_for(task):
+            if not tool.alias_tool:
+                continue        # function tools: their schemas come from the toolbox (orchestrator/tools/)
             rows = ["Model | price per million input tokens | price per million output tokens | average latency"]
             for alias, spec in tool.aliases.items():
                 p = self.price(spec.model)
@@ -200,6 +206,67 @@ class Catalog(_Strict):
         return out
 
 
+def price_note(catalog: "Catalog", spec: FunctionToolSpec) -> str:
+    """What a function tool costs, as the policy reads it after the tool's description."""
+    p = catalog.prices.get(spec.price_row)
+    if p is None:
+        return ""
+    parts = [f"${v:g} {what}" for v, what in ((p.per_call, "per call"), (p.per_second, "per second"),
+                                              (p.input, "per million argument tokens"),
+                                              (p.output, "per million output tokens")) if v]
+    cost = "; ".join(parts) or "free"
+    return f" (Price: {cost}" + (f"; average latency {spec.latency_s:g}s)" if spec.latency_s is not None else ")")
+
+
+def cross_check(data: Any) -> list[str]:
+    """Every problem between parts of a catalog (tools vs prices vs profiles), as "$.path: what
+    and the fix" lines.  Works on the raw JSON: parts of the wrong shape are skipped (the field
+    validation names those)."""
+    if not isinstance(data, dict):
+        return []
+    problems: list[str] = []
+    prices = data.get("prices") if isinstance(data.get("prices"), dict) else {}
+    tools = data.get("tools") if isinstance(data.get("tools"), list) else []
+    seen_tools: dict[str, int] = {}
+    seen_aliases: dict[str, str] = {}
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            continue
+        name = tool.get("name")
+        if isinstance(name, str):
+            if name in seen_tools:
+                problems.append(f"$.tools[{i}].name: duplicate tool name {name!r} (also tools[{seen_tools[name]}]); "
+                                f"rename one")
+            seen_tools.setdefault(name, i)
+        if alias_kind(tool.get("kind")) is not None and isinstance(tool.get("aliases"), dict):
+            for alias, spec in tool["aliases"].items():
+                where = f"$.tools[{i}].aliases.{alias}"
+                if alias in seen_aliases:
+                    problems.append(f"{where}: alias also used by tool {seen_aliases[alias]!r}; aliases must be unique")
+                seen_aliases.setdefault(alias, name)
+                model = spec.get("model") if isinstance(spec, dict) else None
+                if isinstance(model, str) and model and model not in prices:
+                    problems.append(f"{where}.model: {model!r} has no entry in 'prices'{_closest(model, prices)}; "
+                                    f"add it there")
+        elif function_kind(tool.get("kind")) is not None and isinstance(name, str):
+            row = tool.get("price") or name
+            if isinstance(row, str) and row not in prices:
+                where = f"$.tools[{i}].price" if tool.get("price") else f"$.tools[{i}]"
+                problems.append(f"{where}: tool {name!r} has no row {row!r} in 'prices'{_closest(row, prices)}; "
+                                f"add \"{row}\": {{\"per_call\": 0.001}} there (0 for a free tool; per_second, "
+                                f"input, output also apply)")
+    opm = data.get("orchestrator_price_model")
+    if isinstance(opm, str) and opm not in prices:
+        problems.append(f"$.orchestrator_price_model: {opm!r} has no entry in 'prices'{_closest(opm, prices)}")
+    profiles = data.get("profiles") if isinstance(data.get("profiles"), dict) else {}
+    for name, mapping in profiles.items():
+        for model in mapping if isinstance(mapping, dict) else ():
+            if model not in prices:
+                problems.append(f"$.profiles.{name}.{model}: unknown model{_closest(model, prices)}; "
+                                f"profile keys must be models listed in 'prices'")
+    return problems
+
+
 def _json_path(loc: tuple) -> str:
     path = "$"
     for part in loc:
@@ -212,48 +279,114 @@ def _closest(name: str, known: Iterable[str]) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
-def _known_fields(root: type[BaseModel], loc: tuple) -> list[str]:
-    """The field names allowed where `loc` (the path of an unknown key) points."""
-    model: type[BaseModel] | None = root
-    for part in loc[:-1]:
-        if model is None or isinstance(part, int):
+def _model_at(data: Any, loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model that validates the object at `loc` (a path into the raw JSON)."""
+    model: type[BaseModel] | None = Catalog
+    node = data
+    in_tools = False
+    for part in loc:
+        node = _node(node, (part,))
+        if in_tools:             # a tools item: its kind picks its model
+            in_tools = False
+            kind = KINDS.get(_kind_of(node))
+            model = kind.spec if kind else None
             continue
-        field = model.model_fields.get(part)
-        if field is None:   # a dict key (alias / model name): its value type is the next model
+        if model is None:
+            return None
+        if model is Catalog and part == "tools":
+            in_tools = True
             continue
-        ann = field.annotation
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            continue            # a dict key (alias / model name): the next model is the value type's
         model = None
+        ann = field.annotation
         for arg in (ann, *getattr(ann, "__args__", ())):
             if isinstance(arg, type) and issubclass(arg, BaseModel):
                 model = arg
             for inner in getattr(arg, "__args__", ()):
                 if isinstance(inner, type) and issubclass(inner, BaseModel):
                     model = inner
-    return list(model.model_fields) if model else []
+        if model is None and part in ("prices",):
+            model = Price
+    return model
+
+
+def _problem(err: dict, data: Any) -> str:
+    """One pydantic error as "$.path: what is wrong; the fix"."""
+    loc = tuple(p for p in err["loc"] if p != "__root__")
+    if len(loc) >= 3 and loc[0] == "tools" and isinstance(loc[1], int) and isinstance(loc[2], str) and loc[2] in KINDS:
+        loc = loc[:2] + loc[3:]          # the discriminator's tag is not part of the JSON path
+    path = _json_path(loc)
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "float_type" and isinstance(err.get("input"), str):
+        msg = f"{err['input']!r} is a string; write the number without quotes"
+    elif err["type"] == "extra_forbidden":
+        key = str(loc[-1])
+        model = _model_at(data, loc[:-1])
+        msg = f"unknown key {key!r}{_closest(key, list(model.model_fields) if model else [])}"
+        if model is not None and issubclass(model, AliasToolSpec) and key in ("url", "handler", "command", "per_call"):
+            msg += (f"; a {_kind_of(_node(data, loc[:-1]))} tool picks a model alias: for a web service, a Python "
+                    f"function or an MCP server use kind http, python or mcp (docs/tools.md)")
+    elif err["type"] == "union_tag_not_found" and not isinstance(err.get("input"), dict):
+        msg = (f"expected a tool entry (an object with `name` and `kind`), got {type(err.get('input')).__name__} "
+               f"{json.dumps(err.get('input'))[:60]}")
+    elif not loc and err["type"] in ("model_type", "dict_type"):
+        msg = "expected a JSON object with `tools` and `prices` (see the repository's tools.json)"
+    elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        kind = _kind_of(err.get("input"))
+        path = f"{path}.kind"
+        msg = (f"{kind!r} is not a tool kind{_closest(str(kind), KINDS)}; choose one of {sorted(KINDS)}"
+               if kind is not None else f"missing; choose one of {sorted(KINDS)}")
+    elif err["type"] == "missing":
+        msg = "Field required"
+        model = _model_at(data, loc[:-1])
+        field = model.model_fields.get(str(loc[-1])) if model else None
+        if field is not None and field.description:
+            msg += f" ({field.description})"
+    return f"{path}: {msg}"
+
+
+def _node(data: Any, loc: tuple) -> Any:
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def catalog_problems(data: object) -> tuple[Catalog | None, list[str]]:
+    """(the catalog, []) or (None, every problem found: field by field, then across fields)."""
+    try:
+        return Catalog.model_validate(data), []
+    except ValidationError as exc:
+        errors = exc.errors()
+    # the cross-field check raised as one error at the root: cross_check below gives its lines
+    errors = [e for e in errors if not (e["loc"] == () and e["type"] == "value_error")]
+    # a misspelled key also makes the key meant "missing": name only the misspelling
+    unknown = {(tuple(e["loc"][:-1]), str(e["loc"][-1])) for e in errors if e["type"] == "extra_forbidden"}
+    errors = [e for e in errors if not (e["type"] == "missing" and any(
+        where == tuple(e["loc"][:-1]) and difflib.get_close_matches(str(e["loc"][-1]), [key], cutoff=0.6)
+        for where, key in unknown))]
+    problems = [_problem(e, data) for e in errors]
+    if isinstance(data, dict):
+        problems += [p for p in cross_check(data) if p not in problems]
+    else:
+        problems = problems or ["$: expected a JSON object with `tools` and `prices`"]
+    return None, list(dict.fromkeys(problems))
 
 
 def parse_catalog(data: object, source: str = "<tools.json>") -> Catalog:
-    """Validate already-parsed JSON; raise CatalogError with one line naming the problem.
-
-    An unknown key is reported first (with the closest known one): a misspelled key also
-    makes the right one "missing", and the misspelling is the thing to fix.
-    """
-    try:
-        return Catalog.model_validate(data)
-    except ValidationError as exc:
-        errors = exc.errors()
-        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        loc = _json_path(tuple(p for p in err["loc"] if p != "__root__"))
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "float_type" and isinstance(err.get("input"), str):
-            msg = f"{err['input']!r} is a string; write the number without quotes"
-        if err["type"] == "extra_forbidden":
-            key = str(err["loc"][-1])
-            msg = f"unknown key {key!r}{_closest(key, _known_fields(Catalog, err['loc']))}"
-        if loc == "$" and ":" in msg:  # cross-field checks name their own path
-            loc, msg = "$." + msg.split(":", 1)[0], msg.split(":", 1)[1].strip()
-        more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise CatalogError(f"{source}: {loc}: {msg}{more}") from None
+    """Validate already-parsed JSON; raise CatalogError listing every problem, one a line
+    ("{source}: $.path: what is wrong; the fix").  An unknown key is named with the closest
+    known one: a misspelled key also makes the right one "missing", and the misspelling is the
+    thing to fix."""
+    catalog, problems = catalog_problems(data)
+    if catalog is None:
+        lines = [f"{source}: {p}" for p in problems]
+        raise CatalogError("\n".join(lines), lines)
+    return catalog
 
 
 def load_catalog(path: str | Path | None = None) -> Catalog:
@@ -309,25 +442,74 @@ def _with_base(data: Any, path: Path, seen: tuple[Path, ...] = ()) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0] in ("-h", "--help"):
-        print("usage: python -m orchestrator.catalog PATH/TO/tools.json", file=sys.stderr)
-        return 2
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.catalog",
+                                     description="Validate a tools.json (every problem at once), or --list the "
+                                                 "tools the orchestrator sees with their arguments and prices.")
+    parser.add_argument("path", help="a tools.json")
+    parser.add_argument("--list", action="store_true", help="open every tool (imports handlers, starts MCP "
+                                                            "servers) and print what the orchestrator sees")
+    parser.add_argument("--task", default="qa", help="episode kind whose tools --list shows (default qa)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        cat = load_catalog(argv[0])
+        cat = load_catalog(args.path)
     except CatalogError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        for line in exc.problems:
+            print(f"error: {line}", file=sys.stderr)
+        if len(exc.problems) > 1:
+            print(f"{len(exc.problems)} problems in {args.path}", file=sys.stderr)
         return 1
     try:
         from orchestrator.gateway.registry import load_registry
 
-        cat.check_served(load_registry().models, source=argv[0])
+        cat.check_served(load_registry().models, source=args.path)
     except CatalogError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"{argv[0]}: OK: {len(cat.tools)} tools ({', '.join(t.name for t in cat.tools)}), "
+    if args.list:
+        return _print_list(cat, args.task)
+    print(f"{args.path}: OK: {len(cat.tools)} tools ({', '.join(t.name for t in cat.tools)}), "
           f"{len(cat.aliases)} aliases, {len(cat.prices)} priced models, profiles {sorted(cat.profiles)}")
     return 0
+
+
+def _print_list(cat: Catalog, task: str) -> int:
+    """The tools of `task` episodes as the orchestrator sees them: name, kind, arguments, price."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from orchestrator.tools.toolbox import TOOLBOX
+
+    table = Table(title=f"tools offered to {task} episodes", show_lines=True)
+    for column in ("tool", "kind", "arguments", "price", "description"):
+        table.add_column(column, overflow="fold")
+    broken = 0
+    for spec in cat.tools_for(task):
+        if spec.alias_tool:
+            args = f"{spec.argument}: one of " + ", ".join(spec.aliases)
+            prices = "\n".join(f"{a}: {m.model} ${cat.price(m.model).input:g}/${cat.price(m.model).output:g} "
+                               f"per 1M in/out, {m.latency_s:g}s" for a, m in spec.aliases.items())
+            table.add_row(spec.name, spec.kind, args, prices, spec.description)
+            continue
+        for fn in TOOLBOX.functions(spec, None):
+            props = fn.parameters.get("properties") or {}
+            required = set(fn.parameters.get("required") or [])
+            args = "\n".join(f"{k}{'' if k in required else '?'}: {_type_text(v)}" for k, v in props.items()) or "(none)"
+            desc = fn.description if fn.broken is None else f"UNAVAILABLE: {fn.broken}; fix: {fn.broken.fix}"
+            broken += fn.broken is not None
+            table.add_row(fn.name, spec.kind, args, price_note(cat, spec).strip(" ()") or "-", desc)
+    Console(width=int(os.environ.get("COLUMNS") or 160)).print(table)
+    return 1 if broken else 0
+
+
+def _type_text(schema: dict) -> str:
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    if "anyOf" in schema:
+        return " | ".join(_type_text(s) for s in schema["anyOf"])
+    kind = schema.get("type", "any")
+    return "/".join(kind) if isinstance(kind, list) else str(kind)
 
 
 if __name__ == "__main__":

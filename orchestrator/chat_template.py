@@ -36,3 +36,17 @@ def render_prompt(tokenizer, messages: list[dict], tools: list[dict] | None) -> 
 def prompt_ids(tokenizer, messages: list[dict], tools: list[dict] | None) -> list[int]:
     """`render_prompt`'s text as token ids, without extra special tokens (as vLLM tokenizes it)."""
     return list(tokenizer(render_prompt(tokenizer, messages, tools), add_special_tokens=False)["input_ids"])
+
+
+def cut_middle(ids: list[int], limit: int) -> list[int]:
+    """At most `limit` ids: the first limit // 2 and the last limit - limit // 2 (the middle goes).
+
+    Upstream's training cuts its templated prompt so (verl's postprocess_data, truncation='middle',
+    at data.max_prompt_length=24000): the template's head (system prompt, tools, the problem) and
+    the newest context survive, the oldest documents after the problem go."""
+    if limit <= 0:
+        raise ValueError(f"cut_middle: limit must be positive, got {limit}")
+    if len(ids) <= limit:
+        return list(ids)
+    left = limit // 2
+    return list(ids[:left]) + list(ids[len(ids) - (limit - left):])

@@ -105,6 +105,7 @@ class EpisodeState:
     task_id: str | None = None      # sent to the retriever as `eid` when the run asks for it
     files: dict[str, str] = field(default_factory=dict)   # attachments: name in the code tool's working
                                                           # folder -> host path, copied in for every run
+    tool_state: dict = field(default_factory=dict)        # function tools' per-episode data (a domain's database)
 
     def add_documents(self, docs: list[Document], by: str = "id", merge: str = "append") -> int:
         """Add the documents not held yet, compared by `id` (ours) or `content` (upstream's);

@@ -15,6 +15,7 @@ errors and never stop a run here.
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter
 from typing import Any, Iterable
 
@@ -125,3 +126,85 @@ class Watch:
             if reason is not None:
                 raise FailClosed(f"the last {self.window} tasks: every call failed with the same "
                                  f"configuration error, stopping: {reason}")
+
+
+def call_failure(model: str, exc: BaseException) -> str:
+    """One line for a failed expert call: model, endpoint (when the gateway names one), the error."""
+    endpoint = getattr(exc, "endpoint", None)
+    return f"{model} at {endpoint}: {call_error(model, exc)}" if endpoint else f"{model}: {call_error(model, exc)}"
+
+
+def call_error(model: str, exc: BaseException) -> str:
+    """`exc` as "Type: message" on one line, redacted, at most 300 characters, without the gateway's
+    repetition of the model and endpoint."""
+    from orchestrator.redaction import redact
+
+    text = " ".join(str(exc).split()).removeprefix(f"{model}: ")
+    text = redact(_GATEWAY_PREFIX.sub(r"after \1 attempt(s): ", text))
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"{type(exc).__name__}: {text}"
+
+
+_GATEWAY_PREFIX = re.compile(r"^(?:gave up|failed \(not retryable\)) after (\d+) attempt\(s\); last endpoint \S+: ")
+
+
+def refused_request(exc: BaseException) -> bool:
+    """A provider's refusal of one request (HTTP 400/413/422: too long, a bad parameter; or the
+    gateway's rules refusing it before sending): the server works, this request does not."""
+    from orchestrator.gateway.errors import ProviderRejected
+
+    return isinstance(exc, ProviderRejected) and exc.status in (None, 400, 413, 422)
+
+
+class ExpertWatch:
+    """Training: the runtime's expert call (`ToolRuntime.llm`) with its outcomes counted.
+
+    `limit` failed calls in a row (0: no limit) trip it (a request the provider refuses as such,
+    `refused_request`, is an answer, not a failure): every later call fails at once, so the
+    running episodes end quickly, and `check(step)` raises FailClosed naming the endpoint and the
+    error of the last failure.  `check` also raises when every call since the previous check
+    failed (a step with no usable sample: each of its rollouts was scored on failed tools), then
+    starts counting the next step.  Thread-safe (episodes call experts concurrently)."""
+
+    def __init__(self, llm, limit: int):
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0 (0: no limit), got {limit}")
+        self.llm, self.limit = llm, limit
+        self._lock = threading.Lock()
+        self.in_a_row = 0
+        self.calls = self.failed = 0          # since the last check
+        self.last_failure: str | None = None
+        self.tripped: str | None = None
+
+    def __call__(self, model, messages, **kwargs):
+        if self.tripped:
+            raise FailClosed(self.tripped)
+        try:
+            response = self.llm(model, messages, **kwargs)
+        except Exception as exc:
+            if refused_request(exc):   # the server answered: this request was wrong, not the expert
+                with self._lock:
+                    self.calls, self.in_a_row = self.calls + 1, 0
+                raise
+            with self._lock:
+                self.calls, self.failed, self.in_a_row = self.calls + 1, self.failed + 1, self.in_a_row + 1
+                self.last_failure = call_failure(model, exc)
+                if self.limit and self.in_a_row >= self.limit and self.tripped is None:
+                    self.tripped = (f"{self.in_a_row} expert calls in a row failed, stopping (fix the expert, then "
+                                    f"resume; tools.max_consecutive_failures sets the limit); the last: "
+                                    f"{self.last_failure}")
+            raise
+        with self._lock:
+            self.calls, self.in_a_row = self.calls + 1, 0
+        return response
+
+    def check(self, step: int) -> None:
+        """Raise FailClosed when tripped, or when there were calls since the last check and all failed."""
+        with self._lock:
+            calls, failed, self.calls, self.failed = self.calls, self.failed, 0, 0
+        if self.tripped:
+            raise FailClosed(f"step {step}: {self.tripped}")
+        if calls and failed == calls:
+            raise FailClosed(f"step {step}: no usable sample, all {calls} expert calls failed, stopping (fix the "
+                             f"expert, then resume); the last: {self.last_failure}")

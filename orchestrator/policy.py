@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from orchestrator.chat_template import prompt_ids
+from orchestrator.chat_template import cut_middle, prompt_ids
 from orchestrator.engine import Engine, SamplingParams
 from orchestrator.records import ToolCall, Usage
 
@@ -54,15 +54,21 @@ class ChatPolicy:
 
 
 class TokenPolicy:
-    """A policy generating from token ids with an `Engine` (training, the embedded default)."""
+    """A policy generating from token ids with an `Engine` (training, the embedded default).
 
-    def __init__(self, engine: Engine, price_model: str):
+    `max_prompt_tokens`: a templated prompt longer than this is cut in the middle
+    (`cut_middle`, upstream training's truncation='middle'); None sends it whole."""
+
+    def __init__(self, engine: Engine, price_model: str, max_prompt_tokens: int | None = None):
         self.engine = engine
         self.price_model = price_model
+        self.max_prompt_tokens = max_prompt_tokens
 
     def act(self, messages, tools, *, choices=None, grammar=None, temperature=1.0, max_tokens=1024) -> PolicyOutput:
         tok = self.engine.tokenizer
         ids = prompt_ids(tok, messages, tools)
+        if self.max_prompt_tokens is not None:
+            ids = cut_middle(ids, self.max_prompt_tokens)
         started = time.monotonic()
         gen = self.engine.generate([ids], SamplingParams(
             temperature=temperature, max_tokens=max_tokens, choices=choices, grammar=grammar))[0]

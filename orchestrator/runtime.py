@@ -1,9 +1,12 @@
 """Carrying out one tool call: the chosen expert does the step, its cost and time recorded.
 
+What a call does is its kind's (orchestrator/tools/, one module per kind, found in the registry):
 - search: the expert writes a query, the retriever returns documents;
 - enhance_reasoning (kind "code"): the expert writes Python, the sandbox runs it;
 - answer: the expert answers and the episode ends;
-- call_expert (function-calling episodes, `propose`): the expert proposes the next domain action.
+- call_expert (function-calling episodes, `propose`): the expert proposes the next domain action;
+- function tools (python, http, mcp, tau2_domain): `call_function` runs one under its deadline
+  through the toolbox (orchestrator/tools/toolbox.py), priced at its row of the price table.
 
 The expert is reached through the one LLM gateway; the alias's model (e.g. GPT-5)
 is served by `catalog.served_model(model, serve)` (e.g. the local SmolLM2) and charged as
@@ -19,30 +22,20 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from orchestrator.catalog import Catalog
-from orchestrator.context import Budgets, CodeBlock, Document, EpisodeState, Prompts, TokenCounter, expert_context
-from orchestrator.extract import answer_style, extract_answer, extract_code, extract_query, split_code, split_query
+from orchestrator.context import Budgets, EpisodeState, Prompts, TokenCounter, expert_context
 from orchestrator.settings import PRICING, ExpertSettings, QASettings, Tau2Settings
 from orchestrator.gateway.errors import ProviderRejected
 from orchestrator.records import ExpertCall, LLMResponse, ToolCall
 from orchestrator.toolcall import format_tool_call, parse_tool_calls
+from orchestrator.tools.code import CODE_FEES  # noqa: F401 - settings' choices, kept importable here
+from orchestrator.tools.registry import Function, alias_kind
+from orchestrator.tools.search import SEARCH_FEES, WEB_PAGES_PER_SEARCH  # noqa: F401
+from orchestrator.tools.toolbox import TOOLBOX, Toolbox
 
 
 class Retriever(Protocol):
     def retrieve(self, queries: list[str], topk: int) -> list[list[dict[str, Any]]]:
         """Search-R1 contract: per query a list of {"document": {"id", "contents"}, "score", ...}."""
-
-
-# Search fee per local search (settings `costs.search_fee`): "web" charges what a web search with its
-# page extractions costs (upstream's training charge: one search + WEB_PAGES_PER_SEARCH pages);
-# "tokens" the query's tokens at the orchestrator's input price; "none" nothing (web fallbacks
-# the retriever reports are charged in every mode).
-SEARCH_FEES = ("web", "tokens", "none")
-WEB_PAGES_PER_SEARCH = 30
-# Code fee per sandbox run (settings `costs.code_fee`): "seconds" charges its wall time at
-# fees.code_per_second (the paper's price); "none" nothing.  Wall time differs run to run and
-# machine to machine: where every correct rollout of a group made the same calls, the group's
-# min-max normalisation turns that microsecond noise into the whole [0, 1] cost coordinate.
-CODE_FEES = ("seconds", "none")
 
 
 def _rejected_errors() -> tuple[type[Exception], ...]:
@@ -101,6 +94,7 @@ class ToolRuntime:
     counter: TokenCounter = field(default_factory=TokenCounter)   # expert contexts' token cuts, query fees
     llm: Callable[..., Any] = _default_llm
     run_code: Callable[[str, float], Any] = _default_sandbox
+    toolbox: Toolbox = field(default_factory=lambda: TOOLBOX)   # function tools, opened once per process
 
     def __post_init__(self):
         check_pricing(self.catalog, self.serve, self.pricing)
@@ -156,20 +150,27 @@ class ToolRuntime:
         started = time.monotonic()
         answer = None
         try:
-            if tool.kind == "search":
-                self._search(call, state, catalog)
-            elif tool.kind == "code":
-                self._code(call, state, catalog)
-            elif tool.kind == "answer":
-                answer = self._answer(call, state, catalog)
-            else:
-                raise ValueError(f"tool kind {tool.kind!r} is not a QA tool")
+            kind = alias_kind(tool.kind)
+            if kind is None:
+                raise ValueError(f"tool {tool_name!r} (kind {tool.kind!r}) takes arguments, not an alias: "
+                                 f"call it with call_function")
+            answer = kind.run(self, call, state, catalog)
         except REJECTED:
             raise
         except Exception as exc:  # recorded, not fatal: the orchestrator may try another tool
             call.error = f"{type(exc).__name__}: {exc}"
         call.latency = time.monotonic() - started
         return call, answer
+
+    def functions(self, catalog: Catalog, task: str = "qa", taken: set[str] = frozenset()) -> list[Function]:
+        """The function tools `task` episodes offer under `catalog` (names in `taken` left out)."""
+        return self.toolbox.offered(catalog, task, runtime=self, taken=taken)
+
+    def call_function(self, fn: Function, arguments: dict, state: EpisodeState | None,
+                      catalog: Catalog | None = None) -> tuple[ExpertCall, str]:
+        """Call function tool `fn`; (its record, the output text the episode's context gets).
+        Never raises for the tool's failure: it is the record's `error`, with cost and latency."""
+        return self.toolbox.invoke(fn, arguments, catalog or self.catalog, state, runtime=self)
 
     def propose(self, tool_name: str, alias: str, messages: list[dict], tools: list[dict],
                 catalog: Catalog | None = None) -> tuple[ExpertCall, ToolCall | None]:
@@ -194,7 +195,7 @@ class ToolRuntime:
         call.latency = time.monotonic() - started
         return call, proposal
 
-    # ---- the three tools ---------------------------------------------------------------
+    # ---- expert calls (orchestrator/tools/ search, code, answer use these) -------------------
     def ask(self, call: ExpertCall, messages: list[dict], catalog: Catalog, kind: str = "qa",
             **kwargs) -> LLMResponse:
         """One expert call for `call.model`, with that expert's settings in `kind` episodes; its
@@ -219,77 +220,3 @@ class ToolRuntime:
             from orchestrator.upstream_prompts import expert_context_upstream
             return expert_context_upstream(state, settings, self.counter)
         return expert_context(state, self.budgets, self.counter, room=settings.context_tokens)
-
-    def _search_fee(self, query: str, catalog: Catalog) -> float:
-        fee = self.qa.costs.search_fee
-        if fee == "web":
-            return catalog.search_cost(web_searches=1, pages=WEB_PAGES_PER_SEARCH)
-        if fee == "tokens" and catalog.orchestrator_price_model:
-            price = catalog.price(catalog.orchestrator_price_model)
-            return price.input * self.counter.count(query) / 1_000_000
-        return 0.0
-
-    def _search(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> None:
-        if self.retriever is None:
-            raise RuntimeError("no retriever configured: start the retrieval service or pass --index")
-        search, retrieval = self.qa.search, self.qa.retrieval
-        reply = self._ask_expert(call, self.prompts.render(
-            "expert_search", question=state.question, context=self._context(state, call)), catalog)
-        query = extract_query(reply, fallback=state.question) if search.query == "ours" else split_query(reply)
-        if len(query) < search.min_query_chars:
-            call.output = f"query {query!r} is shorter than {search.min_query_chars} characters: no search"
-            return
-        filters = {"eid": state.task_id if retrieval.send_eid else None,
-                   "min_score": retrieval.min_score, "min_length": retrieval.min_length}
-        result = self.retriever.retrieve([query], retrieval.topk, **{k: v for k, v in filters.items() if v is not None})
-        docs = [Document(id=str(h["document"]["id"]), contents=h["document"]["contents"],
-                         source=h["document"].get("source", "local")) for h in result[0]]
-        # web fallback fees, as the retriever reports them (RetrievalClient's `Retrieved`)
-        call.cost += catalog.search_cost(web_searches=getattr(result, "web_searches", 0),
-                                         pages=getattr(result, "pages", 0))
-        call.cost += self._search_fee(query, catalog)
-        new = state.add_documents(docs[::-1] if search.doc_order == "reverse" else docs, by=search.dedupe,
-                                  merge=search.merge)
-        listing = "".join(f"\n[{d.id}{' web' if d.source == 'web' else ''}] {d.contents[:200]}" for d in docs)
-        call.output = f"query: {query!r}; {len(docs)} documents ({new} new){listing}"
-
-    def _code(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> None:
-        code_settings = self.qa.code
-        reply = self._ask_expert(call, self.prompts.render(
-            "expert_code", question=state.question, context=self._context(state, call)), catalog)
-        if code_settings.extraction == "none":
-            call.output = "no code run (code.extraction: none)"
-            return
-        code = extract_code(reply) if code_settings.extraction == "ours" else split_code(reply)
-        if code is None or (code == "" and code_settings.extraction == "upstream"):   # upstream skips an empty one
-            call.output = "the expert wrote no ```python block"
-            return
-        # a task's attachments (GAIA) are copied next to the code: it opens them by name
-        attached = {"files": {name: Path(path) for name, path in state.files.items()}} if state.files else {}
-        result = self.run_code(code, code_settings.timeout, **attached)
-        if self.qa.costs.code_fee == "seconds":
-            call.cost += catalog.code_cost(result.duration_s)
-        if code_settings.output == "stdout":
-            output = result.stdout
-        else:
-            output = result.stdout if result.exit_code == 0 else f"{result.stdout}\n[exit {result.exit_code}] {result.stderr[-1000:]}"
-            if result.timed_out:
-                output += f"\n[timed out after {code_settings.timeout:g} s]"
-        if output.strip() or code_settings.keep_empty:   # upstream keeps its stdout as printed
-            state.code_blocks.append(CodeBlock(code=code, output=output.strip() if code_settings.output == "full" else output))
-        call.output = output.strip()[:2000]
-
-    def _answer(self, call: ExpertCall, state: EpisodeState, catalog: Catalog) -> str:
-        fmt = self.expert(call.model, tool=call.tool).answer_format
-        if fmt == "auto":
-            fmt = answer_style(self.served(call.model))
-        name = f"expert_answer_{fmt}"
-        system = self.prompts.render("expert_answer_system").strip() if fmt == "boxed" else ""
-        reply = self._ask_expert(call, self.prompts.render(
-            name, question=state.question, context=self._context(state, call)), catalog, system=system)
-        call.output, call.reply = reply[:2000], reply
-        if self.prompts.style.startswith("upstream"):
-            from orchestrator.upstream_prompts import extract_answer_upstream
-            return extract_answer_upstream(reply, "boxed" if fmt in ("boxed", "boxed_steps") else "tags")
-        return extract_answer(reply)
-

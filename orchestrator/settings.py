@@ -18,6 +18,7 @@ unchanged and turn them into a runtime with orchestrator/setup.py, the one build
 """
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -214,7 +215,9 @@ def available() -> list[str]:
 
 def _read(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     if not path.exists():
-        raise ProfileError(f"profile {path}: no such file; the shipped profiles are {available()} "
+        close = difflib.get_close_matches(path.stem, available(), n=1) if path.parent == PROFILES_DIR else []
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ProfileError(f"profile {path}: no such file; {hint}the shipped profiles are {available()} "
                            f"(configs/profiles/), or give a path to a YAML file")
     if path.resolve() in chain:
         raise ProfileError(f"{path}: `extends` loops back to itself ({' -> '.join(str(p) for p in chain)})")

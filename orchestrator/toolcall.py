@@ -106,7 +106,7 @@ def validate_schema_call(call: ToolCall, schemas: list[dict]) -> None:
     if missing:
         raise ToolCallError(f"tool {call.name!r}: missing argument(s) {missing}")
     unknown = sorted(set(call.arguments) - set(props))
-    if unknown:
+    if unknown and params.get("additionalProperties") is not True:
         raise ToolCallError(f"tool {call.name!r}: unknown argument(s) {unknown}; it takes {sorted(props)}")
     checks = {"string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
               "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -114,6 +114,8 @@ def validate_schema_call(call: ToolCall, schemas: list[dict]) -> None:
               "null": lambda v: v is None, "object": lambda v: isinstance(v, dict),
               "array": lambda v: isinstance(v, list)}
     for name, value in call.arguments.items():
+        if name not in props:
+            continue
         types = _json_types(props[name])
         if types and not any(checks.get(t, lambda v: True)(value) for t in types):
             raise ToolCallError(f"tool {call.name!r}: argument {name!r} must be {' or '.join(types)}, "

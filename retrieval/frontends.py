@@ -185,6 +185,9 @@ def frontend_main(sock: socket.socket, conn, up, settings: dict) -> None:
 
     create_app, server_config = settings["create_app"], settings["server_config"]
 
+    from orchestrator.redaction import install_log_redaction
+
+    install_log_redaction()     # keys (a web search's too) out of every log line
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     limits = settings["limits"]
     service = RemoteService(conn, web_search_from_env(min_docs=settings["web_min_docs"]),
@@ -272,6 +275,9 @@ def worker_main(args, conns: list, ready, supervisor_pid: int, load_service) -> 
     flag (as one process exits), 1 for anything else (a CUDA error, out of memory, ...)."""
     die_with_parent(supervisor_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C reaches the supervisor, which stops us
+    from orchestrator.redaction import install_log_redaction
+
+    install_log_redaction()     # keys (a web search's too) out of every log line
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
         service = load_service(args)

@@ -23,9 +23,14 @@ from retrieval.docstore import DocStore
 
 log = logging.getLogger(__name__)
 META_FILE = "meta.json"
-# With a minimum document length, hits are dropped after the search: ask the index for
-# more candidates so that topk usually survive (upstream searched 100 for the same reason).
+# Upstream's servers take the index's top 1,000 and keep, in rank order, the first topk that pass
+# their filters (retrieval_hle.py:346-358, retrieval_wiki.py:332-345, training/retrieval_general_thought.py:331-345).
+# With a minimum length we ask for FILTER_CANDIDATES first and search UPSTREAM_CANDIDATES deep only
+# for a query the filter left short: on an exact index (flat, torch) the same hits as one search of
+# 1,000, for the price of 100 candidates almost always. (A minimum score alone needs no depth:
+# scores come sorted, so the hits above it are a prefix.)
 FILTER_CANDIDATES = 100
+UPSTREAM_CANDIDATES = 1000
 
 
 class QueryError(ValueError):
@@ -142,6 +147,15 @@ class Searcher:
         out: list[list[dict]] = [[] for _ in queries]
         for j, i in enumerate(plain):
             out[i] = self._hits(queries[i], scores[j], rows[j])
+        short = [i for i in plain if len(out[i]) < queries[i].topk
+                 and _candidates(queries[i], len(self.store), deep=True) > k]
+        if short:                         # the length filter left too few: search as deep as upstream
+            deep = max(_candidates(queries[i], len(self.store), deep=True) for i in short)
+            batch = vectors[short] if vectors is not None else [queries[i].text for i in short]
+            with self._index_lock:
+                scores, rows = self.index.search(batch, deep)
+            for j, i in enumerate(short):
+                out[i] = self._hits(queries[i], scores[j], rows[j])
         for i, q in enumerate(queries):
             if q.eid is not None:
                 out[i] = self._hits(q, *self._whitelist_search(q, vectors[i] if vectors is not None else None))
@@ -149,11 +163,11 @@ class Searcher:
 
     def _whitelist_search(self, q: Query, vector: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         allowed = self.whitelists[q.eid]
-        if vector is not None:            # dense: exact scores over the whitelist only
-            return self.index.score_rows(vector, allowed, _candidates(q, len(allowed)))
+        if vector is not None:            # dense: exact scores over the whitelist only (all scored anyway)
+            return self.index.score_rows(vector, allowed, _candidates(q, len(allowed), deep=True))
         # BM25 has no per-query filter: search deep, keep whitelisted rows in rank order.
         with self._index_lock:
-            scores, rows = self.index.search([q.text], min(len(self.store), 1000))
+            scores, rows = self.index.search([q.text], min(len(self.store), UPSTREAM_CANDIDATES))
         keep = np.isin(rows[0], allowed)
         return scores[0][keep], rows[0][keep]
 
@@ -171,8 +185,11 @@ class Searcher:
         return hits
 
 
-def _candidates(q: Query, n: int) -> int:
-    return min(n, max(q.topk, FILTER_CANDIDATES) if q.min_length > 0 else q.topk)
+def _candidates(q: Query, n: int, deep: bool = False) -> int:
+    """Rows to ask the index for: topk, or with a length filter 100 (deep: upstream's 1,000)."""
+    if q.min_length <= 0:
+        return min(n, q.topk)
+    return min(n, max(q.topk, UPSTREAM_CANDIDATES if deep else FILTER_CANDIDATES))
 
 
 def load_whitelists(path: str | Path, store: DocStore) -> dict[str, np.ndarray]:

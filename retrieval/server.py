@@ -249,6 +249,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="register this server as 'retrieval' in the endpoints JSON (removed at shutdown)")
     p.add_argument("--advertise-host", default=None, help="host name written to --endpoints-file")
     args = p.parse_args(argv)
+    from orchestrator.redaction import install_log_redaction
+
+    install_log_redaction()     # keys (a web search's too) out of every log line
+    from orchestrator.ports import PortError, check_port
+
+    try:   # before the index loads (minutes): a bad or taken port is one line now, not a hang then
+        check_port(args.port, "--port", host=args.host)
+    except PortError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     limits = Limits(request_timeout_s=args.request_timeout, body_timeout_s=args.body_timeout,
                     header_timeout_s=args.header_timeout)

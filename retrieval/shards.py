@@ -165,10 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import uvicorn
 
+    from orchestrator.ports import PortError, check_port
     from retrieval.server import Limits, create_app
     try:
+        check_port(args.port, "--port", host=args.host, zero_ok=False)
         service = ShardedService([u.split(",") for u in args.shard], timeout_s=args.timeout)
-    except ValueError as err:
+    except ValueError as err:   # PortError too
         print(f"error: {err}", file=sys.stderr)
         return 2
     app = create_app(service, Limits(request_timeout_s=args.timeout + 5))

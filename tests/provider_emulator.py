@@ -29,17 +29,34 @@ error body (texts as reported in public issue threads; see docs/evaluation.md):
 Every rejection is kept in `rejected` (model, status, message) so a test can assert none
 happened.  `reject_models` rejects every request for those models with the
 OpenAI temperature error whatever they carry (a provider that changed its rules).
+
+Hostile replies (`faults`: model id, or "*" for every model -> one of FAULTS), each answered with
+status 200 to a chat request (OpenAI or Anthropic route) and counted in `fault_hits`:
+- "html_echo_key": a text/html page that echoes the API key the request carried (Authorization /
+  x-api-key), as a misconfigured proxy's login page does;
+- wrong shapes of an OpenAI reply: "choices_string", "choices_object", "no_message",
+  "message_null", "usage_string", "usage_null_counts", "usage_negative" (a count of -4,000,000:
+  a negative cost), "usage_over_budget" (more completion tokens than the request allowed);
+  on the Anthropic route "usage_negative" and "usage_string" are given in its shape;
+- bodies too big to hold: "endless" (application/json streamed in 64 KiB chunks until the client
+  hangs up, no Content-Length), "huge_declared" (the same with Content-Length 300 MB), "gzip_bomb"
+  (Content-Encoding gzip: 64 KiB on the wire inflating to 64 MiB).  `bytes_streamed` counts the
+  bytes the streaming faults handed to the server.
+`gzip=True` compresses every reply of a client that accepts gzip (as many providers do).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
 import time
+import zlib
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.middleware.gzip import GZipMiddleware
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from evaluation.mock_backend import MockBackend
@@ -56,6 +73,11 @@ CHARS_PER_TOKEN = 4
 _HLE_RE = re.compile(r"\[response\]: (.*?)\n\nYour judgement must be.*?\[correct_answer\]: (.*?)\n\nreasoning:",
                      re.DOTALL)
 _STUDENT_RE = re.compile(r"Student answer: (.*?)\n\nReference answer: (.*?)\n\n", re.DOTALL)
+SHAPE_FAULTS = ("choices_string", "choices_object", "no_message", "message_null", "usage_string",
+                "usage_null_counts", "usage_negative", "usage_over_budget")
+SIZE_FAULTS = ("endless", "huge_declared", "gzip_bomb")
+FAULTS = ("html_echo_key", *SHAPE_FAULTS, *SIZE_FAULTS)
+CHUNK = b" " * 65536
 
 
 def count_tokens(messages: list[dict], tools: list | None = None) -> int:
@@ -165,8 +187,20 @@ class ProviderEmulator(MockBackend):
     def __init__(self, answers: dict[str, str], plan=(("search", "search-1"), ("enhance_reasoning", "reasoner-3"),
                                                       ("answer", "answer-1")),
                  reject_models: set[str] | None = None, doc_chars: int = 3000, answer_prefix: str = "",
-                 eids: set[str] | None = None, **kw: Any):
+                 eids: set[str] | None = None, faults: dict[str, str] | None = None, gzip: bool = False,
+                 **kw: Any):
         super().__init__(answers=answers, **kw)
+        unknown = sorted(set((faults or {}).values()) - set(FAULTS))
+        if unknown:
+            raise ValueError(f"faults: unknown {unknown}; known: {FAULTS}")
+        self.faults = dict(faults or {})
+        self.gzip = gzip                        # gzip every reply a client accepts gzip for
+        self.fault_hits = 0
+        self.bytes_streamed = 0
+        if "gzip_bomb" in self.faults.values():     # 64 MiB of JSON whitespace, compressed piece by piece
+            packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+            self._bomb = b"".join([packer.compress(b"["), *(packer.compress(CHUNK) for _ in range(1024)),
+                                   packer.compress(b"]"), packer.flush()])
         self.eids = eids                        # eid whitelists it has (None: no eid file, as our server)
         self.plan = list(plan)
         self.reject_models = reject_models or set()
@@ -215,7 +249,9 @@ class ProviderEmulator(MockBackend):
         else:
             return super().reply(body)
         out = message.get("content") or json.dumps(message.get("tool_calls"))
-        usage = {"prompt_tokens": count_tokens(body.get("messages", [])), "completion_tokens": len(out) // 4 + 1}
+        budget = body.get("max_completion_tokens") or body.get("max_tokens")     # a server never reports more
+        usage = {"prompt_tokens": count_tokens(body.get("messages", [])),
+                 "completion_tokens": min(len(out) // 4 + 1, budget if isinstance(budget, int) else 1 << 30)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return 200, {"id": "emu", "object": "chat.completion", "created": int(time.time()),
                      "model": body.get("model"), "usage": usage,
@@ -228,9 +264,64 @@ class ProviderEmulator(MockBackend):
                               "message": inner.get("message") if isinstance(inner, dict) else str(inner)})
         return JSONResponse(payload, status_code=status)
 
+    # ---- hostile replies ------------------------------------------------------------------------
+    def _fault(self, model: str | None) -> str | None:
+        fault = self.faults.get(model or "", self.faults.get("*"))
+        if fault is not None:
+            with self._lock:
+                self.fault_hits += 1
+        return fault
+
+    def _streamed(self, declared: int | None) -> StreamingResponse:
+        async def forever():
+            while True:                      # until the client hangs up (the server then stops us)
+                with self._lock:
+                    self.bytes_streamed += len(CHUNK)
+                yield CHUNK
+                await asyncio.sleep(0)
+        headers = {"content-length": str(declared)} if declared else {}
+        return StreamingResponse(forever(), media_type="application/json", headers=headers)
+
+    def _hostile(self, fault: str, request: Request, body: dict, route: str) -> Response:
+        """The 200 reply of `fault` (see the module docstring)."""
+        if fault == "html_echo_key":
+            auth = request.headers.get("authorization", "")
+            key = auth.split(" ", 1)[1] if " " in auth else request.headers.get("x-api-key", auth)
+            return Response(f"<html><body>Signed in as {key}. Your session expired; sign in again."
+                            f"</body></html>", media_type="text/html")
+        if fault == "endless":
+            return self._streamed(None)
+        if fault == "huge_declared":
+            return self._streamed(300 * 1000 * 1000)
+        if fault == "gzip_bomb":
+            return Response(self._bomb, media_type="application/json", headers={"content-encoding": "gzip"})
+        if route == "anthropic":
+            payload = {"id": "msg_emu", "type": "message", "role": "assistant", "model": body.get("model"),
+                       "content": [{"type": "text", "text": "hello"}], "stop_reason": "end_turn",
+                       "usage": {"input_tokens": 10, "output_tokens": -4_000_000} if fault == "usage_negative"
+                       else "lots"}
+            return JSONResponse(payload)
+        status, payload = self.reply(body)
+        budget = body.get("max_completion_tokens") or body.get("max_tokens") or 1024
+        change: dict[str, Any] = {
+            "choices_string": {"choices": "hello"},
+            "choices_object": {"choices": {"0": payload["choices"][0]}},
+            "no_message": {"choices": [{"index": 0, "finish_reason": "stop"}]},
+            "message_null": {"choices": [{"index": 0, "message": None, "finish_reason": "stop"}]},
+            "usage_string": {"usage": "lots"},
+            "usage_null_counts": {"usage": {"prompt_tokens": None, "completion_tokens": None, "total_tokens": None}},
+            "usage_negative": {"usage": {"prompt_tokens": 10, "completion_tokens": -4_000_000,
+                                         "total_tokens": -3_999_990}},
+            "usage_over_budget": {"usage": {"prompt_tokens": 10, "completion_tokens": budget + 1000,
+                                            "total_tokens": budget + 1010}},
+        }[fault]
+        return JSONResponse({**payload, **change}, status_code=status)
+
     # ---- the server --------------------------------------------------------------------------
     def _app(self):
         app = FastAPI()
+        if self.gzip:
+            app.add_middleware(GZipMiddleware, minimum_size=1)
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request):
@@ -239,6 +330,9 @@ class ProviderEmulator(MockBackend):
             with self._lock:
                 self.requests += 1
                 self.seen.append({"route": "openai", **body})
+            fault = self._fault(model)
+            if fault is not None:
+                return self._hostile(fault, request, body, "openai")
             if model in self.reject_models:
                 return self._reject(model, 400, openai_error(
                     f"Unsupported value: 'temperature' does not support {body.get('temperature', 1.0)!r} with this "
@@ -256,6 +350,9 @@ class ProviderEmulator(MockBackend):
             with self._lock:
                 self.requests += 1
                 self.seen.append({"route": "anthropic", **body})
+            fault = self._fault(body.get("model"))
+            if fault is not None:
+                return self._hostile(fault, request, body, "anthropic")
             problem = check_anthropic(body)
             if problem is not None:
                 return self._reject(body.get("model"), 400, problem)
@@ -266,7 +363,8 @@ class ProviderEmulator(MockBackend):
             return JSONResponse({"id": "msg_emu", "type": "message", "role": "assistant", "model": body["model"],
                                  "content": [{"type": "text", "text": content}], "stop_reason": "end_turn",
                                  "stop_sequence": None,
-                                 "usage": {"input_tokens": len(text) // 4 + 1, "output_tokens": len(content) // 4 + 1}})
+                                 "usage": {"input_tokens": len(text) // 4 + 1,
+                                           "output_tokens": min(len(content) // 4 + 1, body["max_tokens"])}})
 
         @app.post("/tokenize")
         async def tokenize(request: Request):

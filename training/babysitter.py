@@ -40,6 +40,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.gateway.endpoints import read_endpoints, unregister_endpoint
+from orchestrator.redaction import install_log_redaction
 from training.distributed.slurm import JobInfo, Slurm, SlurmError
 
 log = logging.getLogger("toolorchestra.resume")
@@ -337,6 +338,7 @@ def _lock(state_dir: Path):
 
 
 def _setup_logging(state_dir: Path) -> None:
+    install_log_redaction()
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S")
     for handler in (logging.StreamHandler(sys.stderr), logging.FileHandler(state_dir / "babysitter.log")):
         handler.setFormatter(fmt)

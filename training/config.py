@@ -109,6 +109,8 @@ class RolloutConfig:
     temperature: float = 1.0
     max_tokens: int = 8768              # per orchestrator turn (paper: max response 8,768)
     context_tokens: int = 24000         # paper: ~24k prompt cap
+    prompt_truncation: Literal["none", "middle"] = "none"   # a templated prompt over context_tokens: sent whole
+                                        # (none) or its middle cut out (middle: first half + last half, as upstream)
     constrained: bool = False           # constrained decoding: every turn is a valid call
     max_string_chars: int = ARG_MAX_CHARS   # constrained function calls (tau2): longest string argument
     concurrency: int = 64               # episodes in flight (threads); tool calls overlap
@@ -125,6 +127,10 @@ class ToolsConfig:
     index: str | None = None            # local retrieval index folder (RetrievalClient.in_process)
     retrieval_url: str | None = None    # or a running /retrieve service
     memoize_experts: bool = False       # cache expert replies by (served model, prompt): greedy experts only
+    max_consecutive_failures: int = 16  # this many expert calls failing in a row stop the run, exit 1, naming the
+                                        # endpoint and error (0: no limit; a step whose calls all failed stops it anyway)
+    preflight_timeout: float = 30.0     # seconds for the one tiny real request (max_tokens 1) sent to each expert
+                                        # before start-up; a 5xx, non-JSON or no reply stops it (0: TCP check only)
 
 
 @dataclass
@@ -351,6 +357,12 @@ def validate(cfg: TrainConfig) -> None:
     for key, v in positive.items():
         if v < 1:
             raise ConfigError(f"{key}: must be >= 1, got {v}")
+    if cfg.tools.max_consecutive_failures < 0:
+        raise ConfigError(f"tools.max_consecutive_failures: must be >= 0 (0: no limit), got "
+                          f"{cfg.tools.max_consecutive_failures}")
+    if cfg.tools.preflight_timeout < 0:
+        raise ConfigError(f"tools.preflight_timeout: must be >= 0 seconds (0: no start-up request), got "
+                          f"{cfg.tools.preflight_timeout}")
     if cfg.engine.linger_ms < 0:
         raise ConfigError(f"engine.linger_ms: must be >= 0 (0: no lingering), got {cfg.engine.linger_ms}")
     try:

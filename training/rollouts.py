@@ -99,7 +99,8 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
                      on_done: Callable[[int, Rollout], None] | None = None,
                      on_group: Callable[[int, list[Rollout]], None] | None = None,
                      slots: Sequence[int] | None = None,
-                     unconstrained_logprobs: bool = False) -> list[list[Rollout]]:
+                     unconstrained_logprobs: bool = False,
+                     max_prompt_tokens: int | None = None) -> list[list[Rollout]]:
     """G = `rollouts_per_task` episodes of every task, run concurrently; groups in task order.
 
     Threads overlap generation (batched by a BatchingEngine) with tool calls; every episode is
@@ -112,6 +113,8 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
     one.  `slots`: the task's place in its step's batch, for the rollout seeds (default 0, 1, ...;
     asynchronous training makes a batch's leftover tasks again after a resume).
     `unconstrained_logprobs`: see `SeededEngine` (asynchronous training).
+    `max_prompt_tokens`: each turn's templated prompt is cut in the middle to this many tokens
+    (`rollout.prompt_truncation: middle`, as upstream trains); None: sent whole.
     """
     price_model = price_model or runtime.catalog.orchestrator_price_model
     if not price_model:
@@ -129,7 +132,7 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
 
     def one(i: int, j: int) -> Rollout:
         policy = TokenPolicy(SeededEngine(engine, rollout_seed(seed, step, slots[i], j), unconstrained_logprobs),
-                             price_model)
+                             price_model, max_prompt_tokens=max_prompt_tokens)
         try:
             return run_episode(tasks[i], policy, runtime, config)
         finally:

@@ -28,7 +28,7 @@ import torch
 
 from orchestrator.catalog import load_catalog
 from orchestrator.episodes.base import LoopConfig, Task
-from orchestrator.fail_closed import check_step
+from orchestrator.fail_closed import ExpertWatch, check_step
 from orchestrator.engines.common import eos_token_ids
 from orchestrator.records import Rollout
 from orchestrator.runtime import ToolRuntime
@@ -38,7 +38,7 @@ from training import checkpoint as ckpt
 from training.compile_cache import load_compile_artifacts, save_compile_artifacts, use_compile_cache
 from training.config import ConfigError, TrainConfig, dump_yaml, fingerprint, save_run_config, to_dict
 from training.metrics_log import MetricsLogger
-from training.preflight import check_device, check_models
+from training.preflight import check_device, check_models, check_paths
 from training.async_rollouts import RolloutProducer, drop_stale
 from training.rollouts import MemoizedLLM, Preempted, collect_rollouts, mask_forced_tokens
 from training.samples import build_turn_samples, mini_batch_count
@@ -134,6 +134,15 @@ class Session:
     start_step: int
     total_steps: int
     resume_groups: tuple[int, dict[int, list[int]]] | None = None   # async: (first batch, trained slots)
+    watch: ExpertWatch | None = None    # the experts' calls counted: fails the run closed (`check_calls`)
+
+    def check_calls(self, groups: list[list[Rollout]], step: int) -> None:
+        """Fail closed (FailClosed, exit 1) before training on step `step`'s rollouts: a configuration or
+        permanent error in its calls (check_step), `tools.max_consecutive_failures` expert calls in a row
+        failed, or every expert call since the previous step failed (no usable sample)."""
+        check_step(groups, step)
+        if self.watch is not None:
+            self.watch.check(step)
 
     def save(self, step: int, data_position: int, groups: tuple[int, dict[int, list[int]]] | None = None) -> Path:
         """A checkpoint of the weights after `step` updates; `data_position`: the sampler's position
@@ -175,8 +184,21 @@ def open_session(cfg: TrainConfig, tasks: list[Task], total_steps: int, learner,
     logger.message(f"{len(tasks)} tasks, {total_steps} steps {learner.description}; "
                    + (f"resuming from {checkpoint.path} (step {start_step})" if checkpoint else "starting fresh"))
     loop_config = rollout_loop_config(cfg)
-    return Session(cfg, tasks, learner, sampler, runtime or build_runtime(cfg),
-                   judge or train_judge(cfg), loop_config, logger, start_step, total_steps, groups)
+    runtime = runtime or build_runtime(cfg)
+    return Session(cfg, tasks, learner, sampler, runtime, judge or train_judge(cfg), loop_config, logger, start_step,
+                   total_steps, groups, watch_experts(runtime, cfg.tools.max_consecutive_failures))
+
+
+def watch_experts(runtime: ToolRuntime, limit: int) -> ExpertWatch:
+    """Count the runtime's expert calls (orchestrator/fail_closed.py `ExpertWatch`), beneath the reply
+    cache when there is one (a cache hit is no call); a runtime an earlier run watched is watched anew."""
+    holder, attr = (runtime.llm, "_llm") if isinstance(runtime.llm, MemoizedLLM) else (runtime, "llm")
+    inner = getattr(holder, attr)
+    if isinstance(inner, ExpertWatch):
+        inner = inner.llm
+    watch = ExpertWatch(inner, limit)
+    setattr(holder, attr, watch)
+    return watch
 
 
 def _resume_groups(state: dict[str, Any]) -> tuple[int, dict[int, list[int]]]:
@@ -234,7 +256,12 @@ def _collect(s: Session, step: int, batch: list[Task], should_stop: Callable[[],
                             rollouts_per_task=cfg.rollout.rollouts_per_task, seed=cfg.run.seed, step=step,
                             price_model=cfg.model.price_model, concurrency=cfg.rollout.concurrency,
                             should_stop=should_stop, on_done=on_done, unconstrained_logprobs=unconstrained_logprobs,
-                            **more)
+                            max_prompt_tokens=prompt_cap(cfg), **more)
+
+
+def prompt_cap(cfg: TrainConfig) -> int | None:
+    """Tokens a rollout turn's templated prompt is cut to (`rollout.prompt_truncation: middle`), or None."""
+    return cfg.rollout.context_tokens if cfg.rollout.prompt_truncation == "middle" else None
 
 
 def _after_step(s: Session, step: int, batch: list[Task], groups: list[list[Rollout]], metrics: dict[str, Any],
@@ -267,12 +294,15 @@ def train_loop(s: Session) -> dict[str, Any]:
             try:   # 1. rollouts
                 with s.logger.progress(f"step {step + 1} rollouts", len(batch)) as bar:
                     job = bar.add_task("rollouts", total=len(batch) * cfg.rollout.rollouts_per_task)
-                    groups = _collect(s, step, batch, lambda: preempt.requested, lambda i, r: bar.advance(job))
+                    groups = _collect(s, step, batch, lambda: preempt.requested or _tripped(s),
+                                      lambda i, r: bar.advance(job))
             except Preempted:   # the weights are still those of `step`: save them and the data position
+                if _tripped(s):   # too many expert calls failed in a row: stop, nothing saved or trained
+                    s.watch.check(step + 1)
                 s.save(step, position)
                 s.logger.close()
                 os._exit(ckpt.PREEMPTED_EXIT_CODE)   # abandon the running episodes' threads
-            check_step(groups, step + 1)   # fail closed: every call failed for one configuration reason
+            s.check_calls(groups, step + 1)   # fail closed: the experts failed (docs/reliability.md)
             rollout_time = time.monotonic() - started
             metrics = train_step(s, step, batch, groups)   # 2-6
             metrics.update({"time/rollout": rollout_time, "time/step": time.monotonic() - started})
@@ -299,7 +329,7 @@ def async_train_loop(s: Session) -> dict[str, Any]:
         return [s.tasks[i] for i in s.sampler.take(cfg.rollout.tasks_per_step)], position
 
     def collect(j: int, batch: list[Task], slots: list[int], stop: Callable[[], bool], on_group) -> None:
-        _collect(s, j, batch, lambda: stop() or preempt.requested, unconstrained_logprobs=True,
+        _collect(s, j, batch, lambda: stop() or preempt.requested or _tripped(s), unconstrained_logprobs=True,
                  on_group=on_group, slots=slots)
 
     first, trained = s.resume_groups or (s.start_step, {})
@@ -320,6 +350,9 @@ def async_train_loop(s: Session) -> dict[str, Any]:
                     item = producer.get(step, timeout=0.5)
                     if item is not None and isinstance(item.error, Preempted):
                         item = None   # the producer stopped for the pre-emption: save below
+                    if item is None and _tripped(s):   # expert calls failing in a row: stop, nothing saved
+                        producer.stop()
+                        s.watch.check(step + 1)
                     if item is None and preempt.requested:   # the weights are those of `step`
                         producer.stop()
                         s.save(step, *resume_point())
@@ -328,7 +361,7 @@ def async_train_loop(s: Session) -> dict[str, Any]:
                 waited = time.monotonic() - waited
                 if item.error is not None:
                     raise item.error
-                check_step(item.groups, step + 1)
+                s.check_calls(item.groups, step + 1)
                 metrics = train_step(s, step, item.batch, item.groups)   # 2-6: pushes version step + 1
                 producer.publish(step + 1)
                 now = time.monotonic()
@@ -343,6 +376,10 @@ def async_train_loop(s: Session) -> dict[str, Any]:
         finally:
             producer.stop()
     return metrics
+
+
+def _tripped(s: Session) -> bool:
+    return s.watch is not None and s.watch.tripped is not None
 
 
 def run(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
@@ -388,6 +425,9 @@ def _run_once(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
               judge: Callable[[Task, Rollout], bool] | None = None, make_learner: Callable | None = None) -> dict[str, Any]:
     if cfg.distributed.backend != "ray":   # (Ray places the policy on its workers' devices)
         check_device(cfg.run.device)
+    check_paths(cfg)
+    train_profile(cfg)   # a misspelt tools.profile: one line (did you mean ...?) before anything starts
+    tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)   # before anything is written
     run_dir = Path(cfg.run.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     for restored in ckpt.recover_interrupted_saves(run_dir / "checkpoints"):
@@ -403,14 +443,13 @@ def _run_once(cfg: TrainConfig, *, runtime: ToolRuntime | None = None,
     # the schedule counts training steps, also those whose batch was filtered empty
     warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
     torch.manual_seed(cfg.run.seed)
-    tasks = load_tasks(cfg.data.train_files, cfg.data.default_preference)
     total_steps = cfg.trainer.total_steps or cfg.trainer.epochs * max(1, len(tasks) // cfg.rollout.tasks_per_step)
     checkpoint, state = resume_point(cfg)
     check_resumable_groups(cfg, checkpoint, state)
     save_run_config(cfg, run_dir, checkpoint.step if checkpoint else 0)   # a replaced config.yaml -> history
     if runtime is None:   # the gateway calls the experts: check each can be called before start-up
         runtime = build_runtime(cfg)
-        check_models(tasks, runtime, preflight_roles(cfg, tasks, judge))
+        check_models(tasks, runtime, preflight_roles(cfg, tasks, judge), request_s=cfg.tools.preflight_timeout)
     if make_learner is None and cfg.distributed.backend == "ray":   # same config, placed on Ray (docs/cluster.md)
         from training.distributed.run import RayLearner
         make_learner = RayLearner.start

@@ -40,9 +40,13 @@ def load_tasks(files: Sequence[str], default_preference: dict[str, float] | None
         if not path.exists():
             raise FileNotFoundError(f"data.train_files: {file} does not exist")
         kind = "parquet" if path.suffix == ".parquet" else "json"
-        if kind == "json":
-            check_json_lines(path)
+        if kind == "json" and check_json_lines(path) == 0 or path.stat().st_size == 0:
+            raise ValueError(f"data.train_files: {file} holds no task records (empty); write one JSON object per "
+                             f"line ({{\"id\", \"question\", \"answer\"}}) or remove it from data.train_files")
         rows = load_dataset(kind, data_files=str(path), split="train")
+        if len(rows) == 0:
+            raise ValueError(f"data.train_files: {file} holds no task records; add some or remove it from "
+                             f"data.train_files")
         for i, row in enumerate(rows):
             tasks.append(task_from_record(row, f"{file}[{i}]", default_preference, base=path.parent))
     ids = [t.id for t in tasks]
@@ -52,16 +56,18 @@ def load_tasks(files: Sequence[str], default_preference: dict[str, float] | None
     return tasks
 
 
-def check_json_lines(path: Path) -> None:
+def check_json_lines(path: Path) -> int | None:
     """Every line of a JSON-lines file is one UTF-8 JSON object, else ValueError naming file:line
-    and the fix (`datasets` fails on such a line with a long traceback naming neither).  A file
-    that is one JSON array (first character `[`) is left to `datasets`."""
+    and the fix (`datasets` fails on such a line with a long traceback naming neither).  Returns
+    how many records it holds (0: `datasets` would fail with a traceback too).  A file that is one
+    JSON array (first character `[`) is left to `datasets` (None)."""
+    records = 0
     with path.open("rb") as f:
         for n, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             if raw.lstrip().startswith(b"[") and n == 1:
-                return
+                return None
             try:
                 value = json.loads(raw.decode("utf-8").rstrip())
             except UnicodeDecodeError as exc:
@@ -72,6 +78,8 @@ def check_json_lines(path: Path) -> None:
             if not isinstance(value, dict):
                 raise ValueError(f"{path}:{n}: a JSON {type(value).__name__}, not an object; each line of a "
                                  f"JSON-lines file is one task record {{\"id\", \"question\", ...}}")
+            records += 1
+    return records
 
 
 def _drop_nulls(value: Any) -> Any:

@@ -54,9 +54,14 @@ def task_catalog(base: Catalog, task: Task) -> Catalog:
     if task.prices:
         data["prices"] = {**data["prices"], **{m: Price(**p).model_dump() for m, p in task.prices.items()}}
     if task.tools is not None:
+        # function tools (python, http, mcp, ...) are the catalog's additions: offered whatever the
+        # task's alias tools are (a task may list one with no aliases, `{}`: it is offered too)
         tools = []
         for name, aliases in task.tools.items():
             tool = base.tool(name)
+            if not tool.alias_tool:
+                tools.append(tool.model_dump())
+                continue
             # listed latency belongs to the model (within this tool), whatever the alias is called
             by_model = {spec.model: spec.latency_s for spec in tool.aliases.values()}
             data_tool = tool.model_dump()
@@ -67,6 +72,7 @@ def task_catalog(base: Catalog, task: Task) -> Catalog:
                 # the catalog's prose describes its own alias names; it would mislead here
                 data_tool["argument_description"] = "Which model performs this step (see the table)."
             tools.append(data_tool)
+        tools += [t.model_dump() for t in base.tools if not t.alias_tool and t.name not in task.tools]
         data["tools"] = tools
     return parse_catalog(data, source=f"task {task.id}")
 

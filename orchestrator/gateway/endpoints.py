@@ -97,7 +97,8 @@ class EndpointPool:
             if not self._urls:
                 raise GatewayConfigError(
                     f"{self.path}: no replicas for {' or '.join(map(repr, self.keys))}; start a server "
-                    f"(python -m orchestrator.serving ... --endpoints-file {self.path}) or add "
+                    f"(python -m orchestrator.serving --model <its weights: a folder, hub id or "
+                    f"embedded:smollm2-135m> --served-name {self.keys[-1]} --endpoints-file {self.path}) or add "
                     f'{{"{self.keys[0]}": [{{"base_url": "http://HOST:PORT/v1"}}]}}')
             now = time.monotonic()
             n = len(self._urls)

@@ -1,11 +1,17 @@
-"""Errors the gateway raises.  Messages name the model and endpoint, never a key."""
+"""Errors the gateway raises.  Messages name the model and endpoint, never a key: an error built
+from a provider's text is redacted when it is created (orchestrator/redaction.py), so every
+record, report and log line made from it is clean."""
 from __future__ import annotations
 
-import re
+from orchestrator.redaction import redact
 
 
 class GatewayConfigError(ValueError):
-    """A problem in configs/models.yaml or an endpoints file, as one line: file, key, problem."""
+    """A problem in configs/models.yaml or an endpoints file, as one line: file, key, problem
+    (redacted too: a preflight's line may quote what a server answered)."""
+
+    def __init__(self, message: str = "", *args):
+        super().__init__(redact(str(message)), *args)
 
 
 class UnknownModelError(GatewayConfigError, KeyError):
@@ -25,7 +31,7 @@ class LLMCallError(RuntimeError):
 
     def __init__(self, message: str, *, model: str, endpoint: str | None,
                  attempts: int = 0, retryable: bool = False):
-        super().__init__(message)
+        super().__init__(redact(message))
         self.model = model
         self.endpoint = endpoint
         self.attempts = attempts
@@ -54,7 +60,7 @@ class ProviderRejected(LLMCallError):
                  provider_message: str = "", attempts: int = 1):
         super().__init__(message, model=model, endpoint=endpoint, attempts=attempts, retryable=False)
         self.status = status
-        self.provider_message = provider_message
+        self.provider_message = redact(provider_message)
 
     def __reduce__(self):
         return (_rebuild_rejected, (str(self), self.model, self.endpoint, self.status, self.provider_message,
@@ -75,18 +81,3 @@ def find_rejection(exc: BaseException | None) -> "ProviderRejected | None":
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
-
-
-_MASKED_KEY = re.compile(r"\S*\*{3,}\S*")
-
-
-def scrub(text: str, secrets: list[str]) -> str:
-    """Remove every secret value, and any masked key form, from `text`.
-
-    Provider SDKs sometimes echo part of a key back ("Incorrect API key provided:
-    sk-abc***wxyz"), so tokens containing `***` are dropped as well.
-    """
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "[REDACTED]")
-    return _MASKED_KEY.sub("[REDACTED]", text)

@@ -7,6 +7,11 @@ For each model, by its registry entry (configs/models.yaml):
   TCP connection within `probe_s` seconds (nothing is sent; a dead port or an empty pool fails);
 - the providers' own URLs (no `base_url`) are not probed: their key is what can be checked;
 - in-process transformers models need nothing here.
+With `request_s` (training: `tools.preflight_timeout`), each model that passed those checks and is
+called over HTTP also gets one real request (max_tokens 1, no retry, `request_s` seconds): a 5xx,
+a reply that is not the API's JSON (an HTML page), no answer in time, or a refused key (401/403/404)
+fails it; any other reply, a 400 included, shows a server that answers.  A port that accepts TCP
+proves nothing about what answers there.
 Every problem goes into one line, `PreflightError`: role, model, the variable or endpoint, the fix.
 Without it a run whose experts cannot answer went on, every call failing, and training learned
 from nothing (`train/samples 0.0`) and exited 0.
@@ -62,6 +67,21 @@ def _reach(url: str, probe_s: float) -> str | None:
         return (exc.strerror or str(exc)).lower()
 
 
+def start_command(name: str, entry: ModelEntry, path) -> str:
+    """A command that starts a replica of vllm entry `name` and registers it in `path`: the
+    expert-server planner for an entry with a `serve:` block; the vllm-cpu launcher with the
+    embedded SmolLM2 for an entry it serves (smollm2-135m-vllm); else the launcher with a
+    placeholder for the weights."""
+    served = entry.model or name
+    if entry.serve is not None:
+        return f"python -m orchestrator.serve_experts --models {name} --endpoints-file {path}"
+    from orchestrator import embedded
+    from orchestrator.gateway.registry import EMBEDDED_PREFIX
+
+    weights = f"{EMBEDDED_PREFIX}{served}" if served == embedded.SMOLLM2 else "WEIGHTS_FOLDER_OR_HUB_ID"
+    return f"python -m orchestrator.serving --model {weights} --served-name {served} --endpoints-file {path}"
+
+
 def entry_problem(name: str, entry: ModelEntry, probe_s: float = 3.0,
                   seen: dict[str, str | None] | None = None) -> str | None:
     """What stops a call to registry entry `name` from working (None: nothing found)."""
@@ -77,9 +97,8 @@ def entry_problem(name: str, entry: ModelEntry, probe_s: float = 3.0,
         urls = next(([r.base_url for r in pools[k]] for k in (name, entry.model or name) if pools.get(k)), [])
         where = f"the endpoints file {path}"
         if not urls:
-            return (f"has no replicas in {path}: start one (python -m orchestrator.serving ... --endpoints-file "
-                    f"{path}, or vllm serve on a GPU node) or add {{\"{name}\": [{{\"base_url\": "
-                    f"\"http://HOST:PORT/v1\"}}]}}")
+            return (f"has no replicas in {path}: start one ({start_command(name, entry, path)}) or add "
+                    f"{{\"{name}\": [{{\"base_url\": \"http://HOST:PORT/v1\"}}]}}")
     else:
         return None    # in-process, or the provider's own URL (its key was checked)
     seen = {} if seen is None else seen
@@ -93,11 +112,45 @@ def entry_problem(name: str, entry: ModelEntry, probe_s: float = 3.0,
     return (f"cannot be reached ({'; '.join(failures)}): start its server, or fix {where}")
 
 
-def check_models(needed: dict[str, str], probe_s: float = 3.0) -> None:
+PROBE = [{"role": "user", "content": "Reply with OK."}]
+
+
+def request_problem(model: str, request_s: float, price_model: str | None = None, catalog=None) -> str | None:
+    """Send `model` one tiny real request (max_tokens 1, no retry, `request_s` seconds in all); None
+    when something that speaks the API answered, else why not (naming the endpoint)."""
+    from orchestrator.fail_closed import call_error
+    from orchestrator.gateway.call import get_llm_response
+    from orchestrator.gateway.errors import LLMCallError, ProviderRejected
+
+    try:
+        get_llm_response(model, PROBE, max_tokens=1, price_model=price_model, catalog=catalog, timeout=request_s,
+                         max_retries=0, deadline=request_s)
+    except ProviderRejected as exc:
+        if exc.status in (401, 403, 404):
+            return f"{TEST_FAILED} at {exc.endpoint}: {call_error(model, exc)}"
+        return None      # 400/413/422 or refused by the rules: the server answered in the API's terms
+    except LLMCallError as exc:
+        if "HTTP 429" in str(exc):
+            return None  # rate limited: alive
+        return f"{TEST_FAILED} at {exc.endpoint}: {call_error(model, exc)}"
+    except GatewayConfigError as exc:
+        return str(exc)
+    return None
+
+
+TEST_FAILED = "failed its test request"
+
+
+def check_models(needed: dict[str, str], probe_s: float = 3.0, *, request_s: float | None = None,
+                 prices: dict[str, str] | None = None, catalog=None) -> None:
     """Raise PreflightError listing every model of `needed` (model -> role, e.g. "--judge-model",
-    "expert") that is not in the registry, lacks its key, or has no reachable server."""
+    "expert") that is not in the registry, lacks its key, or has no reachable server; with
+    `request_s`, also each one served over HTTP that fails one real request (`request_problem`,
+    priced as `prices[model]` from `catalog`)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     registry = load_registry()
-    problems, seen = [], {}
+    problems, seen, probe, note = [], {}, [], ""
     for model, role in needed.items():
         entry = registry.models.get(model)
         if entry is None:
@@ -107,8 +160,18 @@ def check_models(needed: dict[str, str], probe_s: float = 3.0) -> None:
                 problem = entry_problem(model, entry, probe_s, seen)
             except GatewayConfigError as exc:    # a broken endpoints file
                 problem = str(exc)
+            if not problem and request_s and entry.backend != "transformers":
+                probe.append((model, role))
         if problem:
             problems.append(f"{role} {model} {problem}")
+    if probe:
+        with ThreadPoolExecutor(max_workers=min(8, len(probe)), thread_name_prefix="preflight") as pool:
+            answers = list(pool.map(lambda m: request_problem(m, request_s, (prices or {}).get(m), catalog),
+                                    [m for m, _ in probe]))
+        problems += [f"{role} {model} {answer}" for (model, role), answer in zip(probe, answers) if answer]
+        if any(answer and answer.startswith(TEST_FAILED) for answer in answers):
+            note = (f" (a test request: max_tokens 1, no retry, {request_s:g} s): fix each server or its entry in "
+                    f"{registry.source}")
     if problems:
         raise PreflightError(f"preflight: {len(problems)} model(s) the run calls cannot be called: "
-                             + "; ".join(problems))
+                             + "; ".join(problems) + note)

@@ -11,16 +11,19 @@ when its modification time changes, so edits apply to a running process.
 """
 from __future__ import annotations
 
+import difflib
 import os
 import threading
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.gateway.errors import GatewayConfigError, UnknownModelError
 from orchestrator.gateway.rules import ProviderRules
+from orchestrator.redaction import add_secret
 from orchestrator.textfile import NotUTF8, decode_utf8
 
 DEFAULT_MODELS = Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
@@ -31,6 +34,11 @@ Backend = Literal["openai", "azure", "vllm", "transformers", "anthropic"]
 # shipped model (GPT-5, timeout_s 600) fit, and a provider's `Retry-After` longer than what is left
 # (a daily quota: hours) fails the call at once instead of sleeping through the run.
 DEFAULT_DEADLINE_S = 1800.0
+
+# The largest reply body the gateway reads (bytes, after gzip/deflate): a chat reply is kilobytes, a
+# 40,000-token one well under 1 MiB; a body past this (a proxy streaming garbage, a 300 MB page) is cut
+# while it streams in, never buffered whole (orchestrator/gateway/retry.py CappedTransport).
+DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
 
 # Where a provider entry without `base_url` sends its calls (the backends read these).  Nothing in
 # the environment changes them: OPENAI_BASE_URL, OPENAI_API_BASE, ANTHROPIC_BASE_URL and proxy
@@ -82,6 +90,9 @@ class ModelEntry(BaseModel):
     deadline_s: float = Field(DEFAULT_DEADLINE_S, gt=0, description="deadline of a whole call, retries and waits "
                                                                     "included (a longer Retry-After is not waited for)")
     max_retries: int = Field(3, ge=0, le=20, description="retries after the first attempt")
+    max_reply_bytes: int = Field(DEFAULT_MAX_REPLY_BYTES, ge=1024, le=256 * 1024 * 1024,
+                                 description="largest reply body read (bytes, decompressed); a larger one is cut "
+                                             "at this size and retried like a 5xx")
     backoff_initial_s: float = Field(1.0, ge=0, description="first wait between attempts (doubles, with jitter)")
     backoff_max_s: float = Field(20.0, ge=0, description="longest wait between attempts")
     price_model: str | None = Field(None, min_length=1, description="tools.json price entry to charge when the caller gives none")
@@ -91,6 +102,22 @@ class ModelEntry(BaseModel):
     serve: VLLMServe | None = Field(None, description="vllm: how to start its server (orchestrator/serve_experts.py)")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     device: str = "cpu"
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        """An http(s) URL with a host and a port in 1-65535 (a bad one failed later, at the first call)."""
+        if url is None:
+            return url
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or port == 0:
+            raise ValueError(f"{url!r} is not an http(s) URL with a host and a port in 1-65535, "
+                             f"e.g. http://HOST:8000/v1")
+        return url
 
     @model_validator(mode="after")
     def _backend_fields(self) -> "ModelEntry":
@@ -147,12 +174,22 @@ class Registry(BaseModel):
     models: dict[str, ModelEntry] = Field(min_length=1)
     source: str = Field("<models.yaml>", exclude=True, description="the file it came from (set by the loader)")
 
+    def register_keys(self) -> None:
+        """Register every key this registry reads from the environment as a secret
+        (orchestrator/redaction.py): no error, log line or record of this process can show it."""
+        for entry in self.models.values():
+            env = entry.key_env()
+            if env:
+                add_secret(os.environ.get(env))
+
     def entry(self, name: str) -> ModelEntry:
         try:
             return self.models[name]
         except KeyError:
+            close = difflib.get_close_matches(name, list(self.models), n=1)
             raise UnknownModelError(
-                f"unknown model {name!r}: not in {self.source} (known: {', '.join(sorted(self.models))}). "
+                f"unknown model {name!r}: not in {self.source} ({f'did you mean {close[0]!r}? ' if close else ''}"
+                f"known: {', '.join(sorted(self.models))}). "
                 f"To add it, add an entry under 'models:' in that file, e.g. "
                 f"`{name}: {{backend: vllm, model: <served id>}}` (backends: openai, azure, vllm, "
                 f"transformers, anthropic; see docs/gateway.md)") from None
@@ -217,6 +254,7 @@ def load_registry(path: str | Path | None = None) -> Registry:
     with _cache_lock:
         hit = _cache.get(path)
         if hit and hit[0] == data:
+            hit[1].register_keys()      # the environment may have changed since it was parsed
             return hit[1]
     try:
         parsed = yaml.safe_load(decode_utf8(data, path))
@@ -227,6 +265,7 @@ def load_registry(path: str | Path | None = None) -> Registry:
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "(unknown place)"
         raise GatewayConfigError(f"{path}: {where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
     registry = parse_registry(parsed, str(path))
+    registry.register_keys()
     with _cache_lock:
         _cache[path] = (data, registry)
     return registry

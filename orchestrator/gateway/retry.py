@@ -12,8 +12,11 @@ Two budgets bound every call (units: seconds):
   wait did not fit (`AttemptError.gave_up`).  Every registry entry has a deadline
   (registry.DEFAULT_DEADLINE_S unless it sets its own).
 
+Every reply body is capped too (`CappedTransport`, the registry's `max_reply_bytes`): a body
+past the cap is cut while it streams in, never held whole (ReplyTooLarge, retried like a 5xx).
+
 Which errors are worth retrying: timeouts, refused/broken connections, HTTP 408/409/429
-and 5xx.  Everything else (bad request, wrong key, unknown model) fails at once.  Waits
+and 5xx, and 2xx replies that are malformed (replies.py) or too big.  Everything else (bad request, wrong key, unknown model) fails at once.  Waits
 grow exponentially with jitter (tenacity's `wait_exponential_jitter`) and are never
 shorter than the server's `Retry-After` (or `retry-after-ms`) header.
 """
@@ -24,12 +27,14 @@ import logging
 import math
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpcore2
+import httpx2
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -38,13 +43,17 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from orchestrator.gateway.registry import DEFAULT_MAX_REPLY_BYTES
+from orchestrator.redaction import redact
+
 log = logging.getLogger("toolorchestra.gateway")
 T = TypeVar("T")
 RETRY_STATUS = {408, 409, 429}
 
 
 class AttemptError(Exception):
-    """One failed attempt, already described without secrets.
+    """One failed attempt, described without secrets (the message and `provider_message` are
+    redacted here, when it is created).
 
     `endpoint` is where it went; `retryable` whether another attempt may succeed;
     `status` the HTTP status when the server answered; `retry_after` the seconds the
@@ -54,12 +63,12 @@ class AttemptError(Exception):
 
     def __init__(self, message: str, *, endpoint: str | None, retryable: bool, status: int | None = None,
                  retry_after: float | None = None, provider_message: str | None = None, timed_out: bool = False):
-        super().__init__(message)
+        super().__init__(redact(message))
         self.endpoint = endpoint
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
-        self.provider_message = provider_message
+        self.provider_message = redact(provider_message) if provider_message else provider_message
         self.timed_out = timed_out        # the attempt ran out of time (no answer from the server)
         self.gave_up: str | None = None   # set by RetryPolicy when the next wait would pass the deadline
         self.before: AttemptError | None = None   # set by RetryPolicy: the previous attempt's error, when the
@@ -163,16 +172,102 @@ class DeadlineBackend(httpcore2.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-def http_client():
-    """An HTTP client for the openai/anthropic SDKs whose sockets obey `attempt_deadline`.
+# ---- a size cap on every reply body -------------------------------------------------------
+_ENCODINGS = {"gzip": 47, "x-gzip": 47, "deflate": 15}     # zlib wbits (47: gzip or zlib header)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.3g} MiB"
+
+
+class ReplyTooLarge(AttemptError):
+    """A reply body over the cap: reading stopped at the cap.  Retryable (another replica may answer
+    normally); the backend fills in `endpoint`."""
+
+    def __init__(self, cap: int, declared: int | None = None):
+        what = (f"reply declares Content-Length {declared} ({_mib(declared)}), over max_reply_bytes {cap} "
+                f"({_mib(cap)}): not read" if declared is not None else
+                f"reply body over max_reply_bytes {cap} ({_mib(cap)}): stopped reading at the cap")
+        super().__init__(f"{what}; raise max_reply_bytes in the model's configs/models.yaml entry if its replies "
+                         f"really are this large", endpoint=None, retryable=True)
+
+
+class _CappedStream(httpx2.SyncByteStream):
+    """One response body, read chunk by chunk and stopped with ReplyTooLarge past `cap` bytes.  A
+    gzip/deflate body is inflated here, at most cap + 1 bytes per step, so the cap counts the bytes
+    the SDK would hold and a small compressed bomb cannot grow either."""
+
+    def __init__(self, inner: httpx2.SyncByteStream, cap: int, encoding: str | None):
+        self._inner, self._cap = inner, cap
+        self._inflater = zlib.decompressobj(_ENCODINGS[encoding]) if encoding else None
+
+    def _decoded(self, chunk: bytes) -> Iterator[bytes]:
+        if self._inflater is None:
+            yield chunk
+            return
+        try:
+            while chunk:
+                yield self._inflater.decompress(chunk, self._cap + 1)
+                chunk = self._inflater.unconsumed_tail
+        except zlib.error as exc:
+            raise AttemptError(f"reply body is not valid gzip/deflate: {exc}", endpoint=None, retryable=True) from None
+
+    def __iter__(self) -> Iterator[bytes]:
+        total = 0
+        for chunk in self._inner:
+            for piece in self._decoded(chunk):
+                total += len(piece)
+                if total > self._cap:
+                    raise ReplyTooLarge(self._cap)
+                if piece:
+                    yield piece
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class CappedTransport(httpx2.HTTPTransport):
+    """httpx2's transport with every response body capped at `max_reply_bytes` while it streams in:
+    a Content-Length over the cap is refused before reading, a body without one (or lying about it)
+    is cut at the cap.  Nothing past the cap is ever held in memory."""
+
+    def __init__(self, max_reply_bytes: int, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.max_reply_bytes = max_reply_bytes
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = super().handle_request(request)
+        cap = self.max_reply_bytes
+        headers = httpx2.Headers(response.headers)
+        declared = headers.get("content-length", "").strip()
+        encodings = [e.strip().lower() for e in headers.get("content-encoding", "").split(",")]
+        encodings = [e for e in encodings if e and e != "identity"]
+        problem: AttemptError | None = None
+        if declared.isdigit() and int(declared) > cap:
+            problem = ReplyTooLarge(cap, int(declared))
+        elif len(encodings) > 1 or (encodings and encodings[0] not in _ENCODINGS):
+            problem = AttemptError(f"reply has Content-Encoding {headers['content-encoding']!r}; the gateway reads "
+                                   f"only gzip or deflate", endpoint=None, retryable=True)
+        if problem is not None:
+            response.stream.close()
+            raise problem
+        if encodings:       # inflated by _CappedStream: httpx must not decode it again
+            del headers["content-encoding"]
+            headers.pop("content-length", None)
+        return httpx2.Response(status_code=response.status_code, headers=headers, extensions=response.extensions,
+                               stream=_CappedStream(response.stream, cap, encodings[0] if encodings else None))
+
+
+def http_client(max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES):
+    """An HTTP client for the openai/anthropic SDKs whose sockets obey `attempt_deadline` and whose
+    reply bodies stop at `max_reply_bytes` (ReplyTooLarge).
 
     Both SDKs (openai 3.x, anthropic 2.x) run on httpx2; its transport's connection pool
-    takes a network backend, which is where the deadline is enforced.  Proxies from the
+    takes a network backend, which is where the deadline is enforced, and the transport hands
+    back each response's body stream, which is where the cap is.  Proxies from the
     environment are not used by this client.
     """
-    import httpx2
-
-    transport = httpx2.HTTPTransport(trust_env=False)
+    transport = CappedTransport(max_reply_bytes, trust_env=False)
     pool = getattr(transport, "_pool", None)
     if not isinstance(pool, httpcore2.ConnectionPool) or not hasattr(pool, "_network_backend"):
         raise RuntimeError("httpx2's transport no longer exposes its connection pool; "

@@ -1,6 +1,7 @@
 """CLI: run one Python file in the sandbox and print one JSON object.
 
-    python -m orchestrator.sandbox FILE.py [--timeout SECONDS] [--memory-mb MIB] [--max-open-files N] [--isolation LEVEL]
+    python -m orchestrator.sandbox FILE.py [--timeout SECONDS] [--memory-mb MIB] [--max-scratch-mb MIB]
+                                           [--max-open-files N] [--isolation LEVEL]
     python -m orchestrator.sandbox --levels      # the isolation levels, seccomp and cgroup status here
 
 Exit status 0 when the file ran (whatever its own exit code, which is in the JSON);
@@ -56,10 +57,12 @@ def _parser() -> argparse.ArgumentParser:
                                 description="Run a Python file in the sandbox; print one JSON result.")
     p.add_argument("file", nargs="?", type=Path, help="the Python file to run")
     p.add_argument("--timeout", type=_seconds, default=60.0, help="wall-clock seconds (default 60)")
-    p.add_argument("--memory-mb", type=_positive_int, default=2048, help="address-space cap, MiB")
+    p.add_argument("--memory-mb", type=_positive_int, default=2048,
+                   help="address-space cap per process and the whole run's memory, MiB")
     p.add_argument("--cpu-seconds", type=_positive_int, default=None, help="CPU seconds per process")
     p.add_argument("--max-processes", type=_positive_int, default=32, help="processes + threads")
     p.add_argument("--max-file-mb", type=_positive_int, default=64, help="largest file written, MiB")
+    p.add_argument("--max-scratch-mb", type=_positive_int, default=256, help="the scratch dir's total size, MiB")
     p.add_argument("--max-open-files", type=_positive_int, default=128, help="file descriptors per process")
     p.add_argument("--isolation", choices=("auto", *LEVELS), default="auto")
     p.add_argument("--levels", action="store_true", help="print the working isolation levels, seccomp and cgroup status, and exit")
@@ -83,10 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_python(code, timeout=args.timeout, memory_mb=args.memory_mb, cpu_seconds=args.cpu_seconds,
                             max_processes=args.max_processes, max_file_mb=args.max_file_mb,
+                            max_scratch_mb=args.max_scratch_mb,
                             max_open_files=args.max_open_files, isolation=args.isolation)
     except SandboxUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except ValueError as exc:   # e.g. code larger than --max-scratch-mb
+        parser.error(str(exc))
     print(json.dumps(result.to_dict()))
     return 0
 

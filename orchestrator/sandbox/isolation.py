@@ -15,8 +15,9 @@ process count, open files, file size and core dumps. When started as root, the c
 as a host uid of its own per run (identity.py), because the kernel exempts root from the
 process-count limit, root owns most host files, and runs sharing one uid share one
 process budget. bwrap adds a seccomp filter (seccomp_filter.py); every level adds a
-cgroup v2 per run where one is delegated (cgroup.py). What a run lacks is listed in its
-``warnings``.
+cgroup v2 per run where one is delegated (cgroup.py); what neither holds for the whole run
+(total memory, process count, the scratch dir's size) a watchdog thread holds (watchdog.py).
+What a run lacks is listed in its ``warnings``.
 """
 from __future__ import annotations
 
@@ -210,8 +211,8 @@ def _interpreter_binds(roots: tuple[str, ...]) -> list[str]:
 def _cgroup_for(limits: Limits, warnings: list[str]) -> cgroups.RunCgroup | None:
     parent, why = cgroups.detect()
     if parent is None:
-        warnings.append(f"no cgroup for the run ({why}): memory is capped per process (RLIMIT_AS), "
-                        "not for the whole run, and no CPU share is enforced")
+        warnings.append(f"no cgroup for the run ({why}): the kernel caps memory per process (RLIMIT_AS), "
+                        "not for the whole run")
         return None
     try:
         return cgroups.RunCgroup.create(parent, limits.memory_mb, limits.max_processes)
@@ -286,8 +287,8 @@ def _host_user_plan(level: str, interp: Interpreter, limits: Limits) -> Plan:
             popen_user = (lease.uid, lease.uid)
         else:
             warnings.append(f"runs as host root: user nobody cannot start {interp.path}, so files root "
-                            "can write outside the scratch dir are writable and the process limit "
-                            "does not apply (root is exempt); install bubblewrap")
+                            "can write outside the scratch dir are writable and RLIMIT_NPROC does not "
+                            "apply (root is exempt); install bubblewrap")
     else:
         warnings.append("processes count against the caller's uid: concurrent runs share max_processes")
     # setpriv --pdeathsig: the sandbox dies with the thread that started it.

@@ -2,12 +2,16 @@
 
 `run_python` writes the code (and any extra files) into a fresh scratch directory, starts
 it under the strongest isolation level that works here (see isolation.py), enforces the
-wall-clock timeout, caps captured output, kills everything the code started, and deletes
-the scratch directory (cleanup.py; a folder that cannot be deleted is a warning in the
-result, never an exception). The price of a run is `Catalog.code_cost(result.duration_s)`.
+wall-clock timeout, holds the run-wide limits the kernel does not hold here with a watchdog
+thread (watchdog.py: total memory, process count, scratch dir size), caps captured output,
+kills everything the code started, and deletes the scratch directory (cleanup.py; a folder
+that cannot be deleted is a warning in the result, never an exception). A killed run says
+why in `killed` (also the last line of its stderr). The price of a run is
+`Catalog.code_cost(result.duration_s)`.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import select
@@ -23,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Union
 
+import psutil
+
 from orchestrator.sandbox.cleanup import remove_tree
 from orchestrator.sandbox.isolation import (
     Limits,
@@ -32,6 +38,7 @@ from orchestrator.sandbox.isolation import (
     plan_for,
     popen_user_kwargs,
 )
+from orchestrator.sandbox.watchdog import INTERVAL_S, Budget, Watchdog, scratch_usage
 
 MAIN_FILE = "main.py"
 FileContent = Union[str, bytes, os.PathLike]   # `files` values: text, raw bytes, or a host file to copy in
@@ -53,6 +60,7 @@ class SandboxResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     warnings: list[str] = field(default_factory=list)
+    killed: str | None = None   # why the sandbox killed the run, e.g. "killed: memory budget 512 MiB exceeded (...)"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -207,7 +215,45 @@ def _signal_group(pgid: int) -> None:
         pass
 
 
-def _execute(plan: Plan, scratch: Path, env: dict[str, str], timeout: float, max_output_bytes: int) -> SandboxResult:
+def _budget(plan: Plan, limits: Limits, max_scratch_mb: int) -> tuple[Budget, list[str]]:
+    """What the watchdog must hold for this plan, and the warnings that say what that leaves open."""
+    every = f"sampled every {INTERVAL_S:g} s"
+    warnings = [(f"scratch dir: its total is held to max_scratch_mb={max_scratch_mb} MiB by the watchdog "
+                 f"({every} or less often in a huge tree), not by a size-capped file system: a writer overshoots "
+                 "by what it writes between two samples; folders the code makes unreadable to the caller are "
+                 "not counted")]
+    if plan.level != "bwrap":
+        warnings.append(f"disk outside the scratch dir is not capped at the {plan.level} level: host /tmp, "
+                        "/dev/shm and any folder writable by the run's user count toward no limit")
+    memory = processes = None
+    if plan.cgroup is None:
+        memory = limits.memory_mb
+        tmpfs = (f"bwrap's /tmp and /dev/shm tmpfs (max_file_mb={limits.max_file_mb} MiB each), "
+                 if plan.level == "bwrap" else "")
+        warnings.append(f"memory: the run's total is held to memory_mb={limits.memory_mb} MiB of RSS by "
+                        f"the watchdog ({every}, it kills the run), not by the kernel: memory in no process's RSS "
+                        f"({tmpfs}socket and pipe buffers, kernel memory) is not counted and a burst between two "
+                        "samples overshoots; the run's CPU share is not limited (every core, until the timeout)")
+        if plan.lease is None:
+            processes = limits.max_processes
+            warnings.append(f"processes: with no uid of the run's own and no cgroup, its processes+threads are held to "
+                            f"max_processes={limits.max_processes} by the watchdog ({every}, it kills the run), "
+                            "not by the kernel: a fork burst between two samples overshoots")
+    return Budget(memory_mb=memory, max_processes=processes, scratch_mb=max_scratch_mb), warnings
+
+
+def _killer(proc: subprocess.Popen, namespaced: bool):
+    """The watchdog's kill: the run as the timeout kills it, then every process it saw (setsid escapees)."""
+    def kill(processes) -> None:
+        _kill_sandbox(proc, namespaced)
+        for process in processes:
+            with contextlib.suppress(psutil.Error):   # gone already
+                process.kill()      # psutil checks the pid still names the process it saw
+    return kill
+
+
+def _execute(plan: Plan, scratch: Path, env: dict[str, str], timeout: float, max_output_bytes: int,
+             budget: Budget, cpu_seconds: int) -> SandboxResult:
     user = popen_user_kwargs(plan)
     start = time.monotonic()
     try:
@@ -216,6 +262,9 @@ def _execute(plan: Plan, scratch: Path, env: dict[str, str], timeout: float, max
                                 pass_fds=plan.pass_fds, **user)
     finally:
         plan.close_fds()
+    namespaced = plan.level != "rlimits"
+    uid = plan.lease.uid if plan.lease is not None and not namespaced else None
+    watchdog = Watchdog(proc.pid, budget, _killer(proc, namespaced), scratch=scratch, uid=uid).start()
     out, err = _CappedBuffer(max_output_bytes), _CappedBuffer(max_output_bytes)
     streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
     with selectors.DefaultSelector() as sel:
@@ -231,27 +280,41 @@ def _execute(plan: Plan, scratch: Path, env: dict[str, str], timeout: float, max
             timed_out = proc.poll() is None
             duration = time.monotonic() - start
         finally:
-            _kill_sandbox(proc, namespaced=plan.level != "rlimits")
+            killed = watchdog.stop()
+            _kill_sandbox(proc, namespaced=namespaced)
             _pump(streams, sel, time.monotonic() + _DRAIN_GRACE_S, None)
             proc.stdout.close()
             proc.stderr.close()
     code = proc.returncode
+    exit_code = 128 - code if code < 0 else code
+    if killed:
+        timed_out = False   # the watchdog ended it; proc.poll() may have raced its kill
+    elif timed_out:
+        killed = f"killed: wall-clock timeout {timeout:g} s"
+    elif exit_code == 128 + signal.SIGXCPU:
+        killed = f"killed: CPU limit {cpu_seconds} s per process (SIGXCPU)"
+    stderr = err.text()
+    if killed:
+        stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + f"[sandbox] {killed}\n"
     return SandboxResult(
-        stdout=out.text(), stderr=err.text(), exit_code=128 - code if code < 0 else code,
+        stdout=out.text(), stderr=stderr, exit_code=exit_code,
         timed_out=timed_out, duration_s=round(duration, 4), isolation=plan.level, runs_as=plan.runs_as,
-        stdout_truncated=out.dropped > 0, stderr_truncated=err.dropped > 0, warnings=list(plan.warnings))
+        stdout_truncated=out.dropped > 0, stderr_truncated=err.dropped > 0, warnings=list(plan.warnings),
+        killed=killed)
 
 
 def run_python(code: str, *, timeout: float = 60.0, memory_mb: int = 2048, cpu_seconds: int | None = None,
-               max_processes: int = 32, max_file_mb: int = 64, max_open_files: int = 128,
+               max_processes: int = 32, max_file_mb: int = 64, max_scratch_mb: int = 256, max_open_files: int = 128,
                files: dict[str, FileContent] | None = None, max_output_bytes: int = 1_000_000, isolation: str = "auto",
                python: str | None = None, scratch_root: str | None = None) -> SandboxResult:
     """Run `code` as main.py in a fresh private scratch dir under the sandbox.
 
     timeout: wall seconds before everything is killed. memory_mb: address-space cap per process
-    (MiB), and the whole run's memory where a cgroup is used. cpu_seconds: CPU seconds per
-    process (default: the timeout rounded up, plus one). max_processes: processes+threads of
-    the run. max_file_mb: largest file (MiB). max_open_files: descriptors per process.
+    (MiB) and the whole run's memory (a cgroup's memory.max, else the watchdog's budget on the
+    RSS of all its processes). cpu_seconds: CPU seconds per process (default: the timeout
+    rounded up, plus one). max_processes: processes+threads of the run. max_file_mb: largest
+    file (MiB). max_scratch_mb: the scratch dir's total (MiB, the watchdog's; `files` included).
+    max_open_files: descriptors per process.
     files: extra files {relative path: content} placed next to main.py; content is text (str),
     bytes, or a host path (os.PathLike) whose file is copied in (e.g. a GAIA attachment).
     max_output_bytes: bytes kept per stream (head and tail halves); the rest is dropped.
@@ -261,8 +324,8 @@ def run_python(code: str, *, timeout: float = 60.0, memory_mb: int = 2048, cpu_s
     """
     cpu = cpu_seconds if cpu_seconds is not None else math.ceil(timeout) + 1
     _check_args(code, timeout, {"memory_mb": memory_mb, "cpu_seconds": cpu, "max_processes": max_processes,
-                                "max_file_mb": max_file_mb, "max_open_files": max_open_files,
-                                "max_output_bytes": max_output_bytes}, files)
+                                "max_file_mb": max_file_mb, "max_scratch_mb": max_scratch_mb,
+                                "max_open_files": max_open_files, "max_output_bytes": max_output_bytes}, files)
     interp = interpreter(python or sys.executable)
     level = choose_level(isolation, interp.path)
     limits = Limits(cpu_seconds=cpu, memory_mb=memory_mb, max_processes=max_processes, max_file_mb=max_file_mb,
@@ -276,7 +339,14 @@ def run_python(code: str, *, timeout: float = 60.0, memory_mb: int = 2048, cpu_s
         if plan.popen_user:
             _check_reachable(scratch.parent, plan.runs_as)
         _write_scratch(scratch, code, files, plan.chown_to)
-        result = _execute(plan, scratch, _environment(plan, scratch, interp.path), float(timeout), max_output_bytes)
+        given = scratch_usage(scratch)
+        if given > max_scratch_mb:
+            raise ValueError(f"files: {given} MiB with the code, more than max_scratch_mb={max_scratch_mb}; "
+                             "raise max_scratch_mb or pass smaller files")
+        budget, uncontained = _budget(plan, limits, max_scratch_mb)
+        plan.warnings += uncontained
+        result = _execute(plan, scratch, _environment(plan, scratch, interp.path), float(timeout), max_output_bytes,
+                          budget, cpu)
     finally:
         # Never raises: what cannot be cleaned up becomes a warning of the result.
         why = remove_tree(scratch)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from orchestrator.redaction import install_log_redaction
 from orchestrator.serve.app import create_app
 from orchestrator.serve.service import Served, ServeLimits
 
@@ -136,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     from orchestrator.settings import ProfileError
 
     args = build_parser().parse_args(argv)
+    install_log_redaction()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         served = build(args)

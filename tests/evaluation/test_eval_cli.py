@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -299,3 +300,59 @@ def test_a_forced_resume_keeps_the_settings_earlier_records_were_written_under(t
     assert again["history"][1]["forced"] is False
     prepare_output(tmp_path, {**second, "concurrency": 8}, resume=True)
     assert json.loads((tmp_path / "run_config.json").read_text())["history"] == again["history"]
+
+
+def _argv(env, *args) -> list[str]:
+    return ["--tools", str(env["tools"]), "--profile", "default", "--serve", "mock", "--model", "mock-orch",
+            "--judge-model", "mock-judge", "--no-progress", *map(str, args)]
+
+
+def test_a_second_run_on_a_folder_in_use_is_refused_naming_the_owner(env, backend):
+    """Two run_frames.py on one --output used to both write (each task id twice).  The first owns the
+    folder (a lock on its .lock file) until it ends; the second is refused in one line naming the
+    first's pid and writes nothing there; the first's records are each there once."""
+    out = env["tmp"] / "run"
+    backend.delay_s = 0.5          # the first run is still going when the second starts
+    try:
+        first = subprocess.Popen([sys.executable, str(REPO / "evaluation" / "run_frames.py"),
+                                  *_argv(env, "--data", env["data"], "--output", out, "--concurrency", 1, "--no-report")],
+                                 cwd=env["tmp"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lock = out / ".lock"
+        deadline = time.monotonic() + 120
+        while not (lock.exists() and lock.read_text().strip() == str(first.pid)):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.05)
+        second = run("run_frames.py", env, "--data", env["data"], "--output", out, "--resume", "--force")
+        still_running = first.poll() is None
+        _, first_err = first.communicate(timeout=120)
+    finally:
+        backend.delay_s = 0.0
+    assert still_running
+    assert second.returncode == 2 and second.stdout.count("\n") <= 1, (second.stdout, second.stderr)
+    line = second.stderr.strip()
+    assert "\n" not in line and len(line) <= 200, line
+    assert line.startswith("error: --output ") and f"is in use by process {first.pid}" in line, line
+    assert "choose another --output" in line
+    assert first.returncode == 0, first_err
+    ids = [json.loads(x)["id"] for x in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(ids) == ["f1", "f2", "f3", "f4"]                      # once each
+    assert (out / "run.log").read_text().count("\n") == 1               # only the first run started there
+    # once the first has ended the folder is free again: the same command resumes it
+    assert run("run_frames.py", env, "--data", env["data"], "--output", out, "--resume", "--no-report").returncode == 0
+
+
+def test_a_folder_of_another_benchmark_is_refused_even_with_resume_force(env):
+    """`--resume --force` on a HLE run folder as GAIA mixed HLE ids into the GAIA submission; now it is
+    refused before anything is written (GAIA's embedded world would be the first thing)."""
+    data = env["tmp"] / "hle.jsonl"
+    data.write_text(json.dumps({"id": "h1", "question": "What is the capital of Japan?", "answer": "Tokyo",
+                                "image": "", "answer_type": "exactMatch", "category": "Other"}) + "\n")
+    out = env["tmp"] / "hle"
+    assert run("run_hle.py", env, "--data", data, "--output", out, "--no-report").returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    proc = run("run_gaia.py", env, "--output", out, "--resume", "--force", "--no-report")
+    line = proc.stderr.strip()
+    assert proc.returncode == 2 and "\n" not in line and len(line) <= 200, proc.stderr
+    assert "holds a hle run; a gaia run cannot use it, even with --resume --force: choose another --output" in line
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert not (out / "world").exists()

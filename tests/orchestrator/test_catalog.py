@@ -53,6 +53,7 @@ def test_broken_catalog_one_line_error(mutate, expected):
         parse_catalog(data, "my_tools.json")
     msg = str(err.value)
     assert msg.startswith("my_tools.json: ") and expected in msg and "\n" not in msg
+    assert err.value.problems == [msg]
 
 
 def test_openai_tools_show_prices_and_enum():
@@ -94,7 +95,14 @@ def test_catalog_mistakes_named(mutate, expected):
     mutate(data)
     with pytest.raises(CatalogError) as err:
         parse_catalog(data, "my_tools.json")
-    assert expected in str(err.value) and "\n" not in str(err.value)
+    lines = str(err.value).split("\n")
+    assert lines == err.value.problems and all(line.startswith("my_tools.json: $") for line in lines)
+    assert any(expected in line for line in lines)
+    # a renamed model is named wherever it is used (every alias, every profile), all in one report
+    if "gpt5" in expected:
+        assert len(lines) == 4 + 3, lines       # 4 aliases + the local, local-vllm and open profiles
+    else:
+        assert len(lines) == 1, lines
 
 
 def test_integer_prices_still_accepted():

@@ -195,3 +195,56 @@ def test_permanent_and_unreachable_failures_are_told_apart_from_transient_ones(t
     check_step(_step(errors["refused"], None), 1)
     with pytest.raises(FailClosed, match=r"step 1: every call failed, no endpoint could be reached.*refused"):
         check_step(_step(errors["refused"], errors["refused"]), 1)
+
+
+def test_expert_watch_counts_failures_in_a_row_and_steps_whose_calls_all_failed():
+    """Training's expert calls (orchestrator/fail_closed.py ExpertWatch): `limit` failures in a row
+    trip it (later calls fail at once, without reaching the expert); a step whose calls all failed
+    fails `check`; a request the provider refuses as such (400) is an answer, not a failure."""
+    from orchestrator.fail_closed import ExpertWatch
+    from orchestrator.gateway.errors import LLMCallError, ProviderRejected
+
+    script, reached = [], []
+
+    def llm(model, messages, **kw):
+        reached.append(model)
+        outcome = script.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    down = LLMCallError("m: gave up after 4 attempt(s); last endpoint http://h:1/v1: HTTP 500: internal error",
+                        model="m", endpoint="http://h:1/v1", attempts=4, retryable=True)
+    too_long = ProviderRejected("m: request rejected (HTTP 400 from http://h:1/v1, not retried): too long",
+                                model="m", endpoint="http://h:1/v1", status=400)
+    watch = ExpertWatch(llm, limit=3)
+
+    def call():
+        try:
+            return watch("m", [{"role": "user", "content": "x"}])
+        except Exception as exc:   # noqa: BLE001 - the runtime records it on the turn
+            return exc
+
+    script += [down, down, too_long, down, "ok", down, "ok"]
+    for _ in range(7):
+        call()
+    watch.check(1)                 # failures, but never 3 in a row and not all of the step's
+    script += [down, down, down]
+    for _ in range(3):
+        call()
+    assert isinstance(call(), FailClosed) and len(reached) == 10     # tripped: the 11th never reached the expert
+    with pytest.raises(FailClosed, match=r"^step 2: 3 expert calls in a row failed, stopping .*tools\.max_consecutive"
+                                         r"_failures.*the last: m at http://h:1/v1: LLMCallError: after 4 attempt\(s\): "
+                                         r"HTTP 500: internal error$"):
+        watch.check(2)
+
+    every = ExpertWatch(llm, limit=0)     # no limit in a row; a step of failed calls still stops
+    script += [down, down]
+    for _ in range(2):
+        try:
+            every("m", [])
+        except LLMCallError:
+            pass
+    with pytest.raises(FailClosed, match=r"^step 5: no usable sample, all 2 expert calls failed"):
+        every.check(5)
+    every.check(6)                 # a step with no call at all is not a failed one

@@ -63,8 +63,8 @@ def test_each_server_gets_its_declared_parser_window_and_template(capsys):
         assert int(_flag(argv, "--max-model-len")) == entry.rules.context_window == entry.serve.max_model_len
         assert argv[argv.index("--served-model-name") + 1] == entry.model      # the id the gateway sends
     assert int(_flag(plan["Qwen3-32B"][1], "--max-model-len")) == 32768
-    assert _flag(plan["Llama-3.3-70B-Instruct"][1], "--chat-template").endswith(
-        "examples/tool_chat_template_llama3.1_json.jinja")
+    assert _flag(plan["Llama-3.3-70B-Instruct"][1], "--chat-template") == \
+        "MISSING:examples/tool_chat_template_llama3.1_json.jinja"     # not in this repository: a vLLM file
     assert all("--chat-template" not in argv for k, (_, argv) in plan.items() if k != "Llama-3.3-70B-Instruct")
 
 
@@ -194,3 +194,41 @@ def test_stand_in_serves_every_model_id_with_its_own_window(capsys):
     registry = load_registry()
     assert {registry.models[k].model for k in PARSERS} <= set(names) and set(PARSERS) <= set(names)
     assert _flag(args, "--max-model-len") == "8192"        # SmolLM2's config.json max_position_embeddings
+
+
+def test_dry_run_never_prints_a_chat_template_path_that_does_not_exist(tmp_path, capsys):
+    """It printed <repo>/examples/tool_chat_template_llama3.1_json.jinja, a file the repository does
+    not have.  Now a missing template shows as MISSING:<declared path> with a line saying a real start
+    refuses and how to fix it; with --chat-template-dir holding the file, its real path."""
+    assert serve_experts.main(["--profile", "open", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    commands = [shlex.split(line) for line in out.splitlines() if line.startswith("CUDA_VISIBLE_DEVICES=")]
+    templates = [argv[argv.index("--chat-template") + 1] for argv in commands if "--chat-template" in argv]
+    assert templates == ["MISSING:examples/tool_chat_template_llama3.1_json.jinja"]
+    assert "# a real start refuses: no such chat template file (Llama-3.3-70B-Instruct: " in out
+    assert "pass --chat-template-dir" in out
+    assert serve_experts.main(["--profile", "open", "--endpoints-file", str(tmp_path / "e.json")]) == 2   # real start
+    err = capsys.readouterr().err
+    assert err.startswith("error: no such chat template file") and err.count("\n") == 1
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "e.json").exists()   # nothing started or written
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "tool_chat_template_llama3.1_json.jinja").write_text("{{ messages }}")
+    plan = _dry_run(capsys, "--chat-template-dir", str(tmp_path))
+    assert _flag(plan["Llama-3.3-70B-Instruct"][1], "--chat-template") == \
+        str(tmp_path / "examples" / "tool_chat_template_llama3.1_json.jinja")
+
+
+def test_a_misspelt_profile_is_one_line_with_the_closest_name():
+    import subprocess
+    from pathlib import Path
+
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.serve_experts", "--profile", "opne", "--dry-run"],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: profile ") and "opne.yaml: no such file; did you mean 'open'?" in proc.stderr
+
+
+def test_ports_past_65535_are_one_line_before_anything_starts(capsys):
+    assert serve_experts.main(["--profile", "open", "--dry-run", "--base-port", "65530"]) == 2
+    assert capsys.readouterr().err == ("error: --base-port 65530: not a TCP port (its servers would use "
+                                       "65530-65537); give 1-65535\n")

@@ -116,9 +116,9 @@ def test_min_length_drops_short_documents_but_still_fills_topk(client):
     assert "volcano" not in ids(longer) and len(longer) == 2
 
 
-@pytest.mark.parametrize("use", ["hle", "train"])
+@pytest.mark.parametrize("use", ["hle", "frames", "train"])
 def test_the_paper_profiles_length_cut_keeps_what_upstreams_strict_cut_keeps(tmp_path, use):
-    """Upstream keeps a document when len(content) > 100 (retrieval_hle.py:358,
+    """Upstream keeps a document when len(content) > 100 (retrieval_hle.py:358, retrieval_wiki.py:343,
     retrieval_general_thought.py:345); our server keeps len >= min_length, so the profile sends 101."""
     from orchestrator.settings import load_profile
     cut = load_profile("paper").section("qa", use).retrieval.min_length

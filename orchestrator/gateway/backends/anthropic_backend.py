@@ -13,23 +13,24 @@ from typing import Any
 
 import anthropic
 
-from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, parse_reply, read_key,
-                                                 sdk_attempt_error)
+from orchestrator.gateway.backends.base import BackendRequest, BackendResult, attempt_error, read_key
 from orchestrator.gateway.registry import PROVIDER_URLS, ModelEntry
+from orchestrator.gateway.replies import MessageReply, read_reply
 from orchestrator.gateway.retry import AttemptError, http_client
 from orchestrator.records import ToolCall, Usage
+from orchestrator.redaction import redact
 
 ANTHROPIC_DEFAULT_URL = PROVIDER_URLS["anthropic"]
 _clients: dict[tuple, anthropic.Anthropic] = {}
 _clients_lock = threading.Lock()
 
 
-def _client(base_url: str, key: str | None) -> anthropic.Anthropic:
-    cache_key = (base_url, hash(key))
+def _client(base_url: str, key: str | None, max_reply_bytes: int) -> anthropic.Anthropic:
+    cache_key = (base_url, hash(key), max_reply_bytes)
     with _clients_lock:
         if cache_key not in _clients:
             _clients[cache_key] = anthropic.Anthropic(base_url=base_url, api_key=key, max_retries=0,
-                                                      http_client=http_client())
+                                                      http_client=http_client(max_reply_bytes))
         return _clients[cache_key]
 
 
@@ -100,15 +101,16 @@ class AnthropicBackend:
         if request.tools:
             body["tools"] = convert_tools(request.tools)
         try:
-            raw = _client(self.endpoint, key).messages.with_raw_response.create(**body)
-        except anthropic.AnthropicError as exc:
-            err = sdk_attempt_error(exc, anthropic, endpoint=self.endpoint, timeout=request.timeout, secrets=[key])
+            raw = _client(self.endpoint, key, self.entry.max_reply_bytes).messages.with_raw_response.create(**body)
+            reply = read_reply(raw.http_response, MessageReply, endpoint=self.endpoint, max_tokens=request.max_tokens,
+                               context_window=self.entry.rules.context_window)
+        except (anthropic.AnthropicError, AttemptError) as exc:
+            err = attempt_error(exc, anthropic, endpoint=self.endpoint, timeout=request.timeout)
             if err is None:
                 raise
             raise err from None
-        resp = parse_reply(raw, anthropic.types.Message, endpoint=self.endpoint)
-        text = "".join(b.text for b in resp.content if b.type == "text")
-        calls = [ToolCall(name=b.name, arguments=dict(b.input), id=b.id) for b in resp.content if b.type == "tool_use"]
-        return BackendResult(text=text, tool_calls=calls or None,
-                             usage=Usage(resp.usage.input_tokens, resp.usage.output_tokens),
-                             endpoint=self.endpoint, finish_reason=resp.stop_reason)
+        text = redact("".join(b.text or "" for b in reply.content if b.type == "text"), patterns=False)
+        calls = [ToolCall(name=b.name, arguments=dict(b.input), id=b.id)
+                 for b in reply.content if b.type == "tool_use" and b.name and b.input is not None]
+        return BackendResult(text=text, tool_calls=calls or None, usage=Usage(*reply.counts()),
+                             endpoint=self.endpoint, finish_reason=reply.stop_reason)

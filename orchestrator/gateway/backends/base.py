@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from orchestrator.gateway.errors import scrub
 from orchestrator.gateway.retry import AttemptError, is_retryable_status, parse_retry_after
 from orchestrator.records import ToolCall, Usage
+from orchestrator.redaction import add_secret
 
 
 @dataclass
@@ -41,57 +41,47 @@ class BackendResult:
 
 class Backend(Protocol):
     def attempt(self, request: BackendRequest) -> BackendResult:
-        """One try; raises retry.AttemptError (already scrubbed of secrets) on failure."""
+        """One try; raises retry.AttemptError (redacted when created) on failure."""
         ...
 
 
 def read_key(env_name: str | None, model: str, required: bool) -> str | None:
-    """The key from the environment (keys never live in files or results)."""
+    """The key from the environment (keys never live in files or results); registered with
+    orchestrator.redaction so no text the process keeps can show it."""
     if not env_name:
         return None
     value = os.environ.get(env_name)
+    add_secret(value)
     if not value and required:
         raise AttemptError(f"{model}: environment variable {env_name} is not set (it must hold the API key)",
                            endpoint=None, retryable=False)
     return value or None
 
 
-def sdk_attempt_error(exc: Exception, sdk, *, endpoint: str, timeout: float,
-                      secrets: list[str | None]) -> AttemptError | None:
-    """Translate an openai/anthropic SDK exception into AttemptError (None: not an SDK error)."""
-    keys = [s for s in secrets if s]
+def attempt_error(exc: Exception, sdk, *, endpoint: str, timeout: float) -> AttemptError | None:
+    """Translate what one attempt raised into an AttemptError at `endpoint` (None: neither an SDK
+    error nor an AttemptError): the SDK's errors, and the gateway's own from inside the HTTP client
+    (a reply over the size cap) or from reading the reply.  Texts are redacted by AttemptError."""
+    if isinstance(exc.__cause__, AttemptError):     # the anthropic SDK wraps what the HTTP client raised
+        exc = exc.__cause__
+    if isinstance(exc, AttemptError):
+        if exc.endpoint is None:
+            exc.endpoint = endpoint
+        return exc
     if isinstance(exc, sdk.APITimeoutError):
         return AttemptError(f"timed out after {timeout:g} s (attempt deadline)", endpoint=endpoint, retryable=True,
                             timed_out=True)
     if isinstance(exc, sdk.APIConnectionError):
         cause = exc.__cause__ or exc
-        return AttemptError(scrub(f"connection failed: {type(cause).__name__}: {cause}", keys),
-                            endpoint=endpoint, retryable=True)
+        return AttemptError(f"connection failed: {type(cause).__name__}: {cause}", endpoint=endpoint, retryable=True)
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
-        detail = scrub(re.sub(r"^Error code: \d+ - ", "", str(getattr(exc, "message", exc))), keys)[:500]
-        provider = scrub(provider_message(getattr(exc, "body", None)) or detail, keys)[:500]
+        detail = re.sub(r"^Error code: \d+ - ", "", str(getattr(exc, "message", exc)))[:500]
+        provider = (provider_message(getattr(exc, "body", None)) or detail)[:500]
         return AttemptError(f"HTTP {status}: {detail}", endpoint=endpoint, retryable=is_retryable_status(status),
                             status=status, provider_message=provider,
                             retry_after=parse_retry_after(getattr(getattr(exc, "response", None), "headers", None)))
     return None
-
-
-def parse_reply(raw: Any, expected: type, *, endpoint: str) -> Any:
-    """The SDK's parsed reply from a `with_raw_response` call, or a retryable AttemptError naming
-    the endpoint and content type when a 2xx body is not the JSON object the API answers with (a
-    proxy's HTML page, a body cut short): the SDK would raise a bare JSONDecodeError, or hand back
-    the text as a str."""
-    content_type = raw.headers.get("content-type") or "none"
-    try:
-        reply = raw.parse()
-        problem = None if isinstance(reply, expected) else f"body {raw.http_response.text[:80]!r}"
-    except ValueError as exc:            # json.JSONDecodeError, or a body the SDK cannot read
-        problem = f"{type(exc).__name__}: {exc}"
-    if problem is not None:
-        raise AttemptError(f"HTTP {raw.status_code} reply is not JSON (Content-Type {content_type}): {problem}",
-                           endpoint=endpoint, retryable=True)
-    return reply
 
 
 def provider_message(body: Any) -> str | None:

@@ -12,15 +12,15 @@ import logging
 import threading
 
 import openai
-from openai.types.chat import ChatCompletion
 
-from orchestrator.gateway.backends.base import (BackendRequest, BackendResult, parse_reply, read_key,
-                                                 sdk_attempt_error)
+from orchestrator.gateway.backends.base import BackendRequest, BackendResult, attempt_error, read_key
 from orchestrator.gateway.endpoints import pool_for
 from orchestrator.gateway.errors import GatewayConfigError
 from orchestrator.gateway.registry import PROVIDER_URLS, ModelEntry
+from orchestrator.gateway.replies import ChatCompletionReply, read_reply
 from orchestrator.gateway.retry import AttemptError, attempt_deadline, http_client
 from orchestrator.records import ToolCall, Usage
+from orchestrator.redaction import redact
 
 log = logging.getLogger("toolorchestra.gateway")
 OPENAI_DEFAULT_URL = PROVIDER_URLS["openai"]
@@ -31,17 +31,17 @@ _clients_lock = threading.Lock()
 
 
 def _client(entry: ModelEntry, base_url: str, key: str | None) -> openai.OpenAI:
-    cache_key = (entry.backend, base_url, entry.api_version, hash(key))
+    cache_key = (entry.backend, base_url, entry.api_version, hash(key), entry.max_reply_bytes)
     with _clients_lock:
         client = _clients.get(cache_key)
         if client is None:
             if entry.backend == "azure":
                 client = openai.AzureOpenAI(azure_endpoint=base_url, api_version=entry.api_version,
-                                            api_key=key, max_retries=0, http_client=http_client())
+                                            api_key=key, max_retries=0, http_client=http_client(entry.max_reply_bytes))
             else:
                 # vLLM accepts any key unless started with --api-key; the SDK insists on one.
                 client = openai.OpenAI(base_url=base_url, api_key=key or "EMPTY", max_retries=0,
-                                       http_client=http_client())
+                                       http_client=http_client(entry.max_reply_bytes))
             _clients[cache_key] = client
         return client
 
@@ -58,21 +58,21 @@ def _tokenize_client():
 
 
 def _convert_tool_calls(raw) -> list[ToolCall] | None:
-    """OpenAI structured tool_calls -> ToolCall (None when the message has none)."""
+    """OpenAI structured tool_calls (validated: replies.OpenAIToolCall) -> ToolCall (None when the
+    message has none).  Arguments that are not a JSON object are dropped with a warning."""
     if not raw:
         return None
     calls = []
     for tc in raw:
-        fn = getattr(tc, "function", None)
-        if fn is None:
-            continue
+        fn = tc.function
         try:
-            args = json.loads(fn.arguments or "{}")
+            text = json.dumps(fn.arguments) if isinstance(fn.arguments, dict) else fn.arguments or "{}"
+            args = json.loads(redact(text, patterns=False))
         except json.JSONDecodeError:
             log.warning("dropping tool call %r: arguments are not JSON: %.120r", fn.name, fn.arguments)
             continue
         if isinstance(args, dict):
-            calls.append(ToolCall(name=fn.name, arguments=args, id=getattr(tc, "id", None)))
+            calls.append(ToolCall(name=fn.name, arguments=args, id=tc.id))
     return calls
 
 
@@ -93,6 +93,12 @@ class OpenAICompatBackend:
             return self.pool.next()
         except GatewayConfigError as exc:
             raise AttemptError(str(exc), endpoint=str(self.pool.path), retryable=False) from None
+
+    def _window(self) -> int | None:
+        """The largest context window declared for this model (registry rules, replicas' launcher):
+        a reply reporting more tokens than this cannot be right."""
+        known = [w for w in (self.entry.rules.context_window, self.pool.max_model_len if self.pool else None) if w]
+        return max(known) if known else None
 
     def _body(self, request: BackendRequest) -> dict:
         extra_body = dict(self.entry.extra_body)
@@ -145,23 +151,20 @@ class OpenAICompatBackend:
         body = self._body(request)
         try:
             raw = _client(self.entry, endpoint, key).chat.completions.with_raw_response.create(**body)
-            resp = parse_reply(raw, ChatCompletion, endpoint=endpoint)
+            reply = read_reply(raw.http_response, ChatCompletionReply, endpoint=endpoint,
+                               max_tokens=request.max_tokens, context_window=self._window())
         except (openai.OpenAIError, AttemptError) as exc:
-            err = exc if isinstance(exc, AttemptError) else sdk_attempt_error(
-                exc, openai, endpoint=endpoint, timeout=request.timeout, secrets=[key])
+            err = attempt_error(exc, openai, endpoint=endpoint, timeout=request.timeout)
             if err is None:
                 raise
             if err.retryable and self.pool is not None:
                 self.pool.mark_failed(endpoint)
             raise err from None
-        if not resp.choices:
-            raise AttemptError("the server returned no choices", endpoint=endpoint, retryable=True)
-        choice = resp.choices[0]
-        usage = resp.usage
-        if usage is None:
+        choice = reply.choices[0]
+        if reply.usage is None:
             log.warning("%s via %s reported no usage; counting 0 tokens", self.name, endpoint)
+        prompt, completion = reply.counts() or (0, 0)
         return BackendResult(
-            text=choice.message.content or "",
+            text=redact(choice.message.text(), patterns=False),
             tool_calls=_convert_tool_calls(choice.message.tool_calls),
-            usage=Usage(usage.prompt_tokens, usage.completion_tokens) if usage else Usage(),
-            endpoint=endpoint, finish_reason=choice.finish_reason)
+            usage=Usage(prompt, completion), endpoint=endpoint, finish_reason=choice.finish_reason)

@@ -62,11 +62,17 @@ class FakeServer:
         self.httpd.server_close()
 
     # ---- replies ---------------------------------------------------------------------
+    def _counts(self, body: dict) -> tuple[int, int]:
+        """`usage`, its completion tokens within the request's budget (as a real server's are)."""
+        p, c = self.usage
+        budget = body.get("max_completion_tokens") or body.get("max_tokens")
+        return p, (min(c, budget) if isinstance(budget, int) else c)
+
     def _openai_body(self, body: dict) -> dict:
         message = {"role": "assistant", "content": self.text}
         if self.tool_calls:
             message["tool_calls"] = self.tool_calls
-        p, c = self.usage
+        p, c = self._counts(body)
         return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body.get("model", "m"),
                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}}
@@ -75,7 +81,7 @@ class FakeServer:
         content = [{"type": "text", "text": self.text}]
         for tc in self.tool_calls or []:
             content.append({"type": "tool_use", "id": tc["id"], "name": tc["name"], "input": tc["input"]})
-        p, c = self.usage
+        p, c = self._counts(body)
         return {"id": "msg_1", "type": "message", "role": "assistant", "model": body.get("model", "m"),
                 "content": content, "stop_reason": "end_turn", "stop_sequence": None,
                 "usage": {"input_tokens": p, "output_tokens": c}}

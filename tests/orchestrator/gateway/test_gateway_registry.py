@@ -48,6 +48,8 @@ def test_cli_validates_and_lists(capsys):
     ("models:\n  m: {backend: vllm, timeout_s: 0}\n", "models.m.timeout_s", "greater than 0"),
     ("models:\n  m: {backend: openai, endpoints_file: e.json}\n", "models.m.endpoints_file", "only backend 'vllm'"),
     ("models:\n  m: {backend: openai, api_key_env: 'sk-abc'}\n", "models.m.api_key_env", "should match pattern"),
+    ("models:\n  m: {backend: vllm, base_url: 'http://h:99999/v1'}\n", "models.m.base_url", "port in 1-65535"),
+    ("models:\n  m: {backend: vllm, base_url: 'localhost:8000'}\n", "models.m.base_url", "http(s) URL"),
     ("models: {}\n", "models", "at least 1 item"),
     ("- a\n- b\n", "(top level)", "expected a mapping"),
 ])
