@@ -173,9 +173,9 @@ class HFEngine:
         seeds = row_seeds(params, len(prompts)) if seeds is None else list(seeds)
         deadlines = [None] * len(prompts) if deadlines is None else list(deadlines)
         cancels = [None] * len(prompts) if cancels is None else list(cancels)
-        if len(seeds) != len(prompts) or len(deadlines) != len(prompts) or len(cancels) != len(prompts):
-            raise ValueError(f"generate: {len(seeds)} seeds, {len(deadlines)} deadlines and {len(cancels)} "
-                             f"cancel events for {len(prompts)} prompts")
+        for name, given in (("seeds", seeds), ("deadlines", deadlines), ("cancel events", cancels)):
+            if len(given) != len(prompts):
+                raise ValueError(f"generate: {len(given)} {name} for {len(prompts)} prompts")
         out: list[Generation] = []
         cast = (torch.autocast(self.device.type, dtype=self.compute_dtype) if self.compute_dtype is not None
                 else contextlib.nullcontext())

@@ -1,10 +1,8 @@
 """The orchestrator server (orchestrator/serve/), driven by the real `openai` SDK client.
 
-Most tests serve the scripted mock backend (evaluation/mock_backend.py: real HTTP, the gateway, the
-evaluation set-up and loop; no keys), which answers in milliseconds; a subclass records every
-request, so the tests read the orchestrator's real prompt and count its turns, and can keep a
-question from ever being answered (the disconnect and deadline tests).  One test serves the real
-embedded default (SmolLM2-135M in process).
+Most tests serve the scripted mock backend (tests/_serve_world.py); one serves the real embedded
+default (SmolLM2-135M in process).  Errors, limits and fuzzing: test_serve_errors.py;
+cancellation and readiness: test_serve_cancel.py.
 """
 import json
 import os
@@ -12,91 +10,16 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
+from _serve_world import ANSWER, ENDLESS, FAILING, QUESTION, REPO, ask, client, health, wait_for
 from data_synthesis.examples import latencies, render_instruction
 from data_synthesis.preferences import stated
-from evaluation.mock_backend import MockBackend, registry_yaml
 from orchestrator.catalog import load_catalog
 from orchestrator.serve import Background, ServeLimits, build, build_parser, create_app, main
-
-REPO = Path(__file__).resolve().parents[2]
-QUESTION, ANSWER = "Which city hosts the Louvre?", "Paris"
-ENDLESS = "Keep thinking about the meaning of life."   # the scripted orchestrator never answers it
-FAILING = "What does the broken server say?"          # the backend answers HTTP 500
-
-
-class ScriptedBackend(MockBackend):
-    """The mock, recording every request body; the orchestrator never answers ENDLESS."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.bodies = []
-
-    def reply(self, body):
-        self.bodies.append(body)
-        status, out = super().reply(body)
-        calls = out.get("choices", [{}])[0].get("message", {}).get("tool_calls") if status == 200 else None
-        if calls and ENDLESS in body["messages"][-1]["content"]:
-            calls[0]["function"] = {"name": "enhance_reasoning", "arguments": json.dumps({"model": "reasoner-2"})}
-        return status, out
-
-    def orchestrator_bodies(self, question=QUESTION):
-        return [b for b in self.bodies if any(t["function"]["name"] == "answer" for t in b.get("tools") or [])
-                and question in b["messages"][-1]["content"]]
-
-
-@pytest.fixture(scope="module")
-def backend():
-    with ScriptedBackend(answers={QUESTION: ANSWER, ENDLESS: "42", FAILING: "-"}, fail={FAILING}) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def served(backend, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve")
-    (tmp / "models.yaml").write_text(registry_yaml(backend.base_url, ["mock-orch", "mock-expert"]))
-    tools = json.loads((REPO / "tools.json").read_text())
-    tools["profiles"]["mock"] = {m: "mock-expert" for m in tools["prices"]}
-    (tmp / "tools.json").write_text(json.dumps(tools))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TOOLORCHESTRA_MODELS", str(tmp / "models.yaml"))
-        args = build_parser().parse_args(["--model", "mock-orch", "--profile", "default", "--serve", "mock",
-                                          "--tools", str(tmp / "tools.json")])
-        yield build(args), tmp / "tools.json"
-
-
-@pytest.fixture()
-def server(served, backend):
-    backend.bodies.clear()
-    backend.delay_s = 0.0
-    with Background(create_app(served[0], ServeLimits(concurrency=4, queue=4))) as srv:
-        yield srv
-
-
-def client(srv, **kw) -> openai.OpenAI:
-    return openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, **kw)
-
-
-def ask(srv, question=QUESTION, **kw):
-    return client(srv).chat.completions.create(
-        model="mock-orch", messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": question}],
-        **kw)
-
-
-def health(srv) -> dict:
-    return httpx.get(srv.url + "/health").json()
-
-
-def wait_for(predicate, seconds=20.0):
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def test_answer_usage_and_trace(server, backend):
