@@ -229,16 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        sock = listen(args.host, args.port)        # before anything loads: a port in use is one line
-    except CLIError as exc:
+        served = build(args)                       # flags and names; nothing is loaded yet
+        sock = listen(args.host, args.port)        # a port in use or a bad host: one line too
+    except (CLIError, CatalogError, PromptError, GatewayConfigError, ProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     with sock:
-        try:
-            served = build(args)
-        except (CLIError, CatalogError, PromptError, GatewayConfigError, ProfileError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
         return _serve(served, limits_from(args), sock, args.host)
 
 

@@ -222,12 +222,42 @@ def test_a_failed_episode_is_a_502_with_what_it_spent(server):
     assert ask(server).choices[0].message.content == ANSWER
 
 
-def test_bad_flags_are_one_line_errors(capsys, served):
-    assert main(["--concurrency", "0"]) == 2
-    assert capsys.readouterr().err.strip() == "error: --concurrency must be >= 1, got 0"
-    assert main(["--profile", "no-such-profile"]) == 2
+@pytest.mark.parametrize("flags, start", [
+    (["--concurrency", "0"], "error: --concurrency must be >= 1, got 0"),
+    (["--profile", "no-such-profile"], "error: --profile no-such-profile: no such profile; the shipped profiles are"),
+    (["--profile", "opne"], "error: --profile opne: no such profile (did you mean 'open'?)"),
+    (["--serve", "locl"], "error: --serve locl: not a serving map of tools.json (did you mean 'local'?)"),
+    (["--model", "smolm2-135"], "error: --model smolm2-135: not in the model registry (did you mean 'smollm2-135m'?)"),
+    (["--host", "256.0.0.1"], "error: --host 256.0.0.1: not an address to listen on"),
+])
+def test_bad_flags_are_one_line_errors(capsys, monkeypatch, flags, start):
+    monkeypatch.delenv("TOOLORCHESTRA_MODELS", raising=False)        # the shipped registry
+    assert main([*flags, "--port", "0"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --profile no-such-profile: ") and len(err.strip().splitlines()) == 1
+    assert err.startswith(start) and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "-1", "http", "80.5"])
+def test_a_port_outside_0_to_65535_is_one_line_before_anything_is_built(capsys, port):
+    with pytest.raises(SystemExit) as caught:
+        main(["--port", port])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err == (f"error: argument --port: {port!r} is not a port: give 0-65535 "
+                                       f"(0 picks a free port) (--help lists the flags)\n")
+
+
+def test_a_port_in_use_is_one_line(capsys, monkeypatch):
+    import socket
+
+    monkeypatch.delenv("TOOLORCHESTRA_MODELS", raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert main(["--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: --host 127.0.0.1 --port {port}: cannot listen there (Address already in use); pick "
+                   f"another --port (0 picks a free one)\n")
 
 
 def test_python_dash_m_runs_the_server_package():
@@ -240,6 +270,11 @@ def test_python_dash_m_runs_the_server_package():
     bad = subprocess.run([sys.executable, "-m", "orchestrator.serve", "--queue", "-1"], capture_output=True,
                          text=True, cwd=REPO, env=env, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --queue must be >= 0, got -1"
+    # the probe's --port 99999: refused by the flag parser, before torch or any model is imported
+    probe = ("import sys\nfrom orchestrator.serve.cli import main\ntry:\n    main(['--port', '99999'])\n"
+             "except SystemExit as exc:\n    print(exc.code, 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert out.stdout.split() == ["2", "False"] and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 def test_the_embedded_default_answers_through_the_sdk(monkeypatch):
