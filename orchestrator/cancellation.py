@@ -7,7 +7,8 @@ request's event and sets it when the client disconnects or the deadline passes. 
 - the gateway, before each attempt and in the waits between attempts, and while an HTTP reply
   is awaited (orchestrator/gateway/retry.py: socket reads wait in slices of `SLICE_S`);
 - in-process generation: the gateway's transformers backend hands the event to the engine, whose
-  step-by-step loop ends the row at its next token (orchestrator/engines/hf.py `cancels`).
+  step-by-step loop ends the row at its next token (orchestrator/engines/hf.py `cancels`; the
+  prompt's prefill, one forward pass, is not cut).
 So a cancelled episode stops within about `SLICE_S` or one decoding step, not at its next turn.
 The event is per thread (threading.local): a thread the work starts does not inherit it.
 """

@@ -48,9 +48,6 @@ class ChoiceTrie:
                 node.setdefault(e, {})
 
 
-PREFILL_CHUNK = 256     # prompt tokens per forward pass of a prefill that can be cancelled (`cancels`)
-
-
 def _load_folder_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     """All tensors of a saved model folder (safetensors shards, else pytorch_model*.bin)."""
     from safetensors.torch import load_file
@@ -170,8 +167,7 @@ class HFEngine:
         per-request timeout); rows with deadlines run the step-by-step loop.
         `cancels` (optional, one event per prompt, None: none): a row whose event is set stops at
         its next token with finish_reason "cancelled" (its caller went away: orchestrator/cancellation.py);
-        rows with events run the step-by-step loop too, and a longer prompt than `PREFILL_CHUNK` tokens
-        is prefilled in chunks with the events looked at between them.
+        rows with events run the step-by-step loop too (the prompt's one prefill pass is not cut).
         """
         validate_request(prompts, params, self.vocab_size)
         seeds = row_seeds(params, len(prompts)) if seeds is None else list(seeds)
@@ -355,19 +351,6 @@ class HFEngine:
             return False
 
         with torch.inference_mode():
-            if live and any(c is not None for c in cancels) and width > PREFILL_CHUNK:
-                # cancellable rows: the prompt goes in in chunks, looking at the events (and deadlines) between
-                # them, so a long prefill does not outlive a caller who went away; the last chunk is the loop's
-                done = 0
-                while width - done > PREFILL_CHUNK:
-                    self.model(input_ids=ids[:, done:done + PREFILL_CHUNK], attention_mask=attention[:, :done + PREFILL_CHUNK],
-                               position_ids=positions[:, done:done + PREFILL_CHUNK], past_key_values=cache, use_cache=True,
-                               logits_to_keep=1)
-                    done += PREFILL_CHUNK
-                    early = [ended(r) for r in range(n)]
-                    if all(early):
-                        return [Generation(token_ids=[], logprobs=[], text="", finish_reason=why) for why in early]
-                ids, positions = ids[:, done:], positions[:, done:]
             while live:
                 out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
                                  past_key_values=cache, use_cache=True, logits_to_keep=1)

@@ -17,7 +17,8 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from orchestrator.serve.responses import completion, episode_failed, orchestra
-from orchestrator.serve.schema import PATH_CHARS, ChatRequest, RequestError, clip, error_body, surrogate_at
+from orchestrator.serve.schema import (PATH_CHARS, ChatRequest, ErrorResponse, RequestError, clip, error_body,
+                                       surrogate_at)
 from orchestrator.serve.service import Busy, Job, Served, ServeLimits, Service
 from orchestrator.serve.stream import client_gone, deadline_message, first, stop_late, stream
 
@@ -79,7 +80,9 @@ def create_app(served: Served, limits: ServeLimits = ServeLimits()) -> FastAPI:
         threading.Thread(target=service.load, name="serve-load", daemon=True).start()
         yield
 
-    app = FastAPI(title="ToolOrchestra orchestrator", version="1", lifespan=lifespan)
+    refused = {"model": ErrorResponse, "description": "refused, in OpenAI's error shape"}
+    app = FastAPI(title="ToolOrchestra orchestrator", version="1", lifespan=lifespan,
+                  responses={"4XX": refused, "5XX": refused})
     app.router.route_class = CheckedRoute
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s,
                        error_body=serve_error)

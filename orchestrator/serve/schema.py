@@ -29,6 +29,18 @@ class ChatRequest(BaseModel):
     budget: Budget | None = None
 
 
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """Every refusal's body (documented in the OpenAPI schema for 4XX and 5XX)."""
+    error: ErrorDetail
+
+
 class RequestError(ValueError):
     def __init__(self, status: int, field_name: str, message: str, code: str = "invalid_request"):
         super().__init__(f"{field_name}: {message}")

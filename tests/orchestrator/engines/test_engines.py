@@ -245,33 +245,6 @@ def test_hf_cancel_event_ends_only_its_own_row_with_finish_cancelled(hf):
         hf.generate(prompts[:1], params, cancels=[None, None])
 
 
-def test_hf_a_cancellable_prefill_goes_in_chunks_and_stops_between_them(hf, monkeypatch):
-    """Rows with cancel events prefill PREFILL_CHUNK tokens per forward pass: the same greedy tokens
-    as one pass; an event set during the prefill ends it at the next chunk, before any token."""
-    import threading
-
-    from orchestrator.engines import hf as hf_module
-
-    monkeypatch.setattr(hf_module, "PREFILL_CHUNK", 2)
-    prompts = [prompts_of(hf.tokenizer)[i] for i in (0, 2)]       # left padding: row 0's first chunks are all pad
-    assert max(len(p) for p in prompts) > 6 and min(len(p) for p in prompts) < max(len(p) for p in prompts)
-    params = SamplingParams(temperature=0, max_tokens=6)
-    whole = hf.generate(prompts, params)
-    chunked = hf.generate(prompts, params, cancels=[threading.Event(), None])
-    assert [g.token_ids for g in chunked] == [g.token_ids for g in whole]
-    gone, passes = threading.Event(), []
-    forward = hf.model.forward
-
-    def counted(*args, **kw):
-        passes.append(kw["input_ids"].shape[1])
-        gone.set()                                                 # the caller goes away during the first chunk
-        return forward(*args, **kw)
-
-    monkeypatch.setattr(hf.model, "forward", counted)
-    [stopped] = hf.generate(prompts[1:], params, cancels=[gone])
-    assert stopped.finish_reason == "cancelled" and stopped.token_ids == [] and passes == [2]
-
-
 def test_hf_update_weights_from_state_dict_and_from_folder(hf, reference, folders):
     prompts = prompts_of(hf.tokenizer)
     params = SamplingParams(temperature=0, max_tokens=10)

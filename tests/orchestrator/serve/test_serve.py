@@ -289,6 +289,12 @@ def test_the_embedded_default_answers_through_the_sdk(monkeypatch):
     served = build(args)
     assert (served.name, served.profile, args.concurrency, args.constrained) == ("smollm2-135m", "local", 1, True)
     with Background(create_app(served, ServeLimits(concurrency=1, queue=2))) as srv:
+        # loaded at start-up, before any request: ready, and the gateway's engine for the model is in memory
+        from orchestrator.embedded import smollm2_path
+        from orchestrator.gateway.backends.transformers_backend import _engines
+
+        assert httpx.get(srv.url + "/health/ready").status_code == 200
+        assert any(key[0] == str(smollm2_path()) for key in _engines), list(_engines)
         r = client(srv).chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "What is 6 * 7?"}],
                                                 extra_body={"budget": {"turns": 1}, "preference": "cost"})
     orch = r.model_extra["orchestra"]
