@@ -57,7 +57,7 @@ def start_server(tmp: Path, backend: MockBackend, extra: list[str]) -> tuple[sub
         if proc.poll() is not None:
             raise RuntimeError(f"server exited: {(tmp / 'server.log').read_text()[-2000:]}")
         try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
+            if httpx.get(url + "/health/ready", timeout=1).status_code == 200:     # listening and loaded
                 return proc, url, cmd
         except httpx.HTTPError:
             pass

@@ -42,6 +42,7 @@ class Generation:
     logprobs: list[float]                # log p of each generated id under the sampling policy
     text: str                            # decoded token_ids without special tokens
     finish_reason: str = "stop"          # "stop" | "length" | "timeout" (a deadline passed: HFEngine)
+                                         # | "cancelled" (the caller went away: HFEngine)
     policy_version: int | None = None    # the weights' version that generated it (training.async_rollouts)
 
 

@@ -162,14 +162,21 @@ def _jsonable(errors: list[dict]) -> list[dict]:
     return [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg")), "type": str(e.get("type"))} for e in errors]
 
 
+def plain_error(status: int, message: str) -> dict:
+    """This server's error body, {"error": message}; orchestrator/serve/ passes OpenAI's shape
+    to `BodyLimit` and `server_config` instead."""
+    return {"error": message}
+
+
 class BodyLimit:
     """ASGI middleware: the whole request body is read here first, within `timeout_s` and
     `max_bytes`, then handed to the app. Over `max_bytes` (declared or streamed in chunks)
     answers 413; not all there within `timeout_s` (a slow or half-sent request) answers 408,
-    after which uvicorn closes the connection, so no client can hold one open by stalling."""
+    after which uvicorn closes the connection, so no client can hold one open by stalling.
+    `error_body(status, message)` is the refusals' JSON body."""
 
-    def __init__(self, app, max_bytes: int, timeout_s: float):
-        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
+    def __init__(self, app, max_bytes: int, timeout_s: float, error_body=plain_error):
+        self.app, self.max_bytes, self.timeout_s, self.error_body = app, max_bytes, timeout_s, error_body
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -204,9 +211,8 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    @staticmethod
-    async def _reject(send, status: int, error: str, headers: dict | None = None):
-        response = JSONResponse(status_code=status, content={"error": error}, headers=headers)
+    async def _reject(self, send, status: int, error: str, headers: dict | None = None):
+        response = JSONResponse(status_code=status, content=self.error_body(status, error), headers=headers)
         await response({"type": "http"}, None, send)
 
 
@@ -283,35 +289,37 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def server_config(app, host: str, port: int, limits: Limits = Limits()):
+def server_config(app, host: str, port: int, limits: Limits = Limits(), error_body=plain_error):
     """How uvicorn serves `app` (main and the tests run this same configuration): its default
     HTTP parser (httptools when installed, else h11) under `header_deadline_protocol`, which bounds
-    each request's headers in time and size, and the keep-alive timeout."""
+    each request's headers in time and size, and the keep-alive timeout.  `error_body(status,
+    message)`: the JSON body of the refusals the protocol writes itself (408, 431, 400)."""
     import uvicorn
 
     return uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_keep_alive=limits.keep_alive_s,
                           h11_max_incomplete_event_size=limits.max_header_bytes,
-                          http=header_deadline_protocol(limits.header_timeout_s, limits.max_header_bytes))
+                          http=header_deadline_protocol(limits.header_timeout_s, limits.max_header_bytes, error_body))
 
 
-def _reply(status: str, error: str) -> bytes:
-    body = json.dumps({"error": error}).encode()
+def _reply(status: str, body: dict) -> bytes:
+    body = json.dumps(body).encode()
     return (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
             f"content-length: {len(body)}\r\n\r\n").encode() + body
 
 
-def header_deadline_protocol(seconds: float, max_bytes: int) -> type:
+def header_deadline_protocol(seconds: float, max_bytes: int, error_body=plain_error) -> type:
     """uvicorn's HTTP protocol, closing a connection whose request line and headers do not all
     arrive within `seconds` of its opening (or, on a kept-alive connection, of the next request's
     first byte), or run past `max_bytes` without ending.  uvicorn has neither bound for httptools
     (its parser when installed) and no time bound at all: its keep-alive timer runs only after a
     response and any byte cancels it, so a client sending half a header (or nothing) held its
     connection for ever.  Partial headers are answered 408 before the close, a silent connection
-    is just closed, oversized headers get 431.  The body is BodyLimit's (`body_timeout_s`)."""
+    is just closed, oversized headers get 431.  The body is BodyLimit's (`body_timeout_s`).  A
+    request uvicorn cannot parse gets 400 with a JSON body (uvicorn's own is plain text)."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    timed_out = _reply("408 Request Timeout", f"request headers not received within {seconds:g} s")
-    too_large = _reply("431 Request Header Fields Too Large", f"request headers over {max_bytes} bytes")
+    timed_out = _reply("408 Request Timeout", error_body(408, f"request headers not received within {seconds:g} s"))
+    too_large = _reply("431 Request Header Fields Too Large", error_body(431, f"request headers over {max_bytes} bytes"))
 
     class HeaderDeadline(AutoHTTPProtocol):
         def connection_made(self, transport) -> None:
@@ -334,6 +342,9 @@ def header_deadline_protocol(seconds: float, max_bytes: int) -> type:
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._check()
+
+        def send_400_response(self, msg: str) -> None:      # uvicorn: a request it cannot parse
+            self._close(_reply("400 Bad Request", error_body(400, f"invalid HTTP request: {msg}")))
 
         def connection_lost(self, exc) -> None:
             self._cancel()

@@ -15,7 +15,9 @@ Semantics (what a caller can rely on):
   that caused it sees it;
 - `generate(..., deadline=t)` passes the request's deadline to the engine per row (HFEngine:
   a row still generating at `t` ends with finish_reason "timeout"); engines that take no
-  `deadlines=` refuse a deadline;
+  `deadlines=` refuse a deadline; `generate(..., cancel=event)` likewise hands the request's
+  cancel event to engines that take `cancels=` (a row whose event is set stops at its next
+  token: orchestrator/cancellation.py); other engines run the request to its end;
 - `seeded_alone=True` (the gateway's transformers backend): a request with a seed runs in an
   engine call of its own, so its reply cannot depend, through padding, on its batch-mates;
 - `update_weights` is a barrier: requests queued before it run on the old weights,
@@ -58,6 +60,7 @@ class _Request:
     future: Future = field(default_factory=Future)
     weights: object = None
     deadline: float | None = None            # time.monotonic() by which every row ends
+    cancel: threading.Event | None = None    # set: every row ends at its next token
 
 
 _WAKE = object()                                 # queued to wake a lingering batch; carries no request
@@ -134,6 +137,7 @@ class BatchingEngine:
         self.stats = BatcherStats()
         taken = inspect.signature(engine.generate).parameters
         self._takes_seeds, self._takes_deadlines = "seeds" in taken, "deadlines" in taken
+        self._takes_cancels = "cancels" in taken
         self._queue: queue.Queue[_Request | None] = queue.Queue()
         self._pending: list[_Request] = []        # taken from the queue, not yet run (worker only)
         self._closed = False
@@ -142,17 +146,18 @@ class BatchingEngine:
 
     # ---------------------------------------------------------------- Engine API
     def generate(self, prompts: list[list[int]], params: SamplingParams, *,
-                 deadline: float | None = None) -> list[Generation]:
+                 deadline: float | None = None, cancel: threading.Event | None = None) -> list[Generation]:
         """Blocks until this call's generations are ready (one per prompt, in order).
 
-        `deadline`: a `time.monotonic()` value by which generation ends (time queued counts)."""
+        `deadline`: a `time.monotonic()` value by which generation ends (time queued counts).
+        `cancel`: once set, generation ends at the next token (finish_reason "cancelled")."""
         if not prompts:
             raise ValueError("generate(prompts=...): expected a non-empty list of token-id lists")
         if deadline is not None and not self._takes_deadlines:
             raise ValueError(f"generate(deadline=...): {type(self.engine).__name__} takes no deadlines "
                              "(HFEngine does); leave deadline unset")
         return self._submit(_Request(prompts=[list(p) for p in prompts], params=params,
-                                     deadline=deadline)).result()
+                                     deadline=deadline, cancel=cancel)).result()
 
     def episodes(self, n: int = 1) -> "Episodes":
         """Registers `n` episodes in flight (started or about to start) until each `end()`s or
@@ -287,6 +292,8 @@ class BatchingEngine:
             kwargs["seeds"] = [s for r in batch for s in row_seeds(r.params, len(r.prompts))]
         if any(r.deadline is not None for r in batch):
             kwargs["deadlines"] = [r.deadline for r in batch for _ in r.prompts]
+        if self._takes_cancels and any(r.cancel is not None for r in batch):
+            kwargs["cancels"] = [r.cancel for r in batch for _ in r.prompts]
         started = time.monotonic()
         out = self.engine.generate(prompts, params, **kwargs)
         self._call_seconds = time.monotonic() - started

@@ -156,7 +156,8 @@ class HFEngine:
     # ---------------------------------------------------------------- public API
     def generate(self, prompts: list[list[int]], params: SamplingParams, *,
                  seeds: list[int | None] | None = None,
-                 deadlines: list[float | None] | None = None) -> list[Generation]:
+                 deadlines: list[float | None] | None = None,
+                 cancels: list[threading.Event | None] | None = None) -> list[Generation]:
         """Continue each prompt (token ids) once; one `Generation` per prompt, in order.
 
         `seeds` (optional, one per prompt) overrides the per-row seeds `params.seed + i`;
@@ -164,29 +165,35 @@ class HFEngine:
         `deadlines` (optional, one `time.monotonic()` per prompt, None: none): a row still
         generating when its deadline passes stops with finish_reason "timeout" (the gateway's
         per-request timeout); rows with deadlines run the step-by-step loop.
+        `cancels` (optional, one event per prompt, None: none): a row whose event is set stops at
+        its next token with finish_reason "cancelled" (its caller went away: orchestrator/cancellation.py);
+        rows with events run the step-by-step loop too (the prompt's one prefill pass is not cut).
         """
         validate_request(prompts, params, self.vocab_size)
         seeds = row_seeds(params, len(prompts)) if seeds is None else list(seeds)
         deadlines = [None] * len(prompts) if deadlines is None else list(deadlines)
-        if len(seeds) != len(prompts) or len(deadlines) != len(prompts):
-            raise ValueError(f"generate: {len(seeds)} seeds and {len(deadlines)} deadlines "
-                             f"for {len(prompts)} prompts")
+        cancels = [None] * len(prompts) if cancels is None else list(cancels)
+        for name, given in (("seeds", seeds), ("deadlines", deadlines), ("cancel events", cancels)):
+            if len(given) != len(prompts):
+                raise ValueError(f"generate: {len(given)} {name} for {len(prompts)} prompts")
         out: list[Generation] = []
         cast = (torch.autocast(self.device.type, dtype=self.compute_dtype) if self.compute_dtype is not None
                 else contextlib.nullcontext())
         with self._lock, cast:
             for start in range(0, len(prompts), self.max_batch):
                 stop = start + self.max_batch
-                out += self._generate_rows(prompts[start:stop], params, seeds[start:stop], deadlines[start:stop])
+                out += self._generate_rows(prompts[start:stop], params, seeds[start:stop], deadlines[start:stop],
+                                           cancels[start:stop])
         return out
 
-    def _generate_rows(self, prompts, params: SamplingParams, seeds, deadlines) -> list[Generation]:
-        """The static-cache path where it applies (no deadlines), else the step-by-step loop.
+    def _generate_rows(self, prompts, params: SamplingParams, seeds, deadlines, cancels) -> list[Generation]:
+        """The static-cache path where it applies (no deadlines, no cancel events), else the step-by-step loop.
         With decode="auto" a failure of the static path (e.g. torch.compile) is logged once and
         the loop serves this and every later request."""
-        if self._static is None or any(d is not None for d in deadlines) or not self._static.supports(prompts, params):
+        if (self._static is None or any(d is not None for d in deadlines) or any(c is not None for c in cancels)
+                or not self._static.supports(prompts, params)):
             self.decode_rows["loop"] += len(prompts)
-            return self._generate_batch(prompts, params, seeds, deadlines)
+            return self._generate_batch(prompts, params, seeds, deadlines, cancels)
         try:
             out = self._static.generate(prompts, params, seeds)
             self.decode_rows["static"] += len(prompts)
@@ -198,7 +205,7 @@ class HFEngine:
                         type(exc).__name__, str(exc)[:300])
             self._static = None
             self.decode_rows["loop"] += len(prompts)
-            return self._generate_batch(prompts, params, seeds, deadlines)
+            return self._generate_batch(prompts, params, seeds, deadlines, cancels)
 
     def update_weights(self, state_dict_or_path) -> None:
         """Copy new weights into the model in place (a state dict or a saved model folder).
@@ -289,13 +296,24 @@ class HFEngine:
             chain.append(token)
         return chain, bool(chain) and not node
 
-    def _generate_batch(self, prompts, params: SamplingParams, seeds, deadlines=None) -> list[Generation]:
+    def _generate_batch(self, prompts, params: SamplingParams, seeds, deadlines=None, cancels=None) -> list[Generation]:
         from transformers import DynamicCache
 
         n, width = len(prompts), max(len(p) for p in prompts)
         deadlines = [None] * n if deadlines is None else deadlines
-        if all(d is not None and time.monotonic() >= d for d in deadlines):    # expired while queued
-            return [Generation(token_ids=[], logprobs=[], text="", finish_reason="timeout") for _ in prompts]
+        cancels = [None] * n if cancels is None else cancels
+
+        def ended(r: int) -> str | None:
+            """Why row r must stop now, whatever it generates: its caller went away or its deadline passed."""
+            if cancels[r] is not None and cancels[r].is_set():
+                return "cancelled"
+            if deadlines[r] is not None and time.monotonic() >= deadlines[r]:
+                return "timeout"
+            return None
+
+        early = [ended(r) for r in range(n)]
+        if all(early):                                                        # expired or cancelled while queued
+            return [Generation(token_ids=[], logprobs=[], text="", finish_reason=why) for why in early]
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((n, width), dtype=torch.long)
         for i, p in enumerate(prompts):                                       # left padding
@@ -324,8 +342,8 @@ class HFEngine:
                 matchers[r].accept_token(token)
             if token in self.eos_ids or completes_stop(self.tokenizer, tokens[r], params.stop):
                 finish[r] = "stop"
-            elif deadlines[r] is not None and time.monotonic() >= deadlines[r]:
-                finish[r] = "timeout"
+            elif why := ended(r):
+                finish[r] = why
             elif len(tokens[r]) >= params.max_tokens:
                 pass                                                          # finish "length"
             else:

@@ -19,6 +19,10 @@ Which errors are worth retrying: timeouts, refused/broken connections, HTTP 408/
 and 5xx, and 2xx replies that are malformed (replies.py) or too big.  Everything else (bad request, wrong key, unknown model) fails at once.  Waits
 grow exponentially with jitter (tenacity's `wait_exponential_jitter`) and are never
 shorter than the server's `Retry-After` (or `retry-after-ms`) header.
+
+Work run under a cancel event (orchestrator/cancellation.py: a served request whose client went
+away) stops early: an attempt does not start once the event is set, waits between attempts end
+when it is set, and a socket read waits in slices of `cancellation.SLICE_S`, ending with a timeout.
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from orchestrator import cancellation
 from orchestrator.gateway.registry import DEFAULT_MAX_REPLY_BYTES
 from orchestrator.redaction import redact
 
@@ -138,7 +143,21 @@ class _DeadlineStream(httpcore2.NetworkStream):
         self._inner = inner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _clamp(timeout, httpcore2.ReadTimeout))
+        timeout = _clamp(timeout, httpcore2.ReadTimeout)
+        if cancellation.current() is None:
+            return self._inner.read(max_bytes, timeout)
+        # cancellable work (orchestrator/cancellation.py): wait in slices, looking at the event between
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if cancellation.cancelled():
+                raise httpcore2.ReadTimeout("cancelled: the caller went away")
+            left = None if end is None else end - time.monotonic()
+            piece = cancellation.SLICE_S if left is None else max(0.0, min(cancellation.SLICE_S, left))
+            try:
+                return self._inner.read(max_bytes, piece)
+            except httpcore2.ReadTimeout:
+                if left is not None and left <= cancellation.SLICE_S:
+                    raise
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._inner.write(buffer, _clamp(timeout, httpcore2.WriteTimeout))
@@ -324,6 +343,7 @@ class RetryPolicy:
                         exc, state.next_action.sleep if state.next_action else 0.0)
 
         retrying = Retrying(
+            sleep=cancellation.wait,      # a cancelled call's next attempt refuses at once (below)
             stop=stop_after_attempt(self.max_retries + 1) | out_of_time,
             wait=self._wait(),
             retry=retry_if_exception(lambda e: isinstance(e, AttemptError) and e.retryable),
@@ -333,6 +353,8 @@ class RetryPolicy:
         previous: AttemptError | None = None
         for state in retrying:
             with state:
+                if cancellation.cancelled():
+                    raise AttemptError("cancelled: the caller went away", endpoint=None, retryable=False)
                 left = call_end - time.monotonic()
                 own = self.attempt_s if self.attempt_s is not None else math.inf
                 budget = min(own, left)

@@ -28,13 +28,17 @@ POST /v1/chat/completions   the last user message is the task; the reply's messa
     answer in `delta.content` with the finish reason, a last chunk with `usage` and
     `orchestra`, and `data: [DONE]`.  Other OpenAI fields (temperature, max_tokens...) are
     ignored: the profile decides them.
-GET /v1/models, GET /health (running, queued, limits, counts of finished requests).
+GET /v1/models; GET /health (liveness: ready, running, queued, limits, counts of finished
+requests); GET /health/ready (readiness: 503 until the in-process models, loaded at start-up,
+are in memory; chat requests get 503 until then too).
 
 Limits: `--concurrency` episodes run at once (default: evaluation's, 1 for an in-process model),
 `--queue` more wait; past that 503 with Retry-After.  A request not answered within
-`--request-timeout` gets 504 (streams: an error event), and its episode stops before its next
-turn; so does the episode of a client that disconnects.  Bad input: 400/404/422 with one line
-naming the field.
+`--request-timeout` gets 504 (streams: an error event), and its episode stops within about a
+second, its model call under way included (orchestrator/cancellation.py); so does the episode of
+a client that disconnects, which frees its slot.  Bad input: 400/404/422 with one line naming the
+field (a lone surrogate in any string included), never repeating more than 200 characters of it;
+every error body, the body and header limits' included, is OpenAI's shape.
 
 Files: schema.py (the request models and the error shape), service.py (the limits, admission and
 one request's episode), responses.py (the reply and stream-chunk bodies), stream.py (the SSE body

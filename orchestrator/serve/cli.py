@@ -1,7 +1,14 @@
 """`python -m orchestrator.serve`: the flags (evaluation's, plus the server's), the set-up
-evaluation builds from them, and serving it with uvicorn (`main`; `Background` in a thread)."""
+evaluation builds from them, and serving it with uvicorn (`main`; `Background` in a thread).
+
+Before anything loads, bad flags are one line on stderr and exit 2: a port outside 0-65535 or
+one that cannot be listened on, an unknown profile, serving map or model (with the closest
+name).  Then the server listens at once and loads the in-process models in the background
+(GET /health/ready: 503 until they are loaded); a model that fails to load stops it (exit 1)."""
 import argparse
+import difflib
 import logging
+import socket
 import sys
 import tempfile
 import threading
@@ -12,14 +19,37 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from orchestrator.redaction import install_log_redaction
-from orchestrator.serve.app import create_app
+from orchestrator.serve.app import create_app, serve_error
 from orchestrator.serve.service import Served, ServeLimits
 
 SECTIONS = ("hle", "frames")      # the QA sections (configs/profiles/*.yaml `qa.<use>`) a server can run
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its refusals in one line (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (--help lists the flags)\n")
+
+
+def port_number(text: str) -> int:
+    """A TCP port: 0-65535 (0 picks a free one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = None
+    if port is None or not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: give 0-65535 (0 picks a free port)")
+    return port
+
+
+def did_you_mean(name: str, known) -> str:
+    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m orchestrator.serve",
+    p = OneLineParser(prog="python -m orchestrator.serve",
                                 description="Serve a trained orchestrator behind an OpenAI-compatible API "
                                             "(FastAPI + uvicorn).",
                                 epilog="Docs: README.md, 'Serve a trained orchestrator'")
@@ -50,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="constrain the orchestrator to valid tool calls (default: on for an in-process model)")
     s = p.add_argument_group("server")
     s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    s.add_argument("--port", type=port_number, default=8080, help="0-65535; 0 picks a free port (default: %(default)s)")
     s.add_argument("--concurrency", type=int, help="episodes at once (default: 1 when a model runs in process, "
                                                    "else 16, as the evaluation scripts)")
     s.add_argument("--queue", type=int, default=16, help="requests waiting for a slot before 503 (default: %(default)s)")
@@ -63,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build(args: argparse.Namespace) -> Served:
-    """The set-up evaluation builds for `args` (evaluation/qa_cli.py): profile, budgets, runtime, policy.
+    """The set-up evaluation builds for `args` (evaluation/qa_cli.py): profile, budgets, runtime, policy,
+    and the loader of the models it runs in process (`Served.load`; nothing is loaded here).
     Raises the evaluation scripts' errors (CLIError, ProfileError, ...) for bad flags."""
     from evaluation.cli import CLIError, check_serve, resolve_price_model, use_endpoint
     from evaluation.qa_cli import build_setup, check_models, make_retriever, resolve
@@ -82,16 +113,50 @@ def build(args: argparse.Namespace) -> Served:
         if path is not None and not path.exists():
             raise CLIError(f"{flag} {path}: no such {'file' if flag == '--tools' else 'folder'}")
     catalog = load_catalog(args.tools)
+    check_names(args, catalog)
     _, settings, line = resolve(args, args.section, catalog)
     price_model = resolve_price_model(args, catalog)
     if args.endpoint:
         use_endpoint(args, Path(tempfile.mkdtemp(prefix="orchestrator-serve-")), price_model)
     check_serve(catalog, args.serve, args.tools, args.pricing)
-    check_models(args, catalog)
+    models = sorted(check_models(args, catalog))
     retriever = make_retriever(args)
     setup = build_setup(args, catalog, price_model, retriever, settings)
     return Served(name=args.served_name or args.model, setup=setup, section=args.section, profile=args.profile,
-                  search=retriever is not None, line=line.rsplit("; judge ", 1)[0])
+                  search=retriever is not None, line=line.rsplit("; judge ", 1)[0],
+                  load=lambda: load_models(models))
+
+
+def check_names(args: argparse.Namespace, catalog) -> None:
+    """--profile, --serve and --model name things that exist, or CLIError with the closest name."""
+    from evaluation.cli import CLIError
+    from orchestrator.gateway.registry import load_registry
+    from orchestrator.settings import available, profile_path
+
+    if args.profile and not profile_path(args.profile).exists():
+        shipped = available()
+        raise CLIError(f"--profile {args.profile}: no such profile{did_you_mean(args.profile, shipped)}; the shipped "
+                       f"profiles are {shipped} (configs/profiles/), or give a path to a YAML file")
+    if args.serve and args.serve not in catalog.profiles:
+        raise CLIError(f"--serve {args.serve}: not a serving map of tools.json{did_you_mean(args.serve, catalog.profiles)}; "
+                       f"its 'profiles' are {sorted(catalog.profiles)}")
+    known = load_registry().models
+    if not args.endpoint and args.model not in known:
+        raise CLIError(f"--model {args.model}: not in the model registry{did_you_mean(args.model, known)} "
+                       f"(configs/models.yaml or $TOOLORCHESTRA_MODELS); or serve a checkpoint with --endpoint URL")
+
+
+def load_models(models: list[str]) -> None:
+    """Load every model of `models` that runs in process (the gateway's transformers backend keeps
+    it for the process: the first request does not wait for it).  Others are served elsewhere."""
+    from orchestrator.gateway.backends import make_backend
+    from orchestrator.gateway.registry import load_registry
+
+    registry = load_registry()
+    for name in models:
+        entry = registry.entry(name)
+        if entry.backend == "transformers":
+            make_backend(name, entry)
 
 
 def limits_from(args: argparse.Namespace) -> ServeLimits:
@@ -100,12 +165,14 @@ def limits_from(args: argparse.Namespace) -> ServeLimits:
 
 @dataclass
 class Background:
-    """The app served by uvicorn in a thread (the tests and bench/serve_load.py), as `main` serves it."""
+    """The app served by uvicorn in a thread (the tests and bench/serve_load.py), as `main` serves it;
+    entering waits until it listens and (`ready`) until its models are loaded."""
 
     app: FastAPI
     limits: ServeLimits = field(default_factory=ServeLimits)
     host: str = "127.0.0.1"
     port: int = 0
+    ready: bool = True
 
     def __enter__(self) -> "Background":
         import uvicorn
@@ -114,7 +181,7 @@ class Background:
 
         self.port = self.port or _free_port(self.host)
         self.url = f"http://{self.host}:{self.port}"
-        self._server = uvicorn.Server(server_config(self.app, self.host, self.port, self.limits))
+        self._server = uvicorn.Server(server_config(self.app, self.host, self.port, self.limits, serve_error))
         self._thread = threading.Thread(target=self._server.run, daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 30
@@ -122,11 +189,35 @@ class Background:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError(f"orchestrator server did not start on port {self.port}")
             time.sleep(0.02)
+        service = self.app.state.service
+        if self.ready and not service.loaded.wait(600):
+            raise RuntimeError("orchestrator server: its models did not load within 600 s")
         return self
 
     def __exit__(self, *exc) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=30)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port (0: a free port), or CLIError naming the flags."""
+    from evaluation.cli import CLIError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except (OSError, UnicodeError) as exc:
+        raise CLIError(f"--host {host}: not an address to listen on ({exc}); e.g. 127.0.0.1 or 0.0.0.0") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise CLIError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc}); "
+                       f"pick another --port (0 picks a free one)") from None
+    return sock
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,19 +231,38 @@ def main(argv: list[str] | None = None) -> int:
     install_log_redaction()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        served = build(args)
+        served = build(args)                       # flags and names; nothing is loaded yet
+        sock = listen(args.host, args.port)        # a port in use or a bad host: one line too
     except (CLIError, CatalogError, PromptError, GatewayConfigError, ProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    with sock:
+        return _serve(served, limits_from(args), sock, args.host)
+
+
+def _serve(served: Served, limits: ServeLimits, sock: socket.socket, host: str) -> int:
+    """Serve on `sock` until stopped; 1 when the models fail to load (the server stops then)."""
     import uvicorn
 
-    from retrieval.server import _free_port, server_config
+    from retrieval.server import server_config
 
-    limits = limits_from(args)
-    port = args.port or _free_port(args.host)
+    port = sock.getsockname()[1]
+    app = create_app(served, limits)
+    server = uvicorn.Server(server_config(app, host, port, limits, serve_error))
+    service = app.state.service
+
+    def stop_if_load_fails():
+        service.loaded.wait()
+        if service.load_error:
+            server.should_exit = True
+
+    threading.Thread(target=stop_if_load_fails, name="serve-load-watch", daemon=True).start()
     print(served.line)
-    print(f"serving {served.name!r} at http://{args.host}:{port}/v1 (profile {served.profile}, qa.{served.section}; "
-          f"{limits.concurrency} at once, {limits.queue} queued, {limits.request_timeout_s:g} s per request)",
-          flush=True)
-    uvicorn.Server(server_config(create_app(served, limits), args.host, port, limits)).run()
+    print(f"serving {served.name!r} at http://{host}:{port}/v1 (profile {served.profile}, qa.{served.section}; "
+          f"{limits.concurrency} at once, {limits.queue} queued, {limits.request_timeout_s:g} s per request); "
+          f"loading the models (GET /health/ready: 200 once loaded)", flush=True)
+    server.run(sockets=[sock])
+    if service.load_error:
+        print(f"error: {service.load_error}", file=sys.stderr)
+        return 1
     return 0

@@ -8,7 +8,7 @@ import logging
 from fastapi import Request
 
 from orchestrator.serve.responses import chunk, episode_failed, orchestra, turn_text, usage
-from orchestrator.serve.schema import error_body
+from orchestrator.serve.schema import clip, error_body
 from orchestrator.serve.service import Job, Service, ServeLimits
 
 log = logging.getLogger("orchestrator.serve")
@@ -52,7 +52,7 @@ async def stream(service: Service, job: Job, deadline: float, request: Request):
     error event instead when the episode fails or the deadline passes; nothing more once the
     client is gone (its episode is cancelled)."""
     gone = asyncio.ensure_future(client_gone(request))
-    gone.add_done_callback(lambda _: job.cancel("client disconnected"))
+    gone.add_done_callback(lambda g: g.cancelled() or job.cancel("client disconnected"))
     state = {"outcome": "disconnected"}
     try:
         async for event in _events(service, job, deadline, gone, state):
@@ -91,14 +91,14 @@ async def _events(service: Service, job: Job, deadline: float, gone: asyncio.Fut
     except Exception as exc:
         log.exception("request %s failed", job.id)
         state["outcome"] = "error"
-        yield error_event(f"orchestrator: {type(exc).__name__}: {exc}", "episode_failed")
+        yield error_event(f"orchestrator: {type(exc).__name__}: {clip(str(exc), 300)}", "episode_failed")
         return
     for record in job.new_turns(rollout):   # the last turn (the hook runs before a turn, not after)
         yield turn_chunk(record)
     failed = episode_failed(rollout)
     state["outcome"] = "error" if failed else rollout.stop_reason.split(":")[0]
     if failed:
-        yield error_event(f"orchestrator: {failed}", "episode_failed", orchestra=orchestra(rollout, job))
+        yield error_event(f"orchestrator: {clip(failed, 300)}", "episode_failed", orchestra=orchestra(rollout, job))
         return
     yield chunk(job, name, {"content": rollout.final_answer or ""}, "stop" if rollout.finished else "length")
     yield chunk(job, name, None, usage=usage(rollout), orchestra=orchestra(rollout, job))

@@ -12,6 +12,8 @@ decoding it was trained with.
 - A request with a `seed` runs in an engine call of its own (`seeded_alone`), so a greedy reply
   cannot depend, through padding, on which requests happened to share its batch.
 - `timeout` is the request's deadline, time queued included; a reply cut by it is an error.
+- A call made under a cancel event (orchestrator/cancellation.py: the server's request whose
+  client went away) stops generating at the next token once the event is set; an error.
 - `usage.completion_tokens` counts generated ids including the end-of-sequence token when one
   is produced (vLLM counts it too).  temperature == 0 is greedy.  A `stop` string ends the
   reply and, as in vLLM, is not part of its text.
@@ -22,6 +24,7 @@ import threading
 import time
 from typing import Any
 
+from orchestrator import cancellation
 from orchestrator.engine import SamplingParams
 from orchestrator.engines.batcher import BatchingEngine
 from orchestrator.engines.hf import HFEngine
@@ -94,9 +97,13 @@ class TransformersBackend:
         try:
             left = remaining()          # the attempt's deadline: timeout_s, cut by what is left of deadline_s
             seconds = request.timeout if left is None else min(request.timeout, max(left, 0.0))
-            gen = self.engine.generate([prompt], params, deadline=time.monotonic() + seconds)[0]
+            gen = self.engine.generate([prompt], params, deadline=time.monotonic() + seconds,
+                                       cancel=cancellation.current())[0]
         except ValueError as exc:        # the engine names the bad field
             raise AttemptError(f"{self.name}: {exc}", endpoint=self.endpoint, retryable=False) from None
+        if gen.finish_reason == "cancelled":
+            raise AttemptError(f"cancelled: the caller went away ({len(gen.token_ids)} tokens generated)",
+                               endpoint=self.endpoint, retryable=False)
         if gen.finish_reason == "timeout":
             raise AttemptError(f"timed out after {request.timeout:g} s ({len(gen.token_ids)} tokens generated)",
                                endpoint=self.endpoint, retryable=False, timed_out=True)

@@ -21,11 +21,13 @@ class EchoEngine:
         self.calls: list[tuple[list[list[int]], SamplingParams]] = []
         self.events: list[str] = []
         self.deadlines: list = []                # the deadlines= argument of each call
+        self.cancels: list = []                  # the cancels= argument of each call
         if not takes_seeds:                      # an engine without the optional seeds= argument
             self.generate = lambda prompts, params: self._generate(prompts, params, None)
 
-    def generate(self, prompts, params, *, seeds=None, deadlines=None):
+    def generate(self, prompts, params, *, seeds=None, deadlines=None, cancels=None):
         self.deadlines.append(deadlines)
+        self.cancels.append(cancels)
         return self._generate(prompts, params, seeds)
 
     def _generate(self, prompts, params, seeds):
@@ -154,6 +156,18 @@ def test_a_deadline_reaches_the_engine_per_row_and_needs_an_engine_that_takes_it
     with BatchingEngine(EchoEngine(takes_seeds=False)) as batcher:
         with pytest.raises(ValueError, match="takes no deadlines"):
             batcher.generate([[1]], SamplingParams(), deadline=1.0)
+
+
+def test_a_cancel_event_reaches_the_engine_per_row_where_the_engine_takes_it():
+    gone = threading.Event()
+    engine = EchoEngine()
+    with BatchingEngine(engine, max_wait_ms=50) as batcher:
+        batcher.generate([[1]], SamplingParams())
+        batcher.generate([[4], [5]], SamplingParams(), cancel=gone)
+    assert engine.cancels == [None, [gone, gone]]       # none given: none passed
+    plain = EchoEngine(takes_seeds=False)               # takes no cancels=: the request runs to its end
+    with BatchingEngine(plain) as batcher:
+        assert batcher.generate([[1]], SamplingParams(), cancel=gone)[0].token_ids == [1]
 
 
 def test_update_weights_is_a_barrier_between_old_and_new_requests():

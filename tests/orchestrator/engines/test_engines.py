@@ -218,6 +218,33 @@ def test_hf_deadline_ends_only_its_own_row_with_finish_timeout(hf):
         hf.generate(prompts[:1], params, deadlines=[None, None])
 
 
+def test_hf_cancel_event_ends_only_its_own_row_with_finish_cancelled(hf):
+    """A served request whose client went away (orchestrator/cancellation.py): a row whose event is
+    set stops at its next token ("cancelled"); a row without one generates on, exactly as alone;
+    an event set from another thread stops a long generation early; all rows cancelled: nothing runs."""
+    import threading
+    prompts = prompts_of(hf.tokenizer)[:2]
+    params = SamplingParams(temperature=0, max_tokens=8)
+    alone = hf.generate([prompts[1]], params)[0]
+    gone = threading.Event()
+    gone.set()
+    cut, free = hf.generate(prompts, params, cancels=[gone, None])
+    assert cut.finish_reason == "cancelled" and len(cut.token_ids) == 1   # the prefill's token, then it stops
+    assert free.token_ids == alone.token_ids and free.finish_reason == alone.finish_reason
+    [early] = hf.generate(prompts[:1], params, cancels=[gone])
+    assert early.finish_reason == "cancelled" and early.token_ids == []
+    later = threading.Event()
+    hf.eos_ids = []                         # a generation that does not end by itself
+    long = SamplingParams(temperature=1.0, max_tokens=100_000, seed=0)
+    timer = threading.Timer(0.5, later.set)
+    timer.start()
+    [stopped] = hf.generate(prompts[:1], long, cancels=[later])
+    timer.join()
+    assert stopped.finish_reason == "cancelled" and 0 < len(stopped.token_ids) < 100_000
+    with pytest.raises(ValueError, match="2 cancel events for 1 prompts"):
+        hf.generate(prompts[:1], params, cancels=[None, None])
+
+
 def test_hf_update_weights_from_state_dict_and_from_folder(hf, reference, folders):
     prompts = prompts_of(hf.tokenizer)
     params = SamplingParams(temperature=0, max_tokens=10)

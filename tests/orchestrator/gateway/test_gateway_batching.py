@@ -119,3 +119,42 @@ def test_extras_the_engine_does_not_sample_with_are_refused(serve):
     with pytest.raises(LLMCallError, match=r"does not take \['top_k'\]; supported extras: \['top_p', 'stop', 'seed'\]"):
         ask("hi", top_k=5)
     assert engine.calls == []
+
+
+class GenerateUntilCancelled(StubEngine):
+    """Generates for up to a minute, unless the row's cancel event is set first (HFEngine: at its next token)."""
+
+    def generate(self, prompts, params, *, seeds=None, deadlines=None, cancels=None):
+        self.calls.append({"prompts": prompts, "cancels": cancels, "at": time.monotonic()})
+        event = (cancels or [None])[0]
+        stopped = event is not None and event.wait(60)
+        return [Generation(token_ids=[7], logprobs=[0.0], text="a", finish_reason="cancelled" if stopped else "length")
+                for _ in prompts]
+
+
+def test_a_call_under_a_cancel_event_stops_generating_once_it_is_set(serve):
+    """orchestrator/cancellation.py: the server runs an episode under its request's event; the event
+    reaches the engine's row, and a cancelled call is an error at once, not retried (max_retries 2)."""
+    from orchestrator.cancellation import cancellable
+
+    engine = GenerateUntilCancelled()
+    serve(engine)
+    event, out = threading.Event(), {}
+
+    def call():
+        with cancellable(event):
+            try:
+                get_llm_response("local", [{"role": "user", "content": "think for a long time"}], max_tokens=100_000)
+            except LLMCallError as exc:
+                out["error"] = exc
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not engine.calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.calls and engine.calls[0]["cancels"] == [event]    # generating, with the caller's event
+    event.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and "cancelled: the caller went away" in str(out["error"])
+    assert len(engine.calls) == 1                                     # not retried

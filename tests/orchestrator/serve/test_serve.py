@@ -1,10 +1,8 @@
 """The orchestrator server (orchestrator/serve/), driven by the real `openai` SDK client.
 
-Most tests serve the scripted mock backend (evaluation/mock_backend.py: real HTTP, the gateway, the
-evaluation set-up and loop; no keys), which answers in milliseconds; a subclass records every
-request, so the tests read the orchestrator's real prompt and count its turns, and can keep a
-question from ever being answered (the disconnect and deadline tests).  One test serves the real
-embedded default (SmolLM2-135M in process).
+Most tests serve the scripted mock backend (tests/_serve_world.py); one serves the real embedded
+default (SmolLM2-135M in process).  Errors, limits and fuzzing: test_serve_errors.py;
+cancellation and readiness: test_serve_cancel.py.
 """
 import json
 import os
@@ -12,91 +10,16 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
+from _serve_world import ANSWER, ENDLESS, FAILING, QUESTION, REPO, ask, client, health, wait_for
 from data_synthesis.examples import latencies, render_instruction
 from data_synthesis.preferences import stated
-from evaluation.mock_backend import MockBackend, registry_yaml
 from orchestrator.catalog import load_catalog
 from orchestrator.serve import Background, ServeLimits, build, build_parser, create_app, main
-
-REPO = Path(__file__).resolve().parents[2]
-QUESTION, ANSWER = "Which city hosts the Louvre?", "Paris"
-ENDLESS = "Keep thinking about the meaning of life."   # the scripted orchestrator never answers it
-FAILING = "What does the broken server say?"          # the backend answers HTTP 500
-
-
-class ScriptedBackend(MockBackend):
-    """The mock, recording every request body; the orchestrator never answers ENDLESS."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.bodies = []
-
-    def reply(self, body):
-        self.bodies.append(body)
-        status, out = super().reply(body)
-        calls = out.get("choices", [{}])[0].get("message", {}).get("tool_calls") if status == 200 else None
-        if calls and ENDLESS in body["messages"][-1]["content"]:
-            calls[0]["function"] = {"name": "enhance_reasoning", "arguments": json.dumps({"model": "reasoner-2"})}
-        return status, out
-
-    def orchestrator_bodies(self, question=QUESTION):
-        return [b for b in self.bodies if any(t["function"]["name"] == "answer" for t in b.get("tools") or [])
-                and question in b["messages"][-1]["content"]]
-
-
-@pytest.fixture(scope="module")
-def backend():
-    with ScriptedBackend(answers={QUESTION: ANSWER, ENDLESS: "42", FAILING: "-"}, fail={FAILING}) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def served(backend, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve")
-    (tmp / "models.yaml").write_text(registry_yaml(backend.base_url, ["mock-orch", "mock-expert"]))
-    tools = json.loads((REPO / "tools.json").read_text())
-    tools["profiles"]["mock"] = {m: "mock-expert" for m in tools["prices"]}
-    (tmp / "tools.json").write_text(json.dumps(tools))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TOOLORCHESTRA_MODELS", str(tmp / "models.yaml"))
-        args = build_parser().parse_args(["--model", "mock-orch", "--profile", "default", "--serve", "mock",
-                                          "--tools", str(tmp / "tools.json")])
-        yield build(args), tmp / "tools.json"
-
-
-@pytest.fixture()
-def server(served, backend):
-    backend.bodies.clear()
-    backend.delay_s = 0.0
-    with Background(create_app(served[0], ServeLimits(concurrency=4, queue=4))) as srv:
-        yield srv
-
-
-def client(srv, **kw) -> openai.OpenAI:
-    return openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, **kw)
-
-
-def ask(srv, question=QUESTION, **kw):
-    return client(srv).chat.completions.create(
-        model="mock-orch", messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": question}],
-        **kw)
-
-
-def health(srv) -> dict:
-    return httpx.get(srv.url + "/health").json()
-
-
-def wait_for(predicate, seconds=20.0):
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def test_answer_usage_and_trace(server, backend):
@@ -187,9 +110,9 @@ def test_streaming_sends_one_event_per_turn_then_the_answer(server):
     ({"model": "mock-orch", "messages": [{"role": "system", "content": "q"}]}, 400, "messages: no message with role 'user'"),
     ({"model": "mock-orch", "messages": [{"role": "user", "content": "  "}]}, 400, "messages.0.content: the last user"),
     ({"model": "mock-orch", "messages": [{"role": "user", "content": "q"}], "preference": "cheapo"}, 400,
-     "preference: cheapo: unknown preset 'cheapo'"),
+     "preference: unknown preset 'cheapo'"),
     ({"model": "mock-orch", "messages": [{"role": "user", "content": "q"}], "preference": {"cost": -1}}, 400,
-     'preference: {"cost": -1.0}: cost weight -1: training states'),
+     "preference: cost weight -1: training states"),
     ({"model": "mock-orch", "messages": [{"role": "user", "content": "q"}], "budget": {"dollars": -0.5}}, 422,
      "budget.dollars: Input should be greater than 0"),
     ({"model": "mock-orch", "messages": [{"role": "user", "content": "q"}], "budget": {"turns": 0}}, 422,
@@ -299,12 +222,42 @@ def test_a_failed_episode_is_a_502_with_what_it_spent(server):
     assert ask(server).choices[0].message.content == ANSWER
 
 
-def test_bad_flags_are_one_line_errors(capsys, served):
-    assert main(["--concurrency", "0"]) == 2
-    assert capsys.readouterr().err.strip() == "error: --concurrency must be >= 1, got 0"
-    assert main(["--profile", "no-such-profile"]) == 2
+@pytest.mark.parametrize("flags, start", [
+    (["--concurrency", "0"], "error: --concurrency must be >= 1, got 0"),
+    (["--profile", "no-such-profile"], "error: --profile no-such-profile: no such profile; the shipped profiles are"),
+    (["--profile", "opne"], "error: --profile opne: no such profile (did you mean 'open'?)"),
+    (["--serve", "locl"], "error: --serve locl: not a serving map of tools.json (did you mean 'local'?)"),
+    (["--model", "smolm2-135"], "error: --model smolm2-135: not in the model registry (did you mean 'smollm2-135m'?)"),
+    (["--host", "256.0.0.1"], "error: --host 256.0.0.1: not an address to listen on"),
+])
+def test_bad_flags_are_one_line_errors(capsys, monkeypatch, flags, start):
+    monkeypatch.delenv("TOOLORCHESTRA_MODELS", raising=False)        # the shipped registry
+    assert main([*flags, "--port", "0"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --profile no-such-profile: ") and len(err.strip().splitlines()) == 1
+    assert err.startswith(start) and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "-1", "http", "80.5"])
+def test_a_port_outside_0_to_65535_is_one_line_before_anything_is_built(capsys, port):
+    with pytest.raises(SystemExit) as caught:
+        main(["--port", port])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err == (f"error: argument --port: {port!r} is not a port: give 0-65535 "
+                                       f"(0 picks a free port) (--help lists the flags)\n")
+
+
+def test_a_port_in_use_is_one_line(capsys, monkeypatch):
+    import socket
+
+    monkeypatch.delenv("TOOLORCHESTRA_MODELS", raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert main(["--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: --host 127.0.0.1 --port {port}: cannot listen there (Address already in use); pick "
+                   f"another --port (0 picks a free one)\n")
 
 
 def test_python_dash_m_runs_the_server_package():
@@ -317,6 +270,11 @@ def test_python_dash_m_runs_the_server_package():
     bad = subprocess.run([sys.executable, "-m", "orchestrator.serve", "--queue", "-1"], capture_output=True,
                          text=True, cwd=REPO, env=env, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --queue must be >= 0, got -1"
+    # the probe's --port 99999: refused by the flag parser, before torch or any model is imported
+    probe = ("import sys\nfrom orchestrator.serve.cli import main\ntry:\n    main(['--port', '99999'])\n"
+             "except SystemExit as exc:\n    print(exc.code, 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert out.stdout.split() == ["2", "False"] and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 def test_the_embedded_default_answers_through_the_sdk(monkeypatch):
@@ -331,6 +289,12 @@ def test_the_embedded_default_answers_through_the_sdk(monkeypatch):
     served = build(args)
     assert (served.name, served.profile, args.concurrency, args.constrained) == ("smollm2-135m", "local", 1, True)
     with Background(create_app(served, ServeLimits(concurrency=1, queue=2))) as srv:
+        # loaded at start-up, before any request: ready, and the gateway's engine for the model is in memory
+        from orchestrator.embedded import smollm2_path
+        from orchestrator.gateway.backends.transformers_backend import _engines
+
+        assert httpx.get(srv.url + "/health/ready").status_code == 200
+        assert any(key[0] == str(smollm2_path()) for key in _engines), list(_engines)
         r = client(srv).chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "What is 6 * 7?"}],
                                                 extra_body={"budget": {"turns": 1}, "preference": "cost"})
     orch = r.model_extra["orchestra"]
