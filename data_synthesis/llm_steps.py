@@ -57,7 +57,7 @@ class StepRunner:
     def __init__(self, model: str, retries: int = 2, temperature: float = 0.7, max_tokens: int = 4096,
                  call: Callable[..., Any] | None = None, timeout_s: float | None = None):
         if call is None:
-            from LLM_CALL import get_llm_response as call
+            from orchestrator.gateway import get_llm_response as call
         self.model, self.retries, self.temperature, self.max_tokens = model, retries, temperature, max_tokens
         self.call = call
         self.timeout_s = timeout_s      # per attempt; None = the registry entry's timeout_s
@@ -73,7 +73,7 @@ class StepRunner:
         Counters per step: "ok" (passed), "retried" (a failed try that was retried),
         "dropped" (every try failed), "call_error" (the LLM call itself failed).
         """
-        from LLM_CALL import LLMCallError
+        from orchestrator.gateway import LLMCallError
 
         messages = [{"role": "user", "content": text}]
         for attempt in range(1 + self.retries):

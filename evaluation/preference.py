@@ -11,7 +11,7 @@
   (`--training-catalog`, default the repository's tools.json) never offers for that tool.
   Every run records what its catalog offers beyond the training catalog (`unseen_tools`).
 - The preference-following score (`preference_scores`): the paper's reward (PAPER.md §4,
-  training/rewards.py) of each run's rollouts under its own vector, normalised per task over
+  orchestrator/preference_reward.py) of each run's rollouts under its own vector, normalised per task over
   the rollouts of that task in every run reported together; see docs/evaluation.md.
 """
 from __future__ import annotations
@@ -140,11 +140,11 @@ def preference_scores(runs: list[tuple[dict, list[dict]]]) -> list[dict[str, Any
 
     For every task (record id) that at least two runs of the same benchmark share, the group is
     that task's rollouts in all those runs; each run's rollout gets the paper's reward under the
-    run's own vector, normalised over the group (training/rewards.py `preference_rewards`: every
+    run's own vector, normalised over the group (orchestrator/preference_reward.py `preference_rewards`: every
     coordinate min-max over the group, 0 for a wrong or failed answer).  score = 100 x the mean
     over the shared tasks; `tasks` says how many, `alone` how many of the run's tasks no other
     run has (left out).  The number is relative to the runs reported together."""
-    from training.rewards import preference_rewards
+    from orchestrator.preference_reward import preference_rewards
 
     by_run = [{r["id"]: r for r in records} for _, records in runs]
     out: list[dict[str, Any] | None] = []

@@ -100,7 +100,7 @@ def rollout_record(rollout: Rollout) -> dict[str, Any]:
 def _solve_direct(setup: QASetup, task: BenchmarkTask) -> dict[str, Any]:
     llm = setup.llm
     if llm is None:
-        from LLM_CALL import get_llm_response as llm
+        from orchestrator.gateway import get_llm_response as llm
     prompt = setup.prompts.render("expert_direct", question=task.question)
     reply = llm(setup.model, [{"role": "user", "content": prompt}], temperature=setup.loop.temperature,
                 max_tokens=setup.direct_max_tokens, price_model=setup.price_model, catalog=setup.catalog)

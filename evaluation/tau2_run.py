@@ -48,7 +48,7 @@ MODES = ("all", "basic", "none")
 
 
 def _default_llm(*args, **kwargs):
-    from LLM_CALL import get_llm_response
+    from orchestrator.gateway import get_llm_response
 
     return get_llm_response(*args, **kwargs)
 

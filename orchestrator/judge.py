@@ -213,10 +213,7 @@ def hle_rule_reply(response: str, reference: str, rule: str) -> str:
 
 
 def _default_call() -> Callable[..., LLMResponse]:
-    try:
-        from LLM_CALL import get_llm_response
-    except ImportError as exc:
-        raise JudgeError(f"the LLM judge needs LLM_CALL.py at the repository root ({exc})") from None
+    from orchestrator.gateway import get_llm_response  # lazily: a rule judge needs no gateway
     return get_llm_response
 
 

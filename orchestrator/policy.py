@@ -45,7 +45,7 @@ class ChatPolicy:
                              "with constrained=true) needs a TokenPolicy over an Engine; turn constraining off")
         llm = self._llm
         if llm is None:
-            from LLM_CALL import get_llm_response as llm
+            from orchestrator.gateway import get_llm_response as llm
         started = time.monotonic()
         r = llm(self.model, messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
                 price_model=self.price_model, choices=choices)

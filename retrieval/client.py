@@ -26,6 +26,8 @@ import httpx
 from tenacity import (RetryError, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay,
                       wait_exponential)
 
+from retrieval.endpoints import GatewayConfigError, pool_for
+
 SERVICE_KEY = "retrieval"
 
 
@@ -60,7 +62,6 @@ class RetrievalClient:
         self._static = list(base_urls or [])
         self._pool = None
         if not self._static:
-            from orchestrator.gateway.endpoints import pool_for
             path = Path(endpoints_file or os.environ.get("TOOLORCHESTRA_ENDPOINTS", "endpoints.json"))
             self._pool = pool_for(path, [SERVICE_KEY])
         self._cursor = 0
@@ -115,7 +116,6 @@ class RetrievalClient:
 
     def _next_url(self) -> str:
         if self._pool is not None:
-            from orchestrator.gateway.errors import GatewayConfigError
             try:
                 return self._pool.next()
             except GatewayConfigError as err:

@@ -25,6 +25,7 @@ from typing import Literal
 import numpy as np
 
 from retrieval.pooling import pool  # noqa: F401  (re-exported: Encoder pools with it)
+from retrieval.shipped_models import minilm_path
 
 log = logging.getLogger(__name__)
 DEFAULT_ENCODER = "minilm"
@@ -97,7 +98,6 @@ def resolve_runtime(runtime: str, device: str | None) -> str:
 def resolve_encoder(name_or_path: str | None) -> str:
     """"minilm"/None -> the shipped MiniLM folder; anything else is returned unchanged."""
     if name_or_path in (None, "", DEFAULT_ENCODER):
-        from orchestrator.embedded import minilm_path
         return str(minilm_path())
     return str(name_or_path)
 

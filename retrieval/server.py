@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from starlette.exceptions import HTTPException
 
 from retrieval.batcher import Overloaded
+from retrieval.endpoints import register_endpoint, unregister_endpoint
 from retrieval.frontends import WorkerGone
 from retrieval.searcher import Query, QueryError
 from retrieval.service import RetrievalService
@@ -390,7 +391,6 @@ def _registration(args, port: int):
     url = f"http://{host}:{port}"
     if not args.endpoints_file:
         return (lambda: log.info("serving at %s", url)), None
-    from orchestrator.gateway.endpoints import register_endpoint, unregister_endpoint
 
     def register():
         register_endpoint(args.endpoints_file, "retrieval", url, pid=os.getpid())

@@ -66,7 +66,7 @@ class AgentFailure(RuntimeError):
 
 
 def _default_llm(*args, **kwargs) -> LLMResponse:
-    from LLM_CALL import get_llm_response
+    from orchestrator.gateway import get_llm_response
 
     return get_llm_response(*args, **kwargs)
 

@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import re
 
-
-class GatewayConfigError(ValueError):
-    """A problem in configs/models.yaml or an endpoints file, as one line: file, key, problem."""
+from retrieval.endpoints import GatewayConfigError  # defined in the bottom layer, beside the endpoints file it reports on
 
 
 class UnknownModelError(GatewayConfigError, KeyError):
