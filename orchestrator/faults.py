@@ -45,6 +45,7 @@ import asyncio
 import hashlib
 import http.client
 import json
+import os
 import signal
 import socket
 import struct
@@ -201,7 +202,7 @@ class FaultProxy:
 
     # ---- the server ----------------------------------------------------------------------------
     async def _handle(self, request):
-        from aiohttp import web
+        from aiohttp import web  # lazy: only the proxy uses it
 
         index = self._count
         self._count += 1
@@ -258,7 +259,7 @@ class FaultProxy:
         return web.Response(body=reply, status=status, headers=headers)
 
     async def _forward(self, request, body: bytes) -> tuple[int, dict, bytes]:
-        import aiohttp
+        import aiohttp  # lazy: only the proxy uses it
 
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP}
         try:
@@ -271,7 +272,7 @@ class FaultProxy:
             raise OSError(f"{type(exc).__name__}: {exc}") from None
 
     async def _serve(self) -> None:
-        import aiohttp
+        import aiohttp  # lazy: only the proxy uses it
         from aiohttp import web
 
         self._stop = asyncio.Event()
@@ -465,9 +466,7 @@ class Schedule:
 # ---- Ray actors on schedule --------------------------------------------------------------------
 def actor_pid(actor) -> int:
     """The pid of a Ray actor's process (asked of the actor: it must be idle or free to answer)."""
-    import os
-
-    import ray
+    import ray  # lazy: optional (distributed extra)
 
     return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
 
@@ -494,8 +493,6 @@ def kill_actor_on_call(actor, method: str, at: int | tuple[int, ...], *, when: C
     The handle is patched in place (it stays a Ray ActorHandle, so `ray.kill` and pickling work);
     the actor's pid is asked before each kill (a restarted actor has a new one).  SIGKILL of the
     process, unlike `ray.kill(actor)`, lets Ray restart an actor started with `max_restarts`."""
-    import os
-
     at = (at,) if isinstance(at, int) else tuple(at)
     record = ActorKill(name or repr(actor), method, at)
     real = getattr(actor, method)

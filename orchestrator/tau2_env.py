@@ -92,7 +92,7 @@ def get_tasks(domain_dir: str | Path) -> list[Task]:
 
 def register_domain(domain_dir: str | Path, name: str | None = None) -> str:
     """Register the folder with tau2's registry (domain + task set); returns the name."""
-    from tau2.registry import registry
+    from tau2.registry import registry  # lazy: optional (tau2 extra), heavy
 
     domain_dir = Path(domain_dir)
     name = name or _load(domain_dir)[0].name

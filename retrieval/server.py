@@ -42,10 +42,12 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from starlette.exceptions import HTTPException
 
 from retrieval.batcher import Overloaded
+from retrieval.encoders import set_cpu_threads
 from retrieval.endpoints import register_endpoint, unregister_endpoint
-from retrieval.frontends import WorkerGone
-from retrieval.searcher import Query, QueryError
+from retrieval.frontends import WorkerGone, serve
+from retrieval.searcher import Query, QueryError, Searcher
 from retrieval.service import RetrievalService
+from retrieval.web import web_search_from_env
 
 log = logging.getLogger("retrieval.server")
 
@@ -257,7 +259,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --frontends {args.frontends}: give 1 (one process) or more HTTP processes", file=sys.stderr)
         return 2
     if args.frontends > 1:
-        from retrieval.frontends import serve
         return serve(args, limits, lambda port: _registration(args, port), create_app=create_app,
                      server_config=server_config, load_service=_load_service)
     try:
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     register, unregister = _registration(args, port)
     app = create_app(service, limits, default_min_score=args.min_score,
                      default_min_length=args.min_length, on_startup=register, on_shutdown=unregister)
-    import uvicorn
+    import uvicorn  # lazy: only when serving
     uvicorn.Server(server_config(app, args.host, port, limits)).run()
     return 0
 
@@ -278,7 +279,7 @@ def server_config(app, host: str, port: int, limits: Limits = Limits()):
     """How uvicorn serves `app` (main and the tests run this same configuration): its default
     HTTP parser (httptools when installed, else h11) under `header_deadline_protocol`, which bounds
     each request's headers in time and size, and the keep-alive timeout."""
-    import uvicorn
+    import uvicorn  # lazy: only when serving
 
     return uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_keep_alive=limits.keep_alive_s,
                           h11_max_incomplete_event_size=limits.max_header_bytes,
@@ -299,7 +300,7 @@ def header_deadline_protocol(seconds: float, max_bytes: int) -> type:
     response and any byte cancels it, so a client sending half a header (or nothing) held its
     connection for ever.  Partial headers are answered 408 before the close, a silent connection
     is just closed, oversized headers get 431.  The body is BodyLimit's (`body_timeout_s`)."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol  # lazy: only when serving
 
     timed_out = _reply("408 Request Timeout", f"request headers not received within {seconds:g} s")
     too_large = _reply("431 Request Header Fields Too Large", f"request headers over {max_bytes} bytes")
@@ -359,10 +360,6 @@ def header_deadline_protocol(seconds: float, max_bytes: int) -> type:
 
 
 def _load_service(args) -> RetrievalService:
-    from retrieval.encoders import set_cpu_threads
-    from retrieval.searcher import Searcher
-    from retrieval.web import web_search_from_env
-
     set_cpu_threads(args.threads)
     searcher = Searcher(args.index, method=args.method, device=args.device, eid_file=args.eid_file,
                         encoder_runtime=args.encoder_runtime, gpu_search=args.gpu_search, cuda_graphs=args.cuda_graphs)

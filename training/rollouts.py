@@ -203,6 +203,6 @@ def mask_forced_tokens(groups: Sequence[Sequence[Rollout]], tokenizer, eos_ids: 
                     turn.loss_mask = decision_mask(turn.response_ids, choices[key])
                 elif turn.constraint.get("grammar") is not None:
                     if replay is None:
-                        from orchestrator.engines.grammar import token_grammar
+                        from orchestrator.engines.grammar import token_grammar  # lazy: pulls in torch
                         replay = token_grammar(tokenizer, len(tokenizer), ends)
                     turn.loss_mask = replay.decision_mask(turn.constraint["grammar"], turn.response_ids)

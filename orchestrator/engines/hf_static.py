@@ -309,7 +309,7 @@ class StaticDecoder:
 
     # ---------------------------------------------------------------- state per shape
     def _state(self, rows: int, length: int) -> _Shape:
-        from transformers import StaticCache
+        from transformers import StaticCache  # lazy: heavy (seconds to import)
 
         key = (rows, length)
         if key in self._shapes:

@@ -88,7 +88,7 @@ def _kernels():
     global _KERNELS
     if _KERNELS is not None:
         return _KERNELS
-    import triton
+    import triton  # lazy: GPU only
     import triton.language as tl
 
     @triton.jit

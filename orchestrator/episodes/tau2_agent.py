@@ -55,8 +55,9 @@ from orchestrator.episodes.tau2_common import (AGENT_FORMAT, EXPERT_POLICY, EXPE
                                                OMITTED, TRANSFER_TOOL, WAIT, agent_format, delivered_train,
                                                expert_policy, expert_schema, fit_context, kept_calls,
                                                reads_agent_chat, rewrites, suffix_for, tool_response, with_suffix)
+from orchestrator.gateway import get_llm_response  # noqa: E402 (after the set-up above)
 from orchestrator.records import ExpertCall, LLMResponse, Rollout, Usage  # noqa: E402
-from orchestrator.toolcall import ToolCallError, format_tool_call, validate_schema_call  # noqa: E402
+from orchestrator.toolcall import ToolCallError, format_tool_call, message_or_call_grammar, validate_schema_call  # noqa: E402
 
 EMPTY_RETRIES = 2   # the user simulator's empty reply is asked again this many times
 
@@ -66,8 +67,6 @@ class AgentFailure(RuntimeError):
 
 
 def _default_llm(*args, **kwargs) -> LLMResponse:
-    from orchestrator.gateway import get_llm_response
-
     return get_llm_response(*args, **kwargs)
 
 
@@ -117,7 +116,6 @@ class PolicyAgent(LocalAgent[LLMAgentState]):
             [expert_schema(catalog, self.expert, self.settings.expert_text)] if self.expert else [])
         self.grammar = None
         if config.constrained:
-            from orchestrator.toolcall import message_or_call_grammar
             self.grammar = message_or_call_grammar(self.schemas, config.max_string_chars)
 
     @property
