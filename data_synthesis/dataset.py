@@ -96,7 +96,7 @@ def dataset_card(counts: dict, title: str, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m data_synthesis.dataset", description=__doc__.split("\n\n")[0])
     p.add_argument("--tau2", nargs="*", default=[], metavar="DIR", help="domain folders with tasks.json")
     p.add_argument("--qa", nargs="*", default=[], metavar="FILE",
@@ -122,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit-qa", type=int, default=None, help="first N questions of each QA file")
     p.add_argument("--price-jitter", type=float, default=2.0, help="price factor range [1/j, j] (1 = none)")
     p.add_argument("--catalog", default=None, help="tools.json (default: the repository's)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if not args.tau2 and not args.qa and not args.toolscale:
         p.error("give at least one --tau2 DIR, --qa FILE or --toolscale PATH_OR_HUB_ID")

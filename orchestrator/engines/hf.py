@@ -290,6 +290,8 @@ class HFEngine:
         return chain, bool(chain) and not node
 
     def _generate_batch(self, prompts, params: SamplingParams, seeds, deadlines=None) -> list[Generation]:
+        # Long because: one decode loop whose per-step state (cache, ids, masks, finished rows,
+        # deadlines) every line reads and writes; split, the pieces would pass all of it around.
         from transformers import DynamicCache  # lazy: heavy (seconds to import)
 
         n, width = len(prompts), max(len(p) for p in prompts)

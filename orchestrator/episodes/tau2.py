@@ -85,8 +85,7 @@ def run_tau2_episode(task: Task, policy, runtime, config: LoopConfig, counter: T
     if config.tau2_user != "simulator":
         raise ValueError(f"tau2_user {config.tau2_user!r}: choose one of {USER_MODES}")
     from orchestrator.episodes.tau2_agent import LLMCallUser, PolicyAgent  # lazy: pulls in tau2
-    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # lazy: optional (tau2 extra), heavy
-    from tau2.orchestrator.orchestrator import Orchestrator
+    from tau2.orchestrator.orchestrator import Orchestrator  # lazy: optional (tau2 extra), heavy
     from tau2.registry import registry
 
     domain = tau2_domain_name(task)
@@ -119,6 +118,14 @@ def run_tau2_episode(task: Task, policy, runtime, config: LoopConfig, counter: T
         if not rollout.stop_reason.startswith("error"):
             rollout.stop_reason = f"error: {type(exc).__name__}: {exc}"
         return rollout
+    return _scored(rollout, simulation, tau2_task, domain, runtime)
+
+
+def _scored(rollout: Rollout, simulation, tau2_task, domain: str, runtime) -> Rollout:
+    """`rollout` with tau2's verdict on `simulation` (reward, termination, the last message, the
+    simulation itself); an evaluator that cannot score drops the rollout (stop_reason "error: ...")."""
+    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # lazy: optional (tau2 extra), heavy
+
     simulation.trial = 0
     basis = {b.value for b in (tau2_task.evaluation_criteria.reward_basis if tau2_task.evaluation_criteria else [])}
     kind = EvaluationType.ALL_WITH_NL_ASSERTIONS if "NL_ASSERTION" in basis else EvaluationType.ALL
