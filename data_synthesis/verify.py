@@ -76,7 +76,7 @@ class Deduper:
 
 def tau2_available() -> bool:
     try:
-        import tau2.data_model.tasks  # noqa: F401
+        import tau2.data_model.tasks  # noqa: F401 (only whether it imports)
     except Exception:  # not installed, or its heavy deps missing
         return False
     return True

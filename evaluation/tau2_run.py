@@ -24,25 +24,25 @@ from typing import Any, Callable
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LOGURU_LEVEL", "ERROR")
 
-from tau2.data_model.simulation import Results, RewardInfo, SimulationRun, TerminationReason  # noqa: E402
-from tau2.data_model.tasks import Task as Tau2Task  # noqa: E402
-from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # noqa: E402
-from tau2.metrics.agent_metrics import compute_metrics, is_successful  # noqa: E402
-from tau2.utils.utils import get_now  # noqa: E402
+from tau2.data_model.simulation import Results, RewardInfo, SimulationRun, TerminationReason  # noqa: E402 (env first)
+from tau2.data_model.tasks import Task as Tau2Task  # noqa: E402 (env first)
+from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # noqa: E402 (env first)
+from tau2.metrics.agent_metrics import compute_metrics, is_successful  # noqa: E402 (env first)
+from tau2.utils.utils import get_now  # noqa: E402 (env first)
 
-from evaluation.tau2_match import match_simulations  # noqa: E402 (after the set-up above)
-from evaluation.tau2_metrics import parse_trial_id, trial_id, trial_seeds  # noqa: E402
-from orchestrator.catalog import Catalog  # noqa: E402
-from orchestrator.episodes.tau2 import run_tau2_episode  # noqa: E402
-from orchestrator.episodes.tau2_common import EXPERT_TOOL  # noqa: E402
-from orchestrator.gateway import get_llm_response  # noqa: E402 (after the set-up above)
-from orchestrator.gateway.registry import load_registry  # noqa: E402 (after the set-up above)
-from orchestrator.loop import LoopConfig, Task  # noqa: E402
-from orchestrator.policy import ChatPolicy  # noqa: E402
-from orchestrator.records import Rollout  # noqa: E402
-from orchestrator.runtime import ToolRuntime  # noqa: E402
-from orchestrator.settings import OrchestratorSettings, Profile, Tau2Settings, load_profile  # noqa: E402
-from orchestrator.setup import build_runtime, loop_config  # noqa: E402
+from evaluation.tau2_match import match_simulations  # noqa: E402 (env first)
+from evaluation.tau2_metrics import parse_trial_id, trial_id, trial_seeds  # noqa: E402 (env first)
+from orchestrator.catalog import Catalog  # noqa: E402 (env first)
+from orchestrator.episodes.tau2 import run_tau2_episode  # noqa: E402 (env first)
+from orchestrator.episodes.tau2_common import EXPERT_TOOL  # noqa: E402 (env first)
+from orchestrator.gateway import get_llm_response  # noqa: E402 (env first)
+from orchestrator.gateway.registry import load_registry  # noqa: E402 (env first)
+from orchestrator.loop import LoopConfig, Task  # noqa: E402 (env first)
+from orchestrator.policy import ChatPolicy  # noqa: E402 (env first)
+from orchestrator.records import Rollout  # noqa: E402 (env first)
+from orchestrator.runtime import ToolRuntime  # noqa: E402 (env first)
+from orchestrator.settings import OrchestratorSettings, Profile, Tau2Settings, load_profile  # noqa: E402 (env first)
+from orchestrator.setup import build_runtime, loop_config  # noqa: E402 (env first)
 
 DOMAINS = ("airline", "retail", "telecom")   # PAPER.md §8: 50 / 114 / 114 tasks (base split)
 AGENT_NAME = "toolorchestra_orchestrator"
