@@ -30,9 +30,6 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from data_synthesis.examples import load_qa
-from orchestrator.loaders import load_benchmark
-
 EVAL_SETS_DIR = Path(__file__).resolve().parent / "eval_sets"
 HASH_CHARS = 16            # 64 bits: a false match among ~10^4 x 10^6 pairs has probability ~1e-9
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
@@ -54,6 +51,9 @@ def shipped_sets() -> dict[str, set[str]]:
 def benchmark_hashes(benchmark: str, data: str) -> set[str]:
     """Question hashes of a benchmark file or HF id, read by orchestrator.loaders ("hle", "frames";
     any other name is read as a JSONL of {id, question, ...})."""
+    from data_synthesis.examples import load_qa  # lazy: pulls in faker (slow): keeps --help fast
+    from orchestrator.loaders import load_benchmark
+
     if benchmark in ("hle", "frames"):
         return {question_hash(t.question) for t in load_benchmark(benchmark, data).tasks}
     return {question_hash(r["question"]) for r in load_qa(data)}
@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             (EVAL_SETS_DIR / f"{args.name}.txt").write_text("".join(h + "\n" for h in sorted(hashes)))
             print(f"wrote {len(hashes)} question hashes to {EVAL_SETS_DIR / (args.name + '.txt')}")
             return 0
+        from data_synthesis.examples import load_qa  # lazy: pulls in faker (slow): keeps --help fast
+
         hits = overlaps(load_qa(args.file), shipped_sets())
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

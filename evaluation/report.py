@@ -39,9 +39,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from evaluation.gaia import write_submission
 from evaluation.hle_metrics import hle_metrics
-from evaluation.preference import preference_table
 from evaluation.runner import RESULTS_NAME, read_records
 from evaluation.tau2_metrics import trial_table
 from evaluation.viewer import write_viewer
@@ -326,6 +324,7 @@ def report(run_dirs: list[str | Path], plot: str | Path | None = None, viewer: b
             print_tau2(label, summary, config, console_out, tasks=task_table)
         if "hle" in summary:
             print_hle(label, summary["hle"], console_out)
+    from evaluation.preference import preference_table  # lazy: pulls in faker (slow): keeps --help fast
 
     for row in preference_table(runs, console_out):   # the row joins its run's summary.json
         label, config, _, summary = runs[row["index"]]
@@ -354,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report(args.run_dirs, args.plot, viewer=not args.no_viewer, task_table=not args.no_task_table)
         if args.gaia_submission:
+            from evaluation.gaia import write_submission  # lazy: pulls in httpx (slow): keeps --help fast
+
             path, notes = write_submission(args.run_dirs[0], args.gaia_submission)
             print(f"GAIA submission: {path}" + "".join(f"\n  note: {n}" for n in notes))
     except (FileNotFoundError, json.JSONDecodeError, ValueError) as exc:
