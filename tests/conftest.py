@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 # bench/ on the path: the chaos tests inject faults with bench/faults.py (`from faults import ...`)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))
 
 # A parallel run (`make test`: pytest-xdist, `-n 2 --dist loadfile`) sends each test module whole to
 # one worker (its module fixtures are built once), and the modules of a shared group to the same
