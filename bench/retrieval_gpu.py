@@ -406,7 +406,7 @@ def main() -> int:
     import torch
     sections = set(args.sections.split(","))
     if args.tokenizer is None:
-        from orchestrator.embedded import minilm_path
+        from retrieval.shipped_models import minilm_path
         args.tokenizer = Path(minilm_path())
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     results = {"machine": {"gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,

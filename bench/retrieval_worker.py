@@ -224,7 +224,7 @@ def main() -> int:
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     if args.tokenizer is None:
-        from orchestrator.embedded import minilm_path
+        from retrieval.shipped_models import minilm_path
         args.tokenizer = str(minilm_path())
     args.folder = args.index = str(args.work / f"docstore-{args.n}")
     args.timing = str(args.work / "phases.jsonl")

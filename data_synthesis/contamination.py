@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -50,10 +51,11 @@ def shipped_sets() -> dict[str, set[str]]:
 def benchmark_hashes(benchmark: str, data: str) -> set[str]:
     """Question hashes of a benchmark file or HF id, read by orchestrator.loaders ("hle", "frames";
     any other name is read as a JSONL of {id, question, ...})."""
+    from data_synthesis.examples import load_qa  # lazy: pulls in faker (slow): keeps --help fast
+    from orchestrator.loaders import load_benchmark
+
     if benchmark in ("hle", "frames"):
-        from orchestrator.loaders import load_benchmark
         return {question_hash(t.question) for t in load_benchmark(benchmark, data).tasks}
-    from data_synthesis.examples import load_qa
     return {question_hash(r["question"]) for r in load_qa(data)}
 
 
@@ -97,10 +99,9 @@ def tau2_bench_sets() -> dict[str, set[str]]:
     Only `reason_for_call` is hashed: tau2's `task_instructions` are often generic persona lines
     ("You are detail-oriented ...") that a training task may share without copying the task."""
     try:
-        from tau2.utils import DATA_DIR
+        from tau2.utils import DATA_DIR  # lazy: optional (tau2 extra), heavy
     except Exception:  # tau2 not installed, or its deps missing
         return {}
-    import json
 
     out = {}
     for domain in ("airline", "retail", "telecom"):
@@ -137,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             (EVAL_SETS_DIR / f"{args.name}.txt").write_text("".join(h + "\n" for h in sorted(hashes)))
             print(f"wrote {len(hashes)} question hashes to {EVAL_SETS_DIR / (args.name + '.txt')}")
             return 0
-        from data_synthesis.examples import load_qa
+        from data_synthesis.examples import load_qa  # lazy: pulls in faker (slow): keeps --help fast
+
         hits = overlaps(load_qa(args.file), shipped_sets())
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -25,8 +25,14 @@ from pathlib import Path
 
 from datasets import Dataset, Features, Value, disable_progress_bars
 
-from data_synthesis.offline import atomic_write
+from data_synthesis.contamination import check_not_eval, parse_eval_sets, shipped_sets, tau2_bench_sets
+from data_synthesis.examples import Randomization, load_qa, qa_examples, tau2_examples
+from data_synthesis.offline import atomic_write, dump_json
 from data_synthesis.records import TrainingExample
+from data_synthesis.schema import SchemaError
+from data_synthesis.toolscale import check_records, convert, load_records
+from orchestrator.catalog import CatalogError, load_catalog
+from orchestrator.domain import load_domain
 
 FEATURES = Features({
     "id": Value("string"), "kind": Value("string"), "domain": Value("string"), "difficulty": Value("string"),
@@ -90,13 +96,7 @@ def dataset_card(counts: dict, title: str, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    from data_synthesis.contamination import check_not_eval, parse_eval_sets, shipped_sets
-    from orchestrator.domain import load_domain
-    from data_synthesis.examples import Randomization, load_qa, qa_examples, tau2_examples
-    from data_synthesis.schema import SchemaError
-    from orchestrator.catalog import CatalogError, load_catalog
-
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m data_synthesis.dataset", description=__doc__.split("\n\n")[0])
     p.add_argument("--tau2", nargs="*", default=[], metavar="DIR", help="domain folders with tasks.json")
     p.add_argument("--qa", nargs="*", default=[], metavar="FILE",
@@ -126,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit-qa", type=int, default=None, help="first N questions of each QA file")
     p.add_argument("--price-jitter", type=float, default=2.0, help="price factor range [1/j, j] (1 = none)")
     p.add_argument("--catalog", default=None, help="tools.json (default: the repository's)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if not args.tau2 and not args.qa and not args.toolscale:
         p.error("give at least one --tau2 DIR, --qa FILE or --toolscale PATH_OR_HUB_ID")
@@ -166,13 +171,8 @@ def main(argv: list[str] | None = None) -> int:
 def toolscale_examples(args: argparse.Namespace, catalog, cfg, eval_sets: dict[str, set[str]]) -> list:
     """The ToolScale records of `args.toolscale` that pass, as training examples; writes
     OUT/domains/<domain>/ and OUT/summary.json and prints the kept / rejected table."""
-    from rich.console import Console
-    from tqdm import tqdm
-
-    from data_synthesis.contamination import tau2_bench_sets
-    from data_synthesis.examples import tau2_examples
-    from data_synthesis.offline import dump_json
-    from data_synthesis.toolscale import check_records, convert, load_records
+    from rich.console import Console  # lazy: display only, slow to import
+    from tqdm import tqdm  # lazy: display only
 
     out = Path(args.out)
     upstream = Path(args.toolscale_upstream) if args.toolscale_upstream else None
@@ -202,7 +202,7 @@ def toolscale_examples(args: argparse.Namespace, catalog, cfg, eval_sets: dict[s
 
 
 def toolscale_table(summary: dict):
-    from rich.table import Table
+    from rich.table import Table  # lazy: display only, slow to import
 
     table = Table(title=f"ToolScale {summary['source']}: {summary['kept']} of {summary['records']} records kept")
     for col, justify in (("domain", "left"), ("records", "right"), ("kept", "right"), ("rejected", "right"),

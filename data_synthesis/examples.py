@@ -68,7 +68,7 @@ def perturb_prices(catalog: Catalog, models: list[str], rng: random.Random, jitt
     out = {}
     for model in sorted(set(models)):
         base = catalog.price(model)
-        factor = lambda: math.exp(rng.uniform(-math.log(jitter), math.log(jitter)))  # noqa: E731
+        factor = lambda: math.exp(rng.uniform(-math.log(jitter), math.log(jitter)))  # noqa: E731 (a one-line closure over rng)
         out[model] = Price(input=_round(base.input * factor()), output=_round(base.output * factor()))
     return out
 

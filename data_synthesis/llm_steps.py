@@ -14,6 +14,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from orchestrator.gateway import LLMCallError, get_llm_response
+
 PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
 T = TypeVar("T")
 
@@ -56,8 +58,7 @@ class StepRunner:
 
     def __init__(self, model: str, retries: int = 2, temperature: float = 0.7, max_tokens: int = 4096,
                  call: Callable[..., Any] | None = None, timeout_s: float | None = None):
-        if call is None:
-            from LLM_CALL import get_llm_response as call
+        call = call or get_llm_response
         self.model, self.retries, self.temperature, self.max_tokens = model, retries, temperature, max_tokens
         self.call = call
         self.timeout_s = timeout_s      # per attempt; None = the registry entry's timeout_s
@@ -73,8 +74,6 @@ class StepRunner:
         Counters per step: "ok" (passed), "retried" (a failed try that was retried),
         "dropped" (every try failed), "call_error" (the LLM call itself failed).
         """
-        from LLM_CALL import LLMCallError
-
         messages = [{"role": "user", "content": text}]
         for attempt in range(1 + self.retries):
             try:

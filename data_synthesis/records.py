@@ -103,7 +103,7 @@ class TrainingExample(BaseModel):
 def load_examples(path: str) -> list[TrainingExample]:
     """Read a dataset file written by `data_synthesis.dataset` (.parquet or .jsonl)."""
     if str(path).endswith(".parquet"):
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # lazy: heavy; only for .parquet files
         rows = pq.read_table(path).to_pylist()
     else:
         with open(path, encoding="utf-8") as fh:

@@ -19,12 +19,16 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
 
+from data_synthesis.examples import Randomization, tau2_examples
+from data_synthesis.llm_pipeline import LLMPipeline
 from data_synthesis.offline import DomainResult, atomic_write, build_domain, dump_json, resolve_source
 from data_synthesis.schema import SchemaError
+from orchestrator.catalog import load_catalog
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -64,8 +68,6 @@ def run_offline(args: argparse.Namespace, out: Path) -> DomainResult:
 
 
 def run_llm(args: argparse.Namespace, out: Path) -> DomainResult:
-    from data_synthesis.llm_pipeline import LLMPipeline
-
     pipeline = LLMPipeline(model=args.llm, seed=args.seed, retries=args.llm_retries,
                            max_tokens=args.llm_max_tokens, temperature=args.llm_temperature,
                            timeout_s=args.llm_timeout)
@@ -75,10 +77,7 @@ def run_llm(args: argparse.Namespace, out: Path) -> DomainResult:
 
 
 def write_records(result: DomainResult, out: Path, domain: str, args: argparse.Namespace, command: str) -> dict:
-    from data_synthesis.dataset import write_dataset
-    from data_synthesis.examples import Randomization, tau2_examples
-    from orchestrator.catalog import load_catalog
-
+    from data_synthesis.dataset import write_dataset  # lazy: pulls in datasets
     # domain_dir is stored relative to the dataset folder, so the output can move as a whole
     examples = tau2_examples(result.tasks, domain, load_catalog(), args.seed, Randomization(), "..",
                              args.examples_per_task, f"synthesize:{domain}")
@@ -133,7 +132,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _domain_name(out: Path) -> str:
-    import yaml
     return (yaml.safe_load((out / "schema.yaml").read_text()) or {}).get("domain", out.name)
 
 

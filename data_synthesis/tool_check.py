@@ -52,7 +52,7 @@ def plan_calls(source: str, db: dict, id_names: dict) -> list:
     id_names maps an argument name ("student_id") to a collection; other names take the
     first value of a same-named field in the database, numbers 1, anything else "test".
     """
-    import ast
+    import ast  # lazy: this file also runs alone in the sandbox (check_tools): stdlib only at its top
     tree = ast.parse(source)
     fields = {}
     for records in db.values():
@@ -85,12 +85,12 @@ def plan_calls(source: str, db: dict, id_names: dict) -> list:
 
 def check_tools(source: str, db: dict, id_names: dict, timeout: float = 60.0) -> dict:
     """Report (see module doc) for tool code `source` on `db`; SyntaxError -> import_error."""
-    from pathlib import Path
+    from pathlib import Path  # lazy: this file also runs alone in the sandbox, importing only json & co.
     try:
         plan = plan_calls(source, db, id_names)
     except SyntaxError as exc:
         return {"import_error": f"SyntaxError: {exc.msg} (line {exc.lineno})", "tools": {}}
-    from orchestrator.sandbox import SandboxUnavailable, run_python
+    from orchestrator.sandbox import SandboxUnavailable, run_python  # lazy: not in the sandboxed copy of this file
     files = {"tools.py": source, "db.json": json.dumps(db), "plan.json": json.dumps(plan)}
     try:
         result = run_python(Path(__file__).read_text() + "\n\nif __name__ == '__main__':\n    _run_plan()\n",

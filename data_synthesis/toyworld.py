@@ -16,6 +16,8 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from data_synthesis.fake import generate_db
+from data_synthesis.schema import load_schema
 from orchestrator.loop import Task
 
 @dataclass
@@ -36,9 +38,6 @@ def build_people(n: int, seed: int) -> list[Person]:
     generator (`data_synthesis.fake.generate_db`, seeded Faker) on the shipped `people` schema
     (data_synthesis/schemas/people.yaml): the same records `python -m data_synthesis.synthesize
     --domain-dir people` puts in that domain's db.json."""
-    from data_synthesis.fake import generate_db
-    from data_synthesis.schema import load_schema
-
     records = generate_db(load_schema("people"), seed=seed, counts={"people": n + n // 4 + 8})["people"]
     names: set[str] = set()
     people = []

@@ -16,6 +16,8 @@ import re
 from collections import Counter
 from typing import Any, Callable
 
+from pydantic import ValidationError
+
 
 NEAR_DUPLICATE = 0.9
 
@@ -74,7 +76,7 @@ class Deduper:
 
 def tau2_available() -> bool:
     try:
-        import tau2.data_model.tasks  # noqa: F401
+        import tau2.data_model.tasks  # noqa: F401 (only whether it imports)
     except Exception:  # not installed, or its heavy deps missing
         return False
     return True
@@ -87,8 +89,7 @@ def task_shape_reason(task: dict, tool_names: set[str]) -> str | None:
     if unknown:
         return f"gold actions call unknown tools {unknown}"
     if tau2_available():
-        from pydantic import ValidationError
-        from tau2.data_model.tasks import Task
+        from tau2.data_model.tasks import Task  # lazy: optional (tau2 extra), heavy
         try:
             Task.model_validate(task)
         except ValidationError as exc:

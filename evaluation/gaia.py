@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.loaders import GAIA_SPLITS
+from retrieval.client import web_retriever_from_env
 
 SUBMISSION_NAME = "gaia_submission.jsonl"
 TRACE_CHARS = 600           # per turn: the orchestrator's text and the tool's output, each cut to this
@@ -37,7 +38,6 @@ def web_search():
     """Tavily's web search as the search tool's retriever when TAVILY_API_KEY is set, else None."""
     if not os.environ.get("TAVILY_API_KEY", "").strip():
         return None
-    from retrieval.client import web_retriever_from_env
 
     return web_retriever_from_env()
 
@@ -83,7 +83,7 @@ def submission_rows(records: list[dict]) -> list[dict[str, str]]:
 def write_submission(run_dir: str | Path, path: str | Path | None = None) -> tuple[Path, list[str]]:
     """Write the run's submission file (default RUN/gaia_submission.jsonl); return its path and
     notes to print (errors without an answer, a split not run whole)."""
-    from evaluation.runner import RESULTS_NAME, read_records
+    from evaluation.runner import RESULTS_NAME, read_records  # lazy: pulls in tqdm
 
     run_dir = Path(run_dir)
     if not (run_dir / RESULTS_NAME).exists():

@@ -21,16 +21,22 @@ answers.json [--search] [--delay S]`.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import re
 import socket
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request      # module level: FastAPI resolves the annotations here
 from fastapi.responses import JSONResponse
+
+from orchestrator import catalog
+from orchestrator.ports import PortError, check_port
 
 _REF_RE = re.compile(r"Reference answer: (.*?)\n\nAnswer to grade: (.*?)\n\n", re.DOTALL)
 
@@ -152,7 +158,7 @@ class MockBackend:
         return app
 
     def start(self) -> "MockBackend":
-        import uvicorn
+        import uvicorn  # lazy: only when serving
 
         config = uvicorn.Config(self._app(), host="127.0.0.1", port=self.port, log_level="warning",
                                 backlog=512, timeout_keep_alive=30)
@@ -179,18 +185,12 @@ class MockBackend:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
-    from pathlib import Path
-
     p = argparse.ArgumentParser(prog="python -m evaluation.mock_backend", description="the scripted mock as a server")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--answers", type=Path, required=True, help="JSON {question: answer}")
     p.add_argument("--search", action="store_true", help="the orchestrator searches first (see the module docstring)")
     p.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
     args = p.parse_args(argv)
-    from orchestrator.ports import PortError, check_port
-
     try:
         check_port(args.port, "--port", host="127.0.0.1", zero_ok=False)
     except PortError as exc:
@@ -214,9 +214,7 @@ def registry_yaml(base_url: str, names: list[str], max_retries: int = 0, price_m
     here: the one price table decides); expert calls are charged by the runtime at their alias's
     model whatever this says."""
     if price_model is None:
-        from orchestrator.catalog import load_catalog
-
-        price_model = load_catalog().orchestrator_price_model
+        price_model = catalog.load_catalog().orchestrator_price_model   # read per call: tools.json decides
     settings = {"max_retries": max_retries, "timeout_s": 30, "price_model": price_model, **fields}
     lines = ["models:"]
     for name in names:

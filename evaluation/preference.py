@@ -11,7 +11,7 @@
   (`--training-catalog`, default the repository's tools.json) never offers for that tool.
   Every run records what its catalog offers beyond the training catalog (`unseen_tools`).
 - The preference-following score (`preference_scores`): the paper's reward (PAPER.md §4,
-  training/rewards.py) of each run's rollouts under its own vector, normalised per task over
+  orchestrator/preference_reward.py) of each run's rollouts under its own vector, normalised per task over
   the rollouts of that task in every run reported together; see docs/evaluation.md.
 """
 from __future__ import annotations
@@ -21,7 +21,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from data_synthesis.examples import REQUIRED, latencies, render_instruction
+from data_synthesis.preferences import PreferenceError, resolve_preference as resolve
 from evaluation.cli import CLIError, content_hash
+from orchestrator.catalog import CatalogError, load_catalog
+from orchestrator.preference_reward import preference_rewards
 
 KIND_TOOLS = {"qa": ("search", "code", "answer"), "tau2": ("expert",)}
 
@@ -40,8 +44,6 @@ class StatedPreference:
 
     def instruction(self, question: str) -> str:
         """What the orchestrator reads in place of `question` (training's `instruction`)."""
-        from data_synthesis.examples import render_instruction
-
         return render_instruction(question, self.tools, self.prices, self.latency_s, self.text)
 
     def record(self) -> dict[str, Any]:
@@ -62,7 +64,6 @@ def resolve_preference(args: argparse.Namespace, catalog, kind: str, search: boo
     if args.mode != "all":
         raise CLIError(f"--preference needs --mode all (got --mode {args.mode}): training states preferences over "
                        f"the expert catalog, which --mode {args.mode} does not offer")
-    from data_synthesis.preferences import PreferenceError
 
     try:
         return state_preference(args.preference, catalog, kind, search)
@@ -74,9 +75,6 @@ def state_preference(spec: str, catalog, kind: str, search: bool = True) -> Stat
     """`spec` (a preset name or a vector) stated over what an episode of `kind` offers; raises
     data_synthesis.preferences.PreferenceError for one training cannot state (the server,
     orchestrator/serve/, states a request's `preference` with this too)."""
-    from data_synthesis.examples import REQUIRED, latencies
-    from data_synthesis.preferences import resolve_preference as resolve
-
     tools = offered_tools(catalog, kind, search)
     name, weights, text = resolve(spec, tools, REQUIRED[kind])
     prices = {m: catalog.price(m) for per in tools.values() for m in per.values()}
@@ -87,8 +85,6 @@ def unseen_tools(catalog, args: argparse.Namespace, kind: str) -> dict[str, Any]
     """What the run's catalog offers for `kind` beyond the training catalog: per tool, the alias
     models training never offered through that tool (aliases are renumbered in training, so the
     models are what is new), and the tool and alias names it never used."""
-    from orchestrator.catalog import CatalogError, load_catalog
-
     path = getattr(args, "training_catalog", None)
     try:
         training = load_catalog(path)
@@ -141,12 +137,10 @@ def preference_scores(runs: list[tuple[dict, list[dict]]]) -> list[dict[str, Any
 
     For every task (record id) that at least two runs of the same benchmark share, the group is
     that task's rollouts in all those runs; each run's rollout gets the paper's reward under the
-    run's own vector, normalised over the group (training/rewards.py `preference_rewards`: every
+    run's own vector, normalised over the group (orchestrator/preference_reward.py `preference_rewards`: every
     coordinate min-max over the group, 0 for a wrong or failed answer).  score = 100 x the mean
     over the shared tasks; `tasks` says how many, `alone` how many of the run's tasks no other
     run has (left out).  The number is relative to the runs reported together."""
-    from training.rewards import preference_rewards
-
     by_run = [{r["id"]: r for r in records} for _, records in runs]
     out: list[dict[str, Any] | None] = []
     for i, (config, _) in enumerate(runs):
@@ -192,7 +186,7 @@ def preference_table(runs: list[tuple[str, dict, list[dict], dict]], console=Non
 
 
 def _print(rows: list[dict[str, Any]], console=None) -> None:
-    from rich.console import Console
+    from rich.console import Console  # lazy: display only, slow to import
     from rich.table import Table
 
     table = Table(title="Per preference vector (preference-following score: PAPER.md §4 reward, normalised per "

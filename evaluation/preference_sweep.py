@@ -22,8 +22,10 @@ import json
 import sys
 from pathlib import Path
 
+from evaluation import qa_cli, tau2_cli
 from evaluation.preference import run_folder_name
 from evaluation.qa_cli import DEFAULT_DATA
+from evaluation.report import report
 
 BENCHMARKS = (*DEFAULT_DATA, "tau2")                   # qa_cli's (hle, frames, ...) and run_tau2.py's
 FORBIDDEN = ("--preference", "--output", "--resume")   # the sweep sets these per vector
@@ -40,12 +42,8 @@ def split_preferences(items: list[str]) -> list[str]:
 
 def _main_for(benchmark: str):
     if benchmark == "tau2":
-        from evaluation.tau2_cli import main
-
-        return main
-    from evaluation.qa_cli import main
-
-    return lambda argv: main(benchmark, argv)
+        return tau2_cli.main
+    return lambda argv: qa_cli.main(benchmark, argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,8 +62,6 @@ def build_parser() -> argparse.ArgumentParser:
 def sweep(benchmark: str, preferences: list[str], output: Path, script_args: list[str],
           resume: bool = False) -> tuple[int, list[dict]]:
     """Run each vector (see the module docstring); return (exit code, the report's per-vector rows)."""
-    from evaluation.report import report
-
     run = _main_for(benchmark)
     folders: dict[str, Path] = {}
     for pref in preferences:

@@ -16,12 +16,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from orchestrator.judge import Judge
-from orchestrator.loaders import BenchmarkTask
 from evaluation.runner import TaskFailed
 from orchestrator.catalog import Catalog
 from orchestrator.context import Prompts
 from orchestrator.extract import extract_answer
+from orchestrator.gateway import get_llm_response
+from orchestrator.judge import Judge
+from orchestrator.loaders import BenchmarkTask
 from orchestrator.loop import LoopConfig, Task, run_episode
 from orchestrator.records import Rollout, Turn, Usage
 from orchestrator.runtime import ToolRuntime
@@ -98,9 +99,7 @@ def rollout_record(rollout: Rollout) -> dict[str, Any]:
 
 
 def _solve_direct(setup: QASetup, task: BenchmarkTask) -> dict[str, Any]:
-    llm = setup.llm
-    if llm is None:
-        from LLM_CALL import get_llm_response as llm
+    llm = setup.llm or get_llm_response
     prompt = setup.prompts.render("expert_direct", question=task.question)
     reply = llm(setup.model, [{"role": "user", "content": prompt}], temperature=setup.loop.temperature,
                 max_tokens=setup.direct_max_tokens, price_model=setup.price_model, catalog=setup.catalog)

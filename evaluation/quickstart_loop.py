@@ -27,11 +27,16 @@ from rich.table import Table
 from data_synthesis.toyworld import load_tasks, write_world
 from orchestrator.catalog import load_catalog
 from orchestrator.embedded import smollm2_path
+from orchestrator.engines import make_engine
+from orchestrator.engines.batcher import BatchingEngine
+from orchestrator.judge import Judge
 from orchestrator.loop import run_episodes
 from orchestrator.policy import TokenPolicy
 from orchestrator.records import Rollout
 from orchestrator.settings import load_profile
 from orchestrator.setup import build_runtime, loop_config
+from retrieval.build_index import build
+from retrieval.client import RetrievalClient
 
 PROFILE = "quickstart"      # configs/profiles/quickstart.yaml qa.frames: 64-token experts, 10 s sandbox
 
@@ -56,17 +61,12 @@ def summarise(rollouts: list[Rollout], correct: list[bool]) -> dict:
 
 
 def build_index(corpus: Path, out: Path) -> Path:
-    from retrieval.build_index import build
-
     index_dir = out / "index"
     build(corpus=corpus, out=index_dir)  # resumes / returns at once when already built
     return index_dir
 
 
 def make_policy(model_path: Path, price_model: str, max_batch: int) -> TokenPolicy:
-    from orchestrator.engines import make_engine
-    from orchestrator.engines.batcher import BatchingEngine
-
     engine = BatchingEngine(make_engine("hf", str(model_path)), max_batch=max_batch)
     return TokenPolicy(engine, price_model=price_model)
 
@@ -89,7 +89,6 @@ def run(out: Path, n_tasks: int, concurrency: int, max_turns: int, seed: int) ->
     corpus, tasks_file = write_world(out / "world", n_lookup=n_tasks // 2, n_arith=n_tasks - n_tasks // 2, seed=seed)
     tasks = load_tasks(tasks_file)
     console.print(f"[bold]world[/]: {corpus} ({len(tasks)} tasks); building the index ...")
-    from retrieval.client import RetrievalClient
 
     retriever = RetrievalClient.in_process(build_index(corpus, out))
     catalog = load_catalog()
@@ -105,7 +104,6 @@ def run(out: Path, n_tasks: int, concurrency: int, max_turns: int, seed: int) ->
     lock = threading.Lock()
     verdicts: dict[str, bool] = {}
     # a 135M model cannot judge; upstream's rules, then the reference as a whole word of the answer
-    from orchestrator.judge import Judge
     judge = Judge("contains")
     with Progress(console=console) as progress, traj.open("a") as sink:
         bar = progress.add_task("episodes", total=len(tasks))

@@ -42,6 +42,7 @@ from typing import Any
 from evaluation.hle_metrics import hle_metrics
 from evaluation.runner import RESULTS_NAME, read_records
 from evaluation.tau2_metrics import trial_table
+from evaluation.viewer import write_viewer
 
 SUMMARY_NAME = "summary.json"
 CONFIG_NAME = "run_config.json"
@@ -152,7 +153,7 @@ def judge_label(config: dict) -> str:
 
 def print_hle(label: str, h: dict, console) -> None:
     """HLE's own numbers, as its run_judge_results.py prints them."""
-    from rich.table import Table
+    from rich.table import Table  # lazy: display only, slow to import
 
     table = Table(title=f"HLE metrics: {label} (HLE's judge; accuracy over all tasks, 95% half-width, "
                         f"RMS calibration error)")
@@ -203,7 +204,7 @@ def tau2_provenance(config: dict) -> list[str]:
 
 def print_tau2(label: str, s: dict, config: dict, console, tasks: bool = True) -> None:
     """tau2 as tau2 reports it: provenance, pass^1..k per domain, and the per-task trial table."""
-    from rich.markup import escape
+    from rich.markup import escape  # lazy: display only, slow to import
     from rich.table import Table
 
     for line in tau2_provenance(config):
@@ -238,7 +239,7 @@ def print_tau2(label: str, s: dict, config: dict, console, tasks: bool = True) -
 
 def print_table(rows: list[tuple[str, dict]], console=None) -> None:
     """One rich table of the headline numbers, and one of the tool mix per run."""
-    from rich.console import Console
+    from rich.console import Console  # lazy: display only, slow to import
     from rich.table import Table
 
     console = console or Console()
@@ -273,10 +274,10 @@ def print_table(rows: list[tuple[str, dict]], console=None) -> None:
 
 def plot_cost_accuracy(rows: list[tuple[str, dict]], path: Path) -> Path:
     """Accuracy (%) against cost per query (cents), one labelled point per run."""
-    import matplotlib
+    import matplotlib  # lazy: heavy; only for plots
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: heavy; only for plots
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for label, s in rows:
@@ -299,7 +300,7 @@ def plot_cost_accuracy(rows: list[tuple[str, dict]], path: Path) -> Path:
 def report(run_dirs: list[str | Path], plot: str | Path | None = None, viewer: bool = True,
            console=None, task_table: bool = True) -> list[tuple[str, dict]]:
     """Summarize each run (writing summary.json, viewer.html), print tables, plot; return rows."""
-    from rich.console import Console
+    from rich.console import Console  # lazy: display only, slow to import
 
     console_out = console or Console()
     rows, configs = [], []
@@ -313,8 +314,6 @@ def report(run_dirs: list[str | Path], plot: str | Path | None = None, viewer: b
         label = run_label(run_dir, config)
         write_json_atomic(run_dir / SUMMARY_NAME, {"label": label, "config": config, **summary})
         if viewer:
-            from evaluation.viewer import write_viewer
-
             write_viewer(run_dir / "viewer.html", label, records)
         rows.append((label, summary))
         configs.append(config)
@@ -325,7 +324,7 @@ def report(run_dirs: list[str | Path], plot: str | Path | None = None, viewer: b
             print_tau2(label, summary, config, console_out, tasks=task_table)
         if "hle" in summary:
             print_hle(label, summary["hle"], console_out)
-    from evaluation.preference import preference_table
+    from evaluation.preference import preference_table  # lazy: pulls in faker (slow): keeps --help fast
 
     for row in preference_table(runs, console_out):   # the row joins its run's summary.json
         label, config, _, summary = runs[row["index"]]
@@ -354,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report(args.run_dirs, args.plot, viewer=not args.no_viewer, task_table=not args.no_task_table)
         if args.gaia_submission:
-            from evaluation.gaia import write_submission
+            from evaluation.gaia import write_submission  # lazy: pulls in httpx (slow): keeps --help fast
 
             path, notes = write_submission(args.run_dirs[0], args.gaia_submission)
             print(f"GAIA submission: {path}" + "".join(f"\n  note: {n}" for n in notes))

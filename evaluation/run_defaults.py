@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import os
 
+from orchestrator.gateway.errors import GatewayConfigError
+from orchestrator.gateway.registry import load_registry
+
 IN_PROCESS_BACKENDS = ("transformers",)
 LOCAL_PROFILE, PAPER_PROFILE = "local", "paper"
 REMOTE_CONCURRENCY = 16
 
 
 def _entry(name: str):
-    from orchestrator.gateway.errors import GatewayConfigError
-    from orchestrator.gateway.registry import load_registry
-
     try:
         return load_registry().entry(name)
     except GatewayConfigError:   # unknown name / bad registry: resolve_price_model says so with the gateway's message

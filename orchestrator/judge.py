@@ -52,6 +52,8 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from orchestrator.gaia_scorer import question_scorer
+from orchestrator.gateway import get_llm_response
 from orchestrator.records import LLMResponse, Usage
 
 DEFAULT_JUDGE_PROMPT = Path(__file__).resolve().parent / "prompts" / "judge.txt"
@@ -213,10 +215,6 @@ def hle_rule_reply(response: str, reference: str, rule: str) -> str:
 
 
 def _default_call() -> Callable[..., LLMResponse]:
-    try:
-        from LLM_CALL import get_llm_response
-    except ImportError as exc:
-        raise JudgeError(f"the LLM judge needs LLM_CALL.py at the repository root ({exc})") from None
     return get_llm_response
 
 
@@ -240,7 +238,6 @@ class Judge:
         if reference is None:   # nothing to judge against (GAIA's test split): no verdict, no error
             return Verdict(None, "no_reference", judge_model=self.model)
         if self.model == "gaia":
-            from orchestrator.gaia_scorer import question_scorer
             right = question_scorer(prediction, reference)
             return Verdict(right, "gaia" if right else "not_gaia", judge_model="gaia")
         if self.style == "hle":

@@ -211,13 +211,13 @@ def _hf_rows(rows: Any) -> Iterator[tuple[int, dict | Exception]]:
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, dict | Exception]]:
-    import datasets
+    import datasets  # lazy: heavy; only for Hugging Face ids
 
     return _hf_rows(datasets.load_dataset("parquet", data_files=str(path), split="train"))
 
 
 def _hub_rows(dataset_id: str, split: str | None, benchmark: str) -> Iterator[tuple[int, dict | Exception]]:
-    import datasets
+    import datasets  # lazy: heavy; only for Hugging Face ids
 
     split = split or "test"
     try:
@@ -255,7 +255,7 @@ def _gaia_metadata(folder: Path) -> Path | None:
 def _gaia_hub(dataset_id: str, split: str) -> Path:
     """The dataset's files of `split` from the hub (cached by huggingface_hub); its root folder."""
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # lazy: only for downloads
 
         return Path(snapshot_download(repo_id=dataset_id, repo_type="dataset", allow_patterns=[f"2023/{split}/*"]))
     except Exception as exc:  # the hub raises many types; all mean "could not get it"

@@ -8,6 +8,8 @@ from typing import Callable, Iterable
 
 from orchestrator.context import TokenCounter
 from orchestrator.episodes.base import LoopConfig, Task, take_turn, task_catalog
+from orchestrator.episodes.qa import run_qa_episode
+from orchestrator.episodes.tau2 import run_tau2_episode
 from orchestrator.records import Rollout
 from orchestrator.runtime import ToolRuntime
 
@@ -19,10 +21,8 @@ def run_episode(task: Task, policy, runtime: ToolRuntime, config: LoopConfig,
                 counter: TokenCounter | None = None) -> Rollout:
     """Run the episode of `task.kind` and return the recorded rollout."""
     if task.kind == "qa":
-        from orchestrator.episodes.qa import run_qa_episode
         return run_qa_episode(task, policy, runtime, config, counter)
     if task.kind == "tau2":
-        from orchestrator.episodes.tau2 import run_tau2_episode
         return run_tau2_episode(task, policy, runtime, config, counter)
     raise ValueError(f"task {task.id}: unknown kind {task.kind!r}; expected one of {KINDS}")
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from orchestrator.chat_template import cut_middle, prompt_ids
 from orchestrator.engine import Engine, SamplingParams
+from orchestrator.gateway import get_llm_response
 from orchestrator.records import ToolCall, Usage
 
 
@@ -43,9 +44,7 @@ class ChatPolicy:
         if grammar is not None:
             raise ValueError(f"ChatPolicy({self.model}): grammar-constrained decoding (function-calling tasks "
                              "with constrained=true) needs a TokenPolicy over an Engine; turn constraining off")
-        llm = self._llm
-        if llm is None:
-            from LLM_CALL import get_llm_response as llm
+        llm = self._llm or get_llm_response
         started = time.monotonic()
         r = llm(self.model, messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
                 price_model=self.price_model, choices=choices)

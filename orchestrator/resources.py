@@ -62,7 +62,7 @@ class Sample:
 
 def sample(label: str = "", t: float = 0.0) -> Sample:
     """This process's resources now (psutil)."""
-    import psutil
+    import psutil  # lazy: only when sampling
 
     proc = psutil.Process()
     return Sample(t=round(t, 2), fds=proc.num_fds(), threads=proc.num_threads(),

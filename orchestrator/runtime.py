@@ -64,7 +64,7 @@ def check_pricing(catalog: Catalog, serve: str | None, pricing: str) -> None:
 
 
 def _default_llm(*args, **kwargs):
-    from LLM_CALL import get_llm_response  # imported lazily: the gateway pulls in heavy backends
+    from orchestrator.gateway import get_llm_response  # imported lazily: the gateway pulls in heavy backends
     return get_llm_response(*args, **kwargs)
 
 

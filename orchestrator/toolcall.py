@@ -161,7 +161,7 @@ def call_grammar(schemas: list[dict], max_string_chars: int = ARG_MAX_CHARS) -> 
 def message_or_call_grammar(schemas: list[dict], max_string_chars: int = ARG_MAX_CHARS) -> str:
     """`call_grammar(schemas)` or a message to the user, `<message>text</message>` (no `<` in
     the text, at most `max_string_chars` characters): the two things a tau2 agent's turn can be."""
-    import xgrammar as xgr
+    import xgrammar as xgr  # lazy: heavy; only for constrained decoding
 
     message = xgr.Grammar.from_ebnf(f'root ::= "<message>" [^<]{{1,{int(max_string_chars)}}} "</message>"')
     return str(xgr.Grammar.union(xgr.Grammar.from_ebnf(call_grammar(schemas, max_string_chars)), message))
@@ -169,7 +169,7 @@ def message_or_call_grammar(schemas: list[dict], max_string_chars: int = ARG_MAX
 
 @functools.lru_cache(maxsize=64)
 def _call_grammar(schemas_json: str, max_chars: int) -> str:
-    import xgrammar as xgr
+    import xgrammar as xgr  # lazy: heavy; only for constrained decoding
 
     alternatives = []
     for schema in json.loads(schemas_json):

@@ -12,9 +12,11 @@ Token cuts keep the tail, as upstream's `cut_seq` does, with the run's TokenCoun
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
-from orchestrator.context import EpisodeState, TokenCounter, evidence_line
+from orchestrator.context import UPSTREAM_PROMPTS_DIR, EpisodeState, TokenCounter, evidence_line
 
 
 @dataclass(frozen=True)
@@ -103,11 +105,6 @@ def tool_schemas_upstream(catalog, tools, schema_file=None) -> list[dict]:
     order and wording (orchestrator/prompts/upstream/schemas.json), "Choices: [...]" after the
     first sentence, then the alias table from the catalog's prices and latencies.  Tools the
     file does not describe are rendered the project's way, after the others."""
-    import json
-    from pathlib import Path
-
-    from orchestrator.context import UPSTREAM_PROMPTS_DIR
-
     spec = json.loads(Path(schema_file or UPSTREAM_PROMPTS_DIR / "schemas.json").read_text())
     known = {t.name: t for t in tools if t.name in spec["tools"]}
     out = []

@@ -21,10 +21,10 @@ BM25_DIR = "bm25"
 def build_bm25(folder: Path, store: DocStore, threads: int = 2, batch: int = 2048,
                progress: bool = True) -> None:
     """Index every docstore document into `folder/bm25` (rebuilt from scratch; ~4.5 s per 10k docs)."""
-    from tqdm import tqdm
+    from tqdm import tqdm  # lazy: display only
 
     start_jvm()
-    from pyserini.index.lucene import LuceneIndexer
+    from pyserini.index.lucene import LuceneIndexer  # lazy: optional (bm25 extra), starts a JVM
 
     final = Path(folder) / BM25_DIR
     tmp = Path(folder) / f".{BM25_DIR}.tmp"
@@ -45,7 +45,7 @@ class BM25Index:
 
     def __init__(self, folder: Path, store: DocStore, threads: int = 2):
         start_jvm()
-        from pyserini.search.lucene import LuceneSearcher
+        from pyserini.search.lucene import LuceneSearcher  # lazy: optional (bm25 extra), starts a JVM
 
         path = Path(folder) / BM25_DIR
         if not path.is_dir():

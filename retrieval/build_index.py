@@ -23,8 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.dense import KINDS, SHARD_DIR, build_faiss, shard_path, write_shard
-from retrieval.docstore import CorpusError, DocStore, write_docstore
+from retrieval.bm25 import BM25_DIR, build_bm25
+from retrieval.dense import INDEX_FILE, KINDS, SHARD_DIR, build_faiss, shard_path, write_shard
+from retrieval.docstore import FILES, CorpusError, DocStore, write_docstore
+from retrieval.encoders import Encoder, set_cpu_threads
 
 STATE_FILE = "build_state.json"
 META_FILE = "meta.json"
@@ -99,8 +101,6 @@ def build(corpus: str | Path, out: str | Path, encoder=None, index: str = "flat"
         meta.update(index=index, dim=enc.dim, encoder=str(enc.name), encoder_path=str(enc.path),
                     profile=enc.profile.name, max_length=enc.max_length)
     if bm25:
-        from retrieval.bm25 import BM25_DIR, build_bm25
-
         t0 = time.perf_counter()
         if not (out / BM25_DIR).is_dir():
             build_bm25(out, store, progress=progress)
@@ -173,28 +173,23 @@ def _finished(out: Path, index: str, bm25: bool) -> dict | None:
         meta = json.loads((out / META_FILE).read_text())
     except (OSError, ValueError):
         return None
-    from retrieval.bm25 import BM25_DIR
-    from retrieval.dense import INDEX_FILE
-
     dense_ok = index == "none" or (meta.get("index") == index and (out / INDEX_FILE).exists())
     bm25_ok = not bm25 or (meta.get("bm25") and (out / BM25_DIR).is_dir())
     return meta if dense_ok and bm25_ok and _docstore_ready(out) else None
 
 
 def _docstore_ready(out: Path) -> bool:
-    from retrieval.docstore import FILES
     return all((out / name).exists() for name in FILES)
 
 
 def _load_encoder(encoder, profile, device, batch_size, max_length):
     if encoder is not None and not isinstance(encoder, str):
         return encoder
-    from retrieval.encoders import Encoder
     return Encoder(encoder, profile=profile, device=device, batch_size=batch_size, max_length=max_length)
 
 
 def _encode_shards(out: Path, store: DocStore, enc, shard_size: int, report: BuildReport, progress: bool) -> None:
-    from tqdm import tqdm
+    from tqdm import tqdm  # lazy: display only
 
     n_shards = math.ceil(len(store) / shard_size)
     todo = []
@@ -255,7 +250,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.shard_size < 1 or args.batch_size < 1:
         p.error("--shard-size and --batch-size must be >= 1")
-    from retrieval.encoders import set_cpu_threads
     set_cpu_threads(args.threads)
     try:
         report = build(args.corpus, args.out, encoder=args.encoder, index=args.index, bm25=args.bm25,

@@ -26,6 +26,11 @@ import httpx
 from tenacity import (RetryError, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay,
                       wait_exponential)
 
+from retrieval.endpoints import GatewayConfigError, pool_for
+from retrieval.searcher import Query, QueryError, Searcher
+from retrieval.service import RetrievalService
+from retrieval.web import web_search_from_env
+
 SERVICE_KEY = "retrieval"
 
 
@@ -60,7 +65,6 @@ class RetrievalClient:
         self._static = list(base_urls or [])
         self._pool = None
         if not self._static:
-            from orchestrator.gateway.endpoints import pool_for
             path = Path(endpoints_file or os.environ.get("TOOLORCHESTRA_ENDPOINTS", "endpoints.json"))
             self._pool = pool_for(path, [SERVICE_KEY])
         self._cursor = 0
@@ -71,10 +75,6 @@ class RetrievalClient:
     def in_process(cls, index_dir: str | Path, method: str | None = None, eid_file: str | Path | None = None,
                    device: str | None = None, **service_options) -> "RetrievalClient":
         """Load the index into this process: same interface, no server, no HTTP."""
-        from retrieval.searcher import Searcher
-        from retrieval.service import RetrievalService
-        from retrieval.web import web_search_from_env
-
         self = cls.__new__(cls)
         searcher = Searcher(index_dir, method=method, device=device, eid_file=eid_file)
         self._service = RetrievalService(searcher, web_search_from_env(), **service_options)
@@ -104,8 +104,6 @@ class RetrievalClient:
         return Retrieved(data["result"], usage.get("web_searches", 0), usage.get("pages", 0))
 
     def _retrieve_local(self, queries, topk, eid, min_score, min_length) -> Retrieved:
-        from retrieval.searcher import Query, QueryError
-
         batch = [Query(q, topk, eid, min_score, min_length or 0) for q in queries]
         try:
             hits, usage = self._service.retrieve(batch)
@@ -115,7 +113,6 @@ class RetrievalClient:
 
     def _next_url(self) -> str:
         if self._pool is not None:
-            from orchestrator.gateway.errors import GatewayConfigError
             try:
                 return self._pool.next()
             except GatewayConfigError as err:
@@ -180,6 +177,7 @@ class WebRetriever:
         self.web = web
 
     def retrieve(self, queries: list[str], topk: int = 3, **_index_filters):
+        # lazy: only for web search
         from tavily.errors import BadRequestError, ForbiddenError, InvalidAPIKeyError, MissingAPIKeyError
 
         if isinstance(queries, str):
@@ -203,7 +201,5 @@ class WebRetriever:
 
 def web_retriever_from_env() -> WebRetriever | None:
     """A WebRetriever when TAVILY_API_KEY is set (TAVILY_API_BASE_URL: another endpoint), else None."""
-    from retrieval.web import web_search_from_env
-
     web = web_search_from_env()
     return WebRetriever(web) if web is not None else None

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval.torch_flat import TorchFlatIndex
+
 INDEX_FILE = "dense.faiss"
 SHARD_DIR = "emb"
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 200, 128
@@ -63,8 +65,8 @@ def build_faiss(folder: Path, n: int, dim: int, shard_size: int, kind: str, prog
                 nlist: int | None = None):
     """Build the `kind` index from the shards in `folder` and write it atomically.
     `nlist`: ivfpq's list count (default `ivf_lists(n)`)."""
-    import faiss
-    from tqdm import tqdm
+    import faiss  # lazy: heavy
+    from tqdm import tqdm  # lazy: display only
 
     if kind not in KINDS:
         raise ValueError(f"--index {kind!r} is unknown; choose one of {KINDS}")
@@ -96,7 +98,7 @@ def pq_subquantizers(dim: int) -> int:
 
 
 def _empty_index(kind: str, n: int, dim: int, nlist: int | None = None):
-    import faiss
+    import faiss  # lazy: heavy
 
     if kind == "flat":
         return faiss.IndexFlatIP(dim)
@@ -150,14 +152,13 @@ class DenseIndex:
         self.refine = 1
         cuda = device.startswith("cuda")
         if self.kind == "flat" and (gpu_search == "torch" or (cuda and gpu_search == "auto" and not faiss_gpus())):
-            from retrieval.torch_flat import TorchFlatIndex
             self.backend = "torch"
             devices = None if device == "cuda" else [device]       # "cuda": every visible GPU
             self.index = TorchFlatIndex(self.vectors.shards, self.n, devices=devices, progress=True)
             return
         if gpu_search == "torch":
             raise ValueError(f"--gpu-search torch serves flat indexes only; {folder} holds {self.kind}")
-        import faiss
+        import faiss  # lazy: heavy
 
         index = faiss.read_index(str(Path(folder) / INDEX_FILE))
         if self.kind == "hnsw":

@@ -105,7 +105,7 @@ def write_docstore(corpus: str | Path, out: str | Path, progress: bool = True) -
 
     Returns the number of documents. Raises CorpusError naming bad lines.
     """
-    from tqdm import tqdm
+    from tqdm import tqdm  # lazy: display only
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

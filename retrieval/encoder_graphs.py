@@ -75,7 +75,7 @@ class BucketedForward:
         self._pool = None
 
     def run(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         shape = arrays["input_ids"].shape
         with self._lock, torch.inference_mode():
@@ -91,7 +91,7 @@ class BucketedForward:
 
     def _capture(self, shape: tuple[int, int]):
         """Capture the forward for `shape` (warm-up on a side stream first, as torch.cuda.graph asks)."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         try:
             if self._pool is None:
@@ -117,7 +117,7 @@ class BucketedForward:
 
     def warm(self, batches: list[int], lengths: list[int]) -> int:
         """Capture every (batch, length) pair now; returns how many shapes are graphs."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         if not self.graphs:
             return 0

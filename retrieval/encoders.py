@@ -15,16 +15,22 @@ work wherever the Hub (or a local copy) is reachable.
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from retrieval.encoder_graphs import (MIN_LENGTH, WARM_MAX_LENGTH, BucketedForward, bucket_of, buckets,
+                                      pad_to_bucket)
+from retrieval.onnx_encoder import RUNTIMES, OnnxForward
 from retrieval.pooling import pool  # noqa: F401  (re-exported: Encoder pools with it)
+from retrieval.shipped_models import minilm_path
 
 log = logging.getLogger(__name__)
 DEFAULT_ENCODER = "minilm"
@@ -58,8 +64,8 @@ def set_cpu_threads(n: int | None) -> None:
     """
     if not n:
         return
-    import faiss
-    import torch
+    import faiss  # lazy: heavy
+    import torch  # lazy: heavy (torch)
 
     torch.set_num_threads(n)
     faiss.omp_set_num_threads(n)
@@ -85,9 +91,8 @@ def resolve_runtime(runtime: str, device: str | None) -> str:
     """"auto" -> "onnx" on the CPU when onnxruntime and onnx are installed, else "torch"."""
     if runtime != "auto":
         return runtime
-    import importlib.util
 
-    import torch
+    import torch  # lazy: heavy (torch)
 
     cpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu"
     found = all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
@@ -97,7 +102,6 @@ def resolve_runtime(runtime: str, device: str | None) -> str:
 def resolve_encoder(name_or_path: str | None) -> str:
     """"minilm"/None -> the shipped MiniLM folder; anything else is returned unchanged."""
     if name_or_path in (None, "", DEFAULT_ENCODER):
-        from orchestrator.embedded import minilm_path
         return str(minilm_path())
     return str(name_or_path)
 
@@ -132,7 +136,7 @@ class QueryTokenizer:
     """
 
     def __init__(self, path: str, prefix: str, max_length: int):
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # lazy: heavy (seconds to import)
 
         if Path(path).is_dir():
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -170,10 +174,8 @@ class Encoder:
                  device: str | None = None, fp16: bool | None = None, batch_size: int = 64,
                  max_length: int | None = None, max_batch_tokens: int | None = None, runtime: str = "torch",
                  threads: int | None = None, query_graphs: bool = False):
-        import torch
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
-
-        from retrieval.onnx_encoder import RUNTIMES
+        import torch  # lazy: heavy (torch)
+        from transformers import AutoConfig, AutoModel, AutoTokenizer  # lazy: heavy (seconds to import)
 
         self.name = name_or_path or DEFAULT_ENCODER
         self.path = resolve_encoder(name_or_path)
@@ -200,7 +202,6 @@ class Encoder:
             dtype = torch.float16 if self.fp16 else torch.float32
             self.model = AutoModel.from_pretrained(self.path, dtype=dtype).to(self.device).eval()
         else:
-            from retrieval.onnx_encoder import OnnxForward
             self._onnx = OnnxForward(self.path, self.tokenizer, self.profile.pooling, runtime,
                                      threads=threads or torch.get_num_threads())
         self.dim = int(AutoConfig.from_pretrained(self.path).hidden_size)
@@ -209,15 +210,6 @@ class Encoder:
             self._bucket_queries()
 
     def _bucket_queries(self) -> None:
-        import time
-
-        from retrieval.encoder_graphs import (
-            MIN_LENGTH,
-            WARM_MAX_LENGTH,
-            BucketedForward,
-            buckets,
-        )
-
         self._batches, self._lengths = buckets(self.batch_size), buckets(self.max_length, MIN_LENGTH)
         self._bucketed = BucketedForward(self._forward, self.device, self.device.startswith("cuda"), self._token_keys)
         t0 = time.perf_counter()
@@ -244,7 +236,7 @@ class Encoder:
 
     def _forward(self, batch: dict):
         """Token ids (tensors on the device) -> [b, dim] L2-normalised float32 vectors."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         hidden = self.model(**batch).last_hidden_state          # [b, L, dim]
         vecs = pool(hidden, batch["attention_mask"], self.profile.pooling)
@@ -268,7 +260,7 @@ class Encoder:
         return {k: [row[k] for row in rows] for k in keys}
 
     def _encode(self, texts: list[str], bucketed: bool = False, given: list[dict | None] | None = None) -> np.ndarray:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         enc = self._tokenize(texts, given)                                # unpadded lists
@@ -289,8 +281,6 @@ class Encoder:
 
     def _run_bucketed(self, rows: dict[str, list[list[int]]]) -> np.ndarray:
         """One pass padded to its bucket shape -> [n, dim]."""
-        from retrieval.encoder_graphs import bucket_of, pad_to_bucket
-
         n = len(rows["input_ids"])
         arrays = pad_to_bucket(rows, bucket_of(n, self._batches), bucket_of(max(map(len, rows["input_ids"])), self._lengths),
                                self.tokenizer.pad_token_id or 0, left=self.tokenizer.padding_side == "left")

@@ -45,8 +45,11 @@ from dataclasses import replace
 from multiprocessing.connection import wait
 
 from retrieval.batcher import Overloaded
+from retrieval.encoders import QueryTokenizer
 from retrieval.lifeline import die_with_parent
 from retrieval.searcher import QueryError
+from retrieval.service import web_finish
+from retrieval.web import web_search_from_env
 
 log = logging.getLogger("retrieval.frontends")
 # front ends answer 503 "worker gone" this long before the server exits (the environment variable
@@ -87,8 +90,6 @@ class RemoteService:
     batch worker. Thread-safe: the event loop submits, a reader thread resolves the Futures."""
 
     def __init__(self, conn, web=None, tokenize=None):
-        from retrieval.service import web_finish
-
         self.conn, self.web, self._finish, self.tokenize = conn, web, web_finish, tokenize
         self._pending: dict[int, Future] = {}
         self._ids = itertools.count()
@@ -179,9 +180,7 @@ def frontend_main(sock: socket.socket, conn, up, settings: dict) -> None:
     """One front-end process: uvicorn + the app over a RemoteService on the shared socket;
     sends its pid on `up` once uvicorn accepts connections."""
     die_with_parent(settings["supervisor_pid"])
-    import uvicorn
-
-    from retrieval.web import web_search_from_env
+    import uvicorn  # lazy: only when serving
 
     create_app, server_config = settings["create_app"], settings["server_config"]
 
@@ -211,7 +210,6 @@ def query_tokenizer(spec: dict | None):
     encoder without a spec, or a tokenizer that fails to load here, which is logged)."""
     if not spec:
         return None
-    from retrieval.encoders import QueryTokenizer
     try:
         return QueryTokenizer(**spec)
     except Exception as err:            # noqa: BLE001 -- the worker can still tokenise: serve, and say so

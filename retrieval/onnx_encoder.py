@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval.pooling import pool
+
 RUNTIMES = ("torch", "onnx", "onnx-int8")
 
 
@@ -32,7 +34,7 @@ def cache_root() -> Path:
 
 
 def export_key(model_path: str, pooling: str, runtime: str) -> str:
-    import torch
+    import torch  # lazy: heavy (torch)
 
     folder = Path(model_path)
     files = sorted(p for p in folder.iterdir() if p.suffix in (".json", ".safetensors", ".bin")) if folder.is_dir() else []
@@ -49,10 +51,8 @@ def export(model_path: str, tokenizer, pooling: str, runtime: str) -> Path:
     out = cache_root() / f"{Path(model_path).name}-{export_key(model_path, pooling, runtime)}" / "model.onnx"
     if out.exists():
         return out
-    import torch
-    from transformers import AutoModel
-
-    from retrieval.pooling import pool
+    import torch  # lazy: heavy (torch)
+    from transformers import AutoModel  # lazy: heavy (seconds to import)
 
     names = list(tokenizer.model_input_names)
     model = AutoModel.from_pretrained(model_path, attn_implementation="eager", dtype=torch.float32).eval()
@@ -80,7 +80,7 @@ def export(model_path: str, tokenizer, pooling: str, runtime: str) -> Path:
                               opset_version=17, dynamo=False)
         final = plain
         if runtime == "onnx-int8":
-            from onnxruntime.quantization import QuantType, quantize_dynamic
+            from onnxruntime.quantization import QuantType, quantize_dynamic  # lazy: heavy; only for the ONNX encoder
 
             final = Path(tmp) / "model-int8.onnx"
             quantize_dynamic(str(plain), str(final), weight_type=QuantType.QInt8, per_channel=True)

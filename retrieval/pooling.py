@@ -4,7 +4,7 @@ from __future__ import annotations
 
 def pool(hidden, mask, how: str):
     """[b, L, d] token states + [b, L] attention mask -> [b, d] one vector per text."""
-    import torch
+    import torch  # lazy: heavy (torch)
 
     if how == "mean":
         m = mask.unsqueeze(-1).to(hidden.dtype)

@@ -41,10 +41,15 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from starlette.exceptions import HTTPException
 
+from orchestrator.ports import PortError, check_port  # the base layer below retrieval (tests/test_imports.py LAYERS)
+from orchestrator.redaction import install_log_redaction
 from retrieval.batcher import Overloaded
-from retrieval.frontends import WorkerGone
-from retrieval.searcher import Query, QueryError
+from retrieval.encoders import set_cpu_threads
+from retrieval.endpoints import register_endpoint, unregister_endpoint
+from retrieval.frontends import WorkerGone, serve
+from retrieval.searcher import Query, QueryError, Searcher
 from retrieval.service import RetrievalService
+from retrieval.web import web_search_from_env
 
 log = logging.getLogger("retrieval.server")
 
@@ -216,7 +221,7 @@ class BodyLimit:
         await response({"type": "http"}, None, send)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m retrieval.server", description=__doc__.split("\n\n")[0])
     p.add_argument("--index", required=True, help="index folder made by retrieval.build_index")
     p.add_argument("--host", default="127.0.0.1")
@@ -254,12 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--endpoints-file", default=None,
                    help="register this server as 'retrieval' in the endpoints JSON (removed at shutdown)")
     p.add_argument("--advertise-host", default=None, help="host name written to --endpoints-file")
-    args = p.parse_args(argv)
-    from orchestrator.redaction import install_log_redaction
+    return p
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     install_log_redaction()     # keys (a web search's too) out of every log line
-    from orchestrator.ports import PortError, check_port
-
     try:   # before the index loads (minutes): a bad or taken port is one line now, not a hang then
         check_port(args.port, "--port", host=args.host)
     except PortError as err:
@@ -272,7 +277,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --frontends {args.frontends}: give 1 (one process) or more HTTP processes", file=sys.stderr)
         return 2
     if args.frontends > 1:
-        from retrieval.frontends import serve
         return serve(args, limits, lambda port: _registration(args, port), create_app=create_app,
                      server_config=server_config, load_service=_load_service)
     try:
@@ -284,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     register, unregister = _registration(args, port)
     app = create_app(service, limits, default_min_score=args.min_score,
                      default_min_length=args.min_length, on_startup=register, on_shutdown=unregister)
-    import uvicorn
+    import uvicorn  # lazy: only when serving
     uvicorn.Server(server_config(app, args.host, port, limits)).run()
     return 0
 
@@ -294,7 +298,7 @@ def server_config(app, host: str, port: int, limits: Limits = Limits(), error_bo
     HTTP parser (httptools when installed, else h11) under `header_deadline_protocol`, which bounds
     each request's headers in time and size, and the keep-alive timeout.  `error_body(status,
     message)`: the JSON body of the refusals the protocol writes itself (408, 431, 400)."""
-    import uvicorn
+    import uvicorn  # lazy: only when serving
 
     return uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_keep_alive=limits.keep_alive_s,
                           h11_max_incomplete_event_size=limits.max_header_bytes,
@@ -316,7 +320,7 @@ def header_deadline_protocol(seconds: float, max_bytes: int, error_body=plain_er
     connection for ever.  Partial headers are answered 408 before the close, a silent connection
     is just closed, oversized headers get 431.  The body is BodyLimit's (`body_timeout_s`).  A
     request uvicorn cannot parse gets 400 with a JSON body (uvicorn's own is plain text)."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol  # lazy: only when serving
 
     timed_out = _reply("408 Request Timeout", error_body(408, f"request headers not received within {seconds:g} s"))
     too_large = _reply("431 Request Header Fields Too Large", error_body(431, f"request headers over {max_bytes} bytes"))
@@ -379,10 +383,6 @@ def header_deadline_protocol(seconds: float, max_bytes: int, error_body=plain_er
 
 
 def _load_service(args) -> RetrievalService:
-    from retrieval.encoders import set_cpu_threads
-    from retrieval.searcher import Searcher
-    from retrieval.web import web_search_from_env
-
     set_cpu_threads(args.threads)
     searcher = Searcher(args.index, method=args.method, device=args.device, eid_file=args.eid_file,
                         encoder_runtime=args.encoder_runtime, gpu_search=args.gpu_search, cuda_graphs=args.cuda_graphs)
@@ -411,7 +411,6 @@ def _registration(args, port: int):
     url = f"http://{host}:{port}"
     if not args.endpoints_file:
         return (lambda: log.info("serving at %s", url)), None
-    from orchestrator.gateway.endpoints import register_endpoint, unregister_endpoint
 
     def register():
         register_endpoint(args.endpoints_file, "retrieval", url, pid=os.getpid())

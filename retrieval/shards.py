@@ -25,14 +25,17 @@ import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
+
+from orchestrator.ports import check_port  # the base layer below retrieval (tests/test_imports.py LAYERS)
+from retrieval.client import RetrievalClient
+from retrieval.dense import ShardVectors, build_faiss, write_shard
+from retrieval.docstore import DocStore, write_docstore
 from retrieval.searcher import META_FILE, Query
 
 
 def split_index(index: str | Path, out: str | Path, shards: int, progress: bool = False) -> list[Path]:
     """Write `shards` index folders (out/shard-0 ...) of consecutive rows of `index`; returns them."""
-    from retrieval.dense import ShardVectors, build_faiss, write_shard
-    from retrieval.docstore import DocStore, write_docstore
-
     index, out = Path(index), Path(out)
     meta_path = index / META_FILE
     if not meta_path.exists():
@@ -86,8 +89,6 @@ class ShardedService:
     web = None      # no web fallback at the router: the shard servers' indexes are the corpus
 
     def __init__(self, shards: list[list[str]], timeout_s: float = 30.0, threads: int = 64):
-        from retrieval.client import RetrievalClient
-
         if not shards or any(not urls for urls in shards):
             raise ValueError("--shard: give each shard at least one base URL (--shard URL[,REPLICA...] per shard)")
         self.urls = shards
@@ -118,8 +119,6 @@ class ShardedService:
         return hits, {"web_searches": 0, "pages": 0}
 
     def health(self) -> dict:
-        import httpx
-
         shards = []
         for urls in self.urls:
             replicas = []
@@ -163,10 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print("\n".join(str(f) for f in folders))
         return 0
-    import uvicorn
+    import uvicorn  # lazy: only when serving
 
-    from orchestrator.ports import PortError, check_port
-    from retrieval.server import Limits, create_app
+    from retrieval.server import Limits, create_app  # lazy: pulls in fastapi, starlette
     try:
         check_port(args.port, "--port", host=args.host, zero_ok=False)
         service = ShardedService([u.split(",") for u in args.shard], timeout_s=args.timeout)

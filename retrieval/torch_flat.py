@@ -40,8 +40,8 @@ class TorchFlatIndex:
 
     def __init__(self, shards: Sequence[np.ndarray], n: int, devices: Sequence[str] | None = None,
                  max_scores: int = MAX_SCORES, progress: bool = False, group: int = GROUP):
-        import torch
-        from tqdm import tqdm
+        import torch  # lazy: heavy (torch)
+        from tqdm import tqdm  # lazy: display only
 
         if n < 1 or not shards:
             raise ValueError("TorchFlatIndex needs at least one vector")
@@ -70,7 +70,7 @@ class TorchFlatIndex:
             raise ValueError(f"the shards hold {row} vectors, the index meta says {n}")
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        import torch
+        import torch  # lazy: heavy (torch)
 
         queries = np.asarray(queries, dtype=np.float32)
         k = max(1, min(k, self.n))
@@ -88,7 +88,7 @@ class TorchFlatIndex:
 
     def _search_part(self, q32, part, k: int):
         """Top candidates of one device's rows: (float32 scores, local rows), [b, <= candidates(k)]."""
-        import torch
+        import torch  # lazy: heavy (torch)
 
         b, m = len(q32), len(part)
         keep = min(m, candidates(k))
@@ -127,7 +127,7 @@ def chunk_topk(scores, keep: int, group: int = GROUP):
     where the same maxima over 64 contiguous columns of a [256, 1M] block took 1.26 ms
     (bench/retrieval_topk_parts.py). `group` <= 1, or too few groups: plain `torch.topk`.
     """
-    import torch
+    import torch  # lazy: heavy (torch)
 
     c, b = scores.shape
     groups = c // group if group > 1 else 0

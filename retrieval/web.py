@@ -34,7 +34,7 @@ class WebSearch:
 
     def __init__(self, api_key: str, min_docs: int = 3, timeout_s: float = 20.0,
                  base_url: str | None = None):
-        from tavily import TavilyClient
+        from tavily import TavilyClient  # lazy: only for web search
 
         self.client = TavilyClient(api_key=api_key, api_base_url=base_url)
         self.min_docs, self.timeout_s = min_docs, timeout_s

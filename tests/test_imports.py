@@ -1,34 +1,76 @@
 """The import rules docs/architecture.md states, checked on the source (every `import`, also those
-inside functions): the core (`orchestrator/`) imports none of data_synthesis/, training/,
-evaluation/; and no two modules import each other, directly or through others (no cycle)."""
+inside functions, and modules named in strings for importlib): imports only go down the layers of
+LAYERS; and no two modules import each other, directly or through others (no cycle)."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("orchestrator", "training", "evaluation", "data_synthesis", "retrieval")
-FORBIDDEN = {"orchestrator": ("data_synthesis", "training", "evaluation")}
-# Entry points in the core's namespace that run the applications' code (the server runs evaluation's
-# set-up and loop), each a module or a package with its modules: exempt from FORBIDDEN, and no
-# module outside one may import it, so the core still needs none.
-ENTRY_POINTS = {"orchestrator.serve"}
+
+# The one layer list, bottom first: a module may import modules of its own layer and of the layers
+# below it, never of one above.  A module belongs to the layer of the longest prefix naming it
+# (`orchestrator.serve` is the serving layer, the rest of `orchestrator` the core).
+# docs/architecture.md ("Import rules") draws it.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("orchestrator.redaction", "orchestrator.ports")),   # stdlib-only helpers every layer needs
+    ("retrieval", ("retrieval",)),                 # the index, its server and client, the endpoint registry
+    ("core", ("orchestrator",)),                   # records, catalog, tools, loop, episodes, gateway, engines, sandbox
+    ("data_synthesis", ("data_synthesis",)),
+    ("evaluation", ("evaluation",)),
+    ("training", ("training",)),
+    ("serving", ("orchestrator.serve",)),          # the OpenAI-compatible server over evaluation's loop
+    ("facade", ("LLM_CALL",)),                     # what users and scripts import; nothing in the packages does
+    ("scripts", ("bench",)),                       # benchmarks: scripts, imported by no package
+]
+PACKAGES = tuple(p for _, prefixes in LAYERS for p in prefixes if "." not in p)
 
 
-def entry_point(module: str) -> str | None:
-    """The entry point `module` belongs to (itself, or the package it lies in), else None."""
-    return next((e for e in ENTRY_POINTS if module == e or module.startswith(e + ".")), None)
+def layer_of(module: str, layers=LAYERS) -> int:
+    """Index in `layers` of the layer `module` belongs to (its longest naming prefix)."""
+    best = max(((len(p), i) for i, (_, prefixes) in enumerate(layers) for p in prefixes
+                if module == p or module.startswith(p + ".")), default=None)
+    if best is None:
+        raise KeyError(f"{module}: in no layer of tests/test_imports.py LAYERS; add its package there")
+    return best[1]
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def upward_imports(graph: dict[str, set[str]], layers=LAYERS) -> list[str]:
+    """Every import from a module to one of a higher layer, as "a (layer) imports b (layer)"."""
+    out = []
+    for module, targets in sorted(graph.items()):
+        here = layer_of(module, layers)
+        for t in sorted(targets):
+            there = layer_of(t, layers)
+            if there > here:
+                out.append(f"{module} ({layers[here][0]}) imports {t} ({layers[there][0]})")
+    return out
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """{module: the repository modules it imports}, for every .py file of the packages."""
-    files = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")] + [ROOT / "LLM_CALL.py"]
-    modules = {module_name(p): p for p in files}
+def _named_in_string(value: str, modules) -> str | None:
+    """The module a string names the way importlib registries do ("pkg.mod", "pkg.mod:Class",
+    "pkg.mod.Class"), else None."""
+    name = value.split(":")[0]
+    if "." not in name:          # a bare word ("retrieval": a logger, a key) names no module
+        return None
+    if name in modules:
+        return name
+    parent = name.rpartition(".")[0]
+    return parent if parent in modules and ":" not in value else None
+
+
+def import_graph(root: Path = ROOT, packages=PACKAGES) -> dict[str, set[str]]:
+    """{module: the repository modules it imports}, for every .py file of the packages under `root`
+    and its top-level modules (LLM_CALL.py): `import`/`from` statements anywhere in the file
+    (module level or in functions), and strings that name a module (importlib registries)."""
+    files = [p for pkg in packages if (root / pkg).is_dir() for p in (root / pkg).rglob("*.py")]
+    files += [p for p in root.glob("*.py")]
+    modules = {module_name(p, root): p for p in files}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -42,6 +84,8 @@ def import_graph() -> dict[str, set[str]]:
                     base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
                 targets.add(base)
                 targets.update(f"{base}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.count("\n") == 0:
+                targets.add(_named_in_string(node.value, modules) or "")
         # a name imported from a package counts as that module when it is one, else as the package
         graph[name] = {t for t in targets if t in modules and t != name}
     return graph
@@ -85,19 +129,13 @@ def _without_package_inits(graph):
     return {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in graph.items()}
 
 
-def test_the_core_imports_no_application_package():
+def test_imports_only_go_down_the_layers():
     graph = import_graph()
-    bad = [f"{m} imports {t}" for m, ts in graph.items() for t in ts if entry_point(m) is None
-           for pkg, banned in FORBIDDEN.items() if m.split(".")[0] == pkg and t.split(".")[0] in banned]
-    assert not bad, "forbidden imports (docs/architecture.md, import rules):\n" + "\n".join(sorted(bad))
-
-
-def test_nothing_imports_an_entry_point():
-    graph = import_graph()
-    assert ENTRY_POINTS <= set(graph), f"entry points not found: {sorted(ENTRY_POINTS - set(graph))}"
-    bad = [f"{m} imports {t}" for m, ts in graph.items() for t in ts
-           if entry_point(t) is not None and entry_point(t) != entry_point(m)]
-    assert not bad, "entry points are imported by nothing (docs/architecture.md):\n" + "\n".join(sorted(bad))
+    assert {"LLM_CALL", "orchestrator.serve", "retrieval.endpoints"} <= set(graph)
+    bad = upward_imports(graph)
+    assert not bad, ("imports against the layers (tests/test_imports.py LAYERS, docs/architecture.md "
+                     "\"Import rules\"): move what both need down to the lower layer (for LLM_CALL: import "
+                     "orchestrator.gateway)\n" + "\n".join(bad))
 
 
 def test_no_import_cycles():
@@ -105,12 +143,44 @@ def test_no_import_cycles():
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
-def test_the_checks_catch_a_cycle_and_a_forbidden_import():
+def test_the_checks_catch_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
-    # the server package's modules are its entry point; a core module of a similar name is not
-    assert [entry_point(m) for m in ("orchestrator.serve", "orchestrator.serve.app", "orchestrator.serve_experts",
-                                     "orchestrator.serving")] == ["orchestrator.serve", "orchestrator.serve", None, None]
+
+
+def test_an_upward_import_is_caught_anywhere_in_a_file(tmp_path):
+    """A tiny tree: `low` may be imported by `high`, not the other way round, whether the import
+    is at module level, inside a function, relative, or a module named in a string."""
+    layers = [("low", ("low",)), ("high", ("high",)), ("top", ("high.top",))]
+    for rel, text in {"low/__init__.py": "", "low/base.py": "X = 1\n", "high/__init__.py": "",
+                      "high/app.py": "from low.base import X\n", "high/top.py": "import high.app\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    graph = import_graph(tmp_path, ("low", "high"))
+    assert graph["high.app"] == {"low.base"} and upward_imports(graph, layers) == []
+    for text, edge in (("import high.app\n", "high.app (high)"),
+                       ("def f():\n    from high import app\n", "high.app (high)"),
+                       ("from ..high import app\n", "high.app (high)"),
+                       ('ENGINES = {"x": "high.app:App"}\n', "high.app (high)"),
+                       ("def f():\n    from high.top import g\n", "high.top (top)")):
+        (tmp_path / "low/base.py").write_text(text)
+        bad = upward_imports(import_graph(tmp_path, ("low", "high")), layers)
+        assert f"low.base (low) imports {edge}" in bad, (text, bad)
+
+
+def test_an_upward_edge_added_to_the_real_graph_is_caught():
+    graph = import_graph()
+    graph["retrieval.client"] = graph["retrieval.client"] | {"orchestrator.gateway.call"}
+    graph["orchestrator.runtime"] = graph["orchestrator.runtime"] | {"LLM_CALL"}
+    graph["evaluation.preference"] = graph["evaluation.preference"] | {"training.rewards"}
+    assert upward_imports(graph) == [
+        "evaluation.preference (evaluation) imports training.rewards (training)",
+        "orchestrator.runtime (core) imports LLM_CALL (facade)",
+        "retrieval.client (retrieval) imports orchestrator.gateway.call (core)"]
+    # the serving package is the serving layer; a core module of a similar name is not
+    assert [LAYERS[layer_of(m)][0] for m in ("orchestrator.serve", "orchestrator.serve.app",
+                                             "orchestrator.serve_experts", "orchestrator.serving")] == \
+        ["serving", "serving", "core", "core"]
 
 
 def test_one_generation_stack_for_training_and_the_gateway():

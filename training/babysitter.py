@@ -347,7 +347,7 @@ def _setup_logging(state_dir: Path) -> None:
 
 
 def _print_status(rows: list[dict]) -> None:
-    from rich.console import Console
+    from rich.console import Console  # lazy: display only, slow to import
     from rich.table import Table
 
     table = Table(title="babysitter")

@@ -11,7 +11,9 @@ same type check.  `save_config` writes the resolved config next to a run's outpu
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+import time
 import types
 import typing
 from dataclasses import dataclass, field
@@ -22,7 +24,7 @@ import yaml
 
 from orchestrator.engines.common import STATIC_MEMORY_FRACTION, check_memory_fraction
 from orchestrator.toolcall import ARG_MAX_CHARS
-from training.distributed.config import DistributedConfig
+from training.distributed.config import DistributedConfig, DistributedConfigError, validate_distributed
 
 
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
@@ -386,7 +388,6 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"trainer.total_steps must be >= 0 and trainer.epochs >= 1, got "
                           f"{cfg.trainer.total_steps}, {cfg.trainer.epochs}")
     if cfg.distributed.backend == "ray":
-        from training.distributed.config import DistributedConfigError, validate_distributed
         try:
             validate_distributed(cfg.distributed, device=cfg.run.device, engine_kind=cfg.engine.kind)
         except DistributedConfigError as exc:
@@ -456,9 +457,6 @@ def save_run_config(cfg: TrainConfig, run_dir: str | Path, step: int) -> None:
     settings), first append it to `config_history.jsonl`: {"until": time, "step": the step the run
     goes on from (the metrics up to it were logged under that config), "changed": {"section.key":
     {"from", "to"}}, "config"}, so the run folder still says how every logged step was made."""
-    import json
-    import time
-
     run_dir = Path(run_dir)
     path = run_dir / "config.yaml"
     if path.exists():

@@ -9,8 +9,11 @@ from typing import Any
 
 import torch
 
+from orchestrator import engines   # engines.make_engine, looked up per call (a test wraps it)
+from orchestrator.engines.batcher import BatchingEngine
 from orchestrator.engines.capture_lock import exclusive_of_capture
 from training import checkpoint as ckpt
+from training.async_rollouts import VersionedEngine, VersionedWeights
 from training.config import TrainConfig, fingerprint
 from training.logprobs import set_layer_compile
 from training.losses import PPOClipLoss
@@ -27,25 +30,19 @@ def make_engine_for(cfg: TrainConfig, model, tokenizer, folder: str | Path, vers
     weights, not model.path's.  Asynchronous training (`algorithm.max_staleness > 0`): an hf engine
     gets a copy of `model` (it generates while the trainer updates), and a `VersionedEngine` stamps
     each generation with the weights' version (`version` = updates applied so far)."""
-    from orchestrator.engines import make_engine
-
     versioned = cfg.algorithm.max_staleness > 0
     if cfg.engine.kind == "hf" and (cfg.engine.share_weights or versioned):
         source = model
         if versioned:
             source = copy.deepcopy(model).requires_grad_(False)
-        engine = make_engine("hf", source, tokenizer=tokenizer, device=cfg.run.device, max_batch=cfg.engine.max_batch,
-                             compute_dtype=Precision.of(cfg.model.dtype).compute, **cfg.engine.hf_kwargs())
+        engine = engines.make_engine("hf", source, tokenizer=tokenizer, device=cfg.run.device,
+                                     max_batch=cfg.engine.max_batch, compute_dtype=Precision.of(cfg.model.dtype).compute,
+                                     **cfg.engine.hf_kwargs())
     else:   # weights in the dtype the training forward computes in (not the engine's own default)
-        engine = make_engine(cfg.engine.kind, str(folder), dtype=Precision.of(cfg.model.dtype).rollout,
-                             **cfg.engine.hf_kwargs())
+        engine = engines.make_engine(cfg.engine.kind, str(folder), dtype=Precision.of(cfg.model.dtype).rollout,
+                                     **cfg.engine.hf_kwargs())
     if versioned:
-        from training.async_rollouts import VersionedEngine
         engine = VersionedEngine(engine, version)
-    try:
-        from orchestrator.engines.batcher import BatchingEngine
-    except ImportError:
-        return engine
     return BatchingEngine(engine, max_batch=cfg.engine.max_batch, linger_ms=cfg.engine.linger_ms)
 
 
@@ -113,7 +110,6 @@ class LocalLearner:
             if not versioned and not (cfg.engine.kind == "hf" and cfg.engine.share_weights):
                 self.engine.update_weights(self.model.state_dict())
         if versioned:   # between two engine calls: running episodes take their next turn with these
-            from training.async_rollouts import VersionedWeights
             self.engine.update_weights(VersionedWeights(self.model.state_dict() if samples else None, step + 1))
         self.scheduler.step()
         return {**update, **self._decode_rows(), "train/lr": self.scheduler.get_last_lr()[0]}

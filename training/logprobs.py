@@ -35,6 +35,8 @@ import functools
 
 import torch
 
+from orchestrator.engines.compile_regions import compile_dynamic
+
 CHUNK_ELEMENTS = 1 << 28            # float32 logits per chunk: 1 GiB
 
 
@@ -58,8 +60,6 @@ COMPILE_BACKEND = "inductor"        # torch.compile's backend here (the tests co
 
 @functools.cache
 def _compiled(fn):
-    from orchestrator.engines.compile_regions import compile_dynamic
-
     return compile_dynamic(fn, COMPILE_BACKEND)
 
 
@@ -150,8 +150,6 @@ def compiled_layers(model, device: torch.device):
 
 
 def _compiled_forward(layer):
-    from orchestrator.engines.compile_regions import compile_dynamic
-
     cached = getattr(layer, "_toolorchestra_compiled", None)
     if cached is None:
         cached = compile_dynamic(layer.forward, COMPILE_BACKEND)

@@ -125,6 +125,7 @@ class PPOClipLoss(nn.Module):
             clip_frac_low, clip_frac_high, dual_clip_frac, approx_kl (k3 of new vs
             old), ratio_mean, ratio_std; metrics are masked token means over this batch.
         """
+        # Long because: half of it is the docstring of every tensor; the loss reads best in one piece.
         mask = response_mask.bool()                                                # [B, L]
         if advantages.dim() == 1:
             advantages = advantages.unsqueeze(-1)                                  # [B, 1]

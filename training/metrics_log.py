@@ -122,7 +122,7 @@ class MetricsLogger:
         if run is not None:
             try:
                 run.finish()
-                import wandb
+                import wandb  # lazy: only with a W&B run
 
                 # finish() returns before wandb's service has written the run's files (offline:
                 # run-<id>.wandb is still empty then). Stopping the service flushes them, so they

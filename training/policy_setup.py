@@ -15,7 +15,7 @@ def load_policy(path: str, dtype: str, device: str, *, frozen: bool = False):
     """(model, tokenizer) for `model.dtype` = `dtype` (training/precision.py): the trained
     policy in its parameter dtype (float32 master weights for bfloat16), a `frozen` one
     (the KL reference) in the compute dtype."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: heavy (seconds to import)
 
     if not Path(path).exists():
         raise ConfigError(f"model.path: {path!r} does not exist (a Hugging Face model folder)")

@@ -24,8 +24,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from training.logprobs import compiled_layers, linear_logprobs
 from training.losses import PPOClipLoss
-from training.samples import SampleBatch, TurnSample, collate_samples
+from training.samples import SampleBatch, TurnSample, collate_samples, token_logprobs
 
 
 # ---------------------------------------------------------------------------- log-probs
@@ -37,8 +38,6 @@ def response_logprobs(model, batch: SampleBatch, temperature: float = 1.0) -> to
     long prompts.  Logits are divided by the sampling temperature (T > 0), so the
     log-probs are those of the distribution the rollouts were sampled from.
     """
-    from training.logprobs import compiled_layers, linear_logprobs
-
     mask = batch.response_mask.bool()                                          # [B, L]
     rows, cols = mask.nonzero(as_tuple=True)                                   # [N], [N]
     with compiled_layers(model, batch.input_ids.device):                      # CUDA: fused layer kernels
@@ -60,8 +59,6 @@ def response_logprobs(model, batch: SampleBatch, temperature: float = 1.0) -> to
 
 def check_logprob_path(model, vocab_size: int, device) -> None:
     """Refuse models whose logits are not just `lm_head(decoder(x))` (e.g. soft-capped)."""
-    from training.samples import token_logprobs
-
     ids = torch.randint(0, vocab_size, (1, 12), device=device)
     batch = SampleBatch(ids, torch.ones_like(ids), torch.zeros_like(ids), None, torch.zeros(1))
     batch.response_mask[:, 6:] = 1

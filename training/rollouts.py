@@ -93,6 +93,18 @@ class Preempted(Exception):
     """Raised by `collect_rollouts` when a pre-emption was requested mid-collection."""
 
 
+def _checked_price_model_and_slots(tasks, runtime, price_model, slots) -> tuple[str, list[int]]:
+    """`collect_rollouts`' price model (default: the catalog's) and task slots (default 0, 1, ...)."""
+    price_model = price_model or runtime.catalog.orchestrator_price_model
+    if not price_model:
+        raise ValueError("the orchestrator's tokens have no price model: set model.price_model in the training "
+                         "config or orchestrator_price_model in tools.json")
+    slots = list(range(len(tasks))) if slots is None else list(slots)
+    if len(slots) != len(tasks):
+        raise ValueError(f"collect_rollouts: {len(slots)} slots for {len(tasks)} tasks")
+    return price_model, slots
+
+
 def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig, *, rollouts_per_task: int,
                      seed: int, step: int, price_model: str | None, concurrency: int,
                      should_stop: Callable[[], bool] = lambda: False,
@@ -116,13 +128,7 @@ def collect_rollouts(tasks: Sequence[Task], engine, runtime, config: LoopConfig,
     `max_prompt_tokens`: each turn's templated prompt is cut in the middle to this many tokens
     (`rollout.prompt_truncation: middle`, as upstream trains); None: sent whole.
     """
-    price_model = price_model or runtime.catalog.orchestrator_price_model
-    if not price_model:
-        raise ValueError("the orchestrator's tokens have no price model: set model.price_model in the training "
-                         "config or orchestrator_price_model in tools.json")
-    slots = list(range(len(tasks))) if slots is None else list(slots)
-    if len(slots) != len(tasks):
-        raise ValueError(f"collect_rollouts: {len(slots)} slots for {len(tasks)} tasks")
+    price_model, slots = _checked_price_model_and_slots(tasks, runtime, price_model, slots)
     jobs = [(i, j) for j in range(rollouts_per_task) for i in range(len(tasks))]
     groups: list[list[Rollout | None]] = [[None] * rollouts_per_task for _ in tasks]
     left = [rollouts_per_task] * len(tasks)
@@ -206,6 +212,6 @@ def mask_forced_tokens(groups: Sequence[Sequence[Rollout]], tokenizer, eos_ids: 
                     turn.loss_mask = decision_mask(turn.response_ids, choices[key])
                 elif turn.constraint.get("grammar") is not None:
                     if replay is None:
-                        from orchestrator.engines.grammar import token_grammar
+                        from orchestrator.engines.grammar import token_grammar  # lazy: pulls in torch
                         replay = token_grammar(tokenizer, len(tokenizer), ends)
                     turn.loss_mask = replay.decision_mask(turn.constraint["grammar"], turn.response_ids)

@@ -12,9 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
+from data_synthesis.records import TrainingExample
+from orchestrator.domain import SchemaError
+from orchestrator.domain_outcome import tau2_installed
+from orchestrator.episodes.tau2 import tau2_task_of
+from orchestrator.episodes.tau2_solo import task_domain
 from orchestrator.loop import Task
 from orchestrator.textfile import utf8_problem
+from orchestrator.upstream_domains import folder_domain, upstream_marker
 
 SUPPORTED_KINDS = ("qa", "tau2")
 
@@ -32,7 +39,7 @@ def load_tasks(files: Sequence[str], default_preference: dict[str, float] | None
     """
     if not files:
         raise ValueError("data.train_files is empty: list JSONL or parquet task files")
-    from datasets import load_dataset
+    from datasets import load_dataset  # lazy: heavy; only for Hugging Face ids
 
     tasks: list[Task] = []
     for file in files:
@@ -98,9 +105,6 @@ def task_from_record(row: dict[str, Any], where: str, default_preference: dict[s
     needs `metadata.tau2_task` and `metadata.domain_dir` or `metadata.tau2_domain` (TrainingExample: `tau2_task`,
     `domain_dir`); a relative `domain_dir` is taken from `base` (the data file's folder)."""
     if "instruction" in row and "preference_name" in row:
-        from pydantic import ValidationError
-
-        from data_synthesis.records import TrainingExample
         try:
             row = TrainingExample.from_row(row).loop_task_kwargs()
         except (ValidationError, ValueError) as exc:
@@ -138,12 +142,6 @@ def task_from_record(row: dict[str, Any], where: str, default_preference: dict[s
 def _resolve_domain(task: Task, where: str, base: Path | None) -> None:
     """Make a tau2 task's `domain_dir` absolute, load its domain once and check its tau2 task
     with tau2's own model when tau2 is installed (errors name the record)."""
-    from orchestrator.domain import SchemaError
-    from orchestrator.domain_outcome import tau2_installed
-    from orchestrator.episodes.tau2 import tau2_task_of
-    from orchestrator.episodes.tau2_solo import task_domain
-    from orchestrator.upstream_domains import folder_domain, upstream_marker
-
     domain_dir = task.metadata.get("domain_dir")
     if isinstance(domain_dir, str) and domain_dir and not Path(domain_dir).is_absolute() and base is not None:
         task.metadata["domain_dir"] = str((base / domain_dir).resolve())

@@ -28,7 +28,7 @@ def tiny_tokenizer(texts: list[str], vocab_size: int = 400):
 
     EOS is `<|im_end|>` (what ends an assistant turn), pad is `<|endoftext|>`.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # lazy: heavy (seconds to import)
     from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
@@ -54,6 +54,7 @@ def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layer
     attention starts near uniform, so over the quickstart's ~660-token prompt the ~30 tokens that
     end it (the problem, the preference line) get ~30/660 of a full layer's attention and ~30/64
     of a 64-token local layer's (arithmetic on uniform weights, not a measurement)."""
+    # lazy: heavy (seconds to import)
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     if local_window and layers < 2:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.fail_closed import FailClosed
+from orchestrator.resources import raise_nofile_limit
 from training import checkpoint as ckpt
 from training.config import ConfigError, dump_yaml, load_config
 from training.session import run
@@ -38,7 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(dump_yaml(cfg), end="")
         return 0
-    from orchestrator.resources import raise_nofile_limit
 
     raise_nofile_limit()   # soft open-files limit up to the hard one; one line when it cannot
     try:

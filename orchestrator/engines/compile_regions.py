@@ -59,7 +59,7 @@ def compile_dynamic(fn, backend: str = "inductor"):
     sizes that happen to be equal in that call (an attention span and the cache length, a
     sequence length and the hidden size) are not tied into one symbol, whose later split would
     compile again.  Sizes of 1 are still specialized (a new graph where they change)."""
-    from torch.fx.experimental import _config as shape_config
+    from torch.fx.experimental import _config as shape_config  # lazy: heavy (torch)
 
     compiled = torch.compile(fn, dynamic=True, backend=backend)
 

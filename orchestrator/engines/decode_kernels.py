@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from orchestrator.engines.split_kv_attention import split_decode_attention
+
 DECODE_ATTENTION = "toolorchestra_static_decode"
 
 
@@ -21,7 +23,7 @@ def decode_attention(module, query, key, value, attention_mask, dropout: float =
     cache, without repeating the KV heads; longer queries (prefill) take the stock SDPA path.
     query [B, H, 1, D], key/value [B, KV, L, D], attention_mask bool [B, 1, 1, S <= L]: only the
     first S slots are read -> [B, 1, H, D]."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward  # lazy: heavy (seconds to import)
 
     if query.shape[2] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -56,8 +58,6 @@ def decode_attention_split(module, query, key, value, attention_mask, dropout: f
     """`decode_attention` as one fused split-KV (flash-decoding) pass: the Triton kernels of
     orchestrator/engines/split_kv_attention.py on CUDA (the query heads of a KV head share one read of
     its slots, online softmax per split, then a reduction), their torch reference elsewhere."""
-    from orchestrator.engines.split_kv_attention import split_decode_attention
-
     if query.shape[2] != 1:
         return decode_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                 **kwargs)
@@ -69,7 +69,7 @@ ATTENTIONS = {"sdpa": DECODE_ATTENTION, "matmul": DECODE_ATTENTION + "_matmul",
 
 
 def register_attention() -> None:
-    from transformers import AttentionInterface
+    from transformers import AttentionInterface  # lazy: heavy (seconds to import)
 
     AttentionInterface.register(DECODE_ATTENTION, decode_attention)
     AttentionInterface.register(ATTENTIONS["matmul"], decode_attention_matmul)

@@ -25,6 +25,9 @@ import torch
 from orchestrator.engine import Generation, SamplingParams
 from orchestrator.engines.common import (STATIC_MEMORY_FRACTION, check_memory_fraction, completes_stop, decode, eos_token_ids, row_seeds,
                                          validate_request)
+from orchestrator.engines.compile_regions import check_compile_mode
+from orchestrator.engines.grammar import token_grammar
+from orchestrator.engines.hf_static import StaticDecoder
 from orchestrator.engines.sampling import top_p_filter
 
 log = logging.getLogger(__name__)
@@ -50,7 +53,7 @@ class ChoiceTrie:
 
 def _load_folder_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     """All tensors of a saved model folder (safetensors shards, else pytorch_model*.bin)."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # lazy: heavy (torch)
 
     files = sorted(folder.glob("*.safetensors"))
     if files:
@@ -109,7 +112,7 @@ class HFEngine:
                  max_batch: int = 32, seed: int | None = None, compute_dtype: torch.dtype | None = None,
                  decode: str = "auto", static_memory_fraction: float = STATIC_MEMORY_FRACTION,
                  static_compile: str | None = None):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: heavy (seconds to import)
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if isinstance(model, (str, Path)):
@@ -136,11 +139,9 @@ class HFEngine:
         self.decode = decode
         check_memory_fraction(static_memory_fraction, "HFEngine(static_memory_fraction)")
         if static_compile is not None:
-            from orchestrator.engines.compile_regions import check_compile_mode
             check_compile_mode(static_compile, "HFEngine(static_compile)")
         self._static = None
         if decode == "static" or (decode == "auto" and self.device.type == "cuda"):
-            from orchestrator.engines.hf_static import StaticDecoder
             self._static = StaticDecoder(self, memory_fraction=static_memory_fraction,
                                          compile=static_compile if self.device.type == "cuda" else None)
         # rows decoded per path, for a static decoder's users to see how much fell back to the loop
@@ -239,7 +240,6 @@ class HFEngine:
         return tied
 
     def _grammar(self):
-        from orchestrator.engines.grammar import token_grammar
         return token_grammar(self.tokenizer, self.vocab_size, self.eos_ids)
 
     def _generators(self, seeds: list[int | None]) -> list[torch.Generator]:
@@ -297,7 +297,9 @@ class HFEngine:
         return chain, bool(chain) and not node
 
     def _generate_batch(self, prompts, params: SamplingParams, seeds, deadlines=None, cancels=None) -> list[Generation]:
-        from transformers import DynamicCache
+        # Long because: one decode loop whose per-step state (cache, ids, masks, finished rows,
+        # deadlines, cancels) every line reads and writes; split, the pieces would pass all of it around.
+        from transformers import DynamicCache  # lazy: heavy (seconds to import)
 
         n, width = len(prompts), max(len(p) for p in prompts)
         deadlines = [None] * n if deadlines is None else deadlines

@@ -309,7 +309,7 @@ class StaticDecoder:
 
     # ---------------------------------------------------------------- state per shape
     def _state(self, rows: int, length: int) -> _Shape:
-        from transformers import StaticCache
+        from transformers import StaticCache  # lazy: heavy (seconds to import)
 
         key = (rows, length)
         if key in self._shapes:
@@ -416,6 +416,8 @@ class StaticDecoder:
             return self._generate(prompts, params, seeds)
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams, seeds) -> list[Generation]:
+        # Long because: the static decode loop (prefill, then one captured graph per span) shares its
+        # buffers across every step; split, the pieces would pass all of them around.
         engine, dev = self.engine, self.engine.device
         n, width = len(prompts), max(len(p) for p in prompts)
         rows, length = self.shape(prompts, params)

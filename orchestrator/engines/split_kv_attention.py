@@ -85,10 +85,12 @@ _KERNELS = None
 
 
 def _kernels():
+    # Long because: the two Triton kernels are defined here, together, so that triton is imported
+    # only on a GPU that runs them; split, each would still need this function's imports.
     global _KERNELS
     if _KERNELS is not None:
         return _KERNELS
-    import triton
+    import triton  # lazy: GPU only
     import triton.language as tl
 
     @triton.jit

@@ -49,7 +49,7 @@ class WorkerWeightSync:
         `reload_weights` re-processes every layer whose weights it loaded; a tied lm_head
         gets no tensors of its own, so its oneDNN handle still holds the old embeddings.
         """
-        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm  # lazy: optional (vllm), heavy
         from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
         for module in self.model_runner.get_model().modules():
@@ -91,7 +91,7 @@ class VLLMEngine:
     def __init__(self, model_path, tokenizer=None, *, dtype: str | None = None, max_model_len: int = 4096,
                  seed: int = 0, weight_sync: str = "inplace", in_process: bool | None = None,
                  work_dir: str | None = None, **llm_kwargs):
-        from vllm.platforms import current_platform
+        from vllm.platforms import current_platform  # lazy: optional (vllm), heavy
 
         if weight_sync not in ("inplace", "rebuild"):
             raise ValueError(f"VLLMEngine: weight_sync={weight_sync!r} must be 'inplace' or 'rebuild'")
@@ -127,7 +127,7 @@ class VLLMEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams, *,
                  seeds: list[int | None] | None = None) -> list[Generation]:
         """Continue each prompt (token ids) once; one `Generation` per prompt, in order."""
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import TokensPrompt  # lazy: optional (vllm), heavy
 
         validate_request(prompts, params, self.vocab_size, self.max_model_len)
         seeds = row_seeds(params, len(prompts)) if seeds is None else list(seeds)
@@ -160,7 +160,7 @@ class VLLMEngine:
 
     # ---------------------------------------------------------------- generation
     def _sampling(self, params: SamplingParams, seed: int | None):
-        from vllm import SamplingParams as VSamplingParams
+        from vllm import SamplingParams as VSamplingParams  # lazy: optional (vllm), heavy
         from vllm.sampling_params import StructuredOutputsParams
 
         if params.unconstrained_logprobs and (params.choices or params.grammar):
@@ -182,7 +182,7 @@ class VLLMEngine:
 
     # ---------------------------------------------------------------- engine life cycle
     def _build(self, weights_path: str):
-        import vllm.envs
+        import vllm.envs  # lazy: optional (vllm), heavy
         from vllm import LLM
 
         env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")} if self.on_cpu else {}
@@ -237,7 +237,7 @@ class VLLMEngine:
                 raise FileNotFoundError(f"update_weights: {folder} needs config.json and *.safetensors "
                                         "(write it with model.save_pretrained)")
             return folder
-        from safetensors.torch import save_file
+        from safetensors.torch import save_file  # lazy: heavy (torch)
 
         self._drop_saved()
         folder = Path(tempfile.mkdtemp(prefix="vllm-weights-", dir=self.work_dir))

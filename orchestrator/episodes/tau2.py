@@ -26,8 +26,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from orchestrator.context import TokenCounter
 from orchestrator.episodes.base import LoopConfig, Task, task_catalog
+from orchestrator.episodes.tau2_solo import run_solo_episode
 from orchestrator.records import Rollout
 
 USER_MODES = ("simulator", "solo")
@@ -37,7 +40,7 @@ def tau2_domain_name(task: Task) -> str:
     """The tau2 registry name of the task's environment (a synthesized folder is registered once)."""
     meta = task.metadata or {}
     if meta.get("domain_dir"):
-        from orchestrator.tau2_env import register_domain
+        from orchestrator.tau2_env import register_domain  # lazy: pulls in tau2
 
         if not Path(meta["domain_dir"]).is_dir():
             raise ValueError(f"task {task.id}: metadata.domain_dir {meta['domain_dir']!r} is not a folder")
@@ -52,8 +55,7 @@ def tau2_domain_name(task: Task) -> str:
 def tau2_task_of(task: Task):
     """The task's tau2 Task, validated by tau2's own model (errors name the task and field)."""
     from orchestrator.episodes import tau2_agent  # noqa: F401 - quiets litellm / tau2 logging first
-    from pydantic import ValidationError
-    from tau2.data_model.tasks import Task as Tau2Task
+    from tau2.data_model.tasks import Task as Tau2Task  # lazy: optional (tau2 extra), heavy
 
     raw = (task.metadata or {}).get("tau2_task")
     if isinstance(raw, Tau2Task):
@@ -79,13 +81,11 @@ def run_tau2_episode(task: Task, policy, runtime, config: LoopConfig, counter: T
     """One tau2 conversation of `task` (see the module docstring).  `metadata.call_expert: false`
     leaves call_expert out (a plain tau2 agent: run_tau2.py --mode none)."""
     if config.tau2_user == "solo":
-        from orchestrator.episodes.tau2_solo import run_solo_episode
         return run_solo_episode(task, policy, runtime, config, counter)
     if config.tau2_user != "simulator":
         raise ValueError(f"tau2_user {config.tau2_user!r}: choose one of {USER_MODES}")
-    from orchestrator.episodes.tau2_agent import LLMCallUser, PolicyAgent
-    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
-    from tau2.orchestrator.orchestrator import Orchestrator
+    from orchestrator.episodes.tau2_agent import LLMCallUser, PolicyAgent  # lazy: pulls in tau2
+    from tau2.orchestrator.orchestrator import Orchestrator  # lazy: optional (tau2 extra), heavy
     from tau2.registry import registry
 
     domain = tau2_domain_name(task)
@@ -118,6 +118,14 @@ def run_tau2_episode(task: Task, policy, runtime, config: LoopConfig, counter: T
         if not rollout.stop_reason.startswith("error"):
             rollout.stop_reason = f"error: {type(exc).__name__}: {exc}"
         return rollout
+    return _scored(rollout, simulation, tau2_task, domain, runtime)
+
+
+def _scored(rollout: Rollout, simulation, tau2_task, domain: str, runtime) -> Rollout:
+    """`rollout` with tau2's verdict on `simulation` (reward, termination, the last message, the
+    simulation itself); an evaluator that cannot score drops the rollout (stop_reason "error: ...")."""
+    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # lazy: optional (tau2 extra), heavy
+
     simulation.trial = 0
     basis = {b.value for b in (tau2_task.evaluation_criteria.reward_basis if tau2_task.evaluation_criteria else [])}
     kind = EvaluationType.ALL_WITH_NL_ASSERTIONS if "NL_ASSERTION" in basis else EvaluationType.ALL

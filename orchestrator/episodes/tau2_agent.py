@@ -42,21 +42,23 @@ from typing import Callable, Optional
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LOGURU_LEVEL", "ERROR")
 
-from tau2.agent.base import LocalAgent, ValidAgentInputMessage, is_valid_agent_history_message  # noqa: E402
-from tau2.agent.llm_agent import AGENT_INSTRUCTION, SYSTEM_PROMPT, LLMAgentState  # noqa: E402
-from tau2.data_model.message import (AssistantMessage, Message, MultiToolMessage, SystemMessage,  # noqa: E402
-                                     ToolCall, ToolMessage, UserMessage)
-from tau2.user.user_simulator import UserSimulator  # noqa: E402
+from tau2.agent.base import LocalAgent, ValidAgentInputMessage, is_valid_agent_history_message  # noqa: E402 (env first)
+from tau2.agent.llm_agent import AGENT_INSTRUCTION, SYSTEM_PROMPT, LLMAgentState  # noqa: E402 (env first)
+from tau2.data_model.message import (AssistantMessage, Message, MultiToolMessage,  # noqa: E402 (env first)
+                                     SystemMessage, ToolCall, ToolMessage, UserMessage)
+from tau2.user.user_simulator import UserSimulator  # noqa: E402 (env first)
 
-from orchestrator.catalog import Catalog  # noqa: E402
-from orchestrator.context import TokenCounter  # noqa: E402
-from orchestrator.episodes.base import take_turn  # noqa: E402
-from orchestrator.episodes.tau2_common import (AGENT_FORMAT, EXPERT_POLICY, EXPERT_TOOL,  # noqa: E402,F401
-                                               OMITTED, TRANSFER_TOOL, WAIT, agent_format, delivered_train,
+from orchestrator.catalog import Catalog  # noqa: E402 (env first)
+from orchestrator.context import TokenCounter  # noqa: E402 (env first)
+from orchestrator.episodes.base import take_turn  # noqa: E402 (env first)
+from orchestrator.episodes.tau2_common import (AGENT_FORMAT, EXPERT_POLICY,  # noqa: E402,F401 (env first; re-exports)
+                                               EXPERT_TOOL, OMITTED, TRANSFER_TOOL, WAIT, agent_format, delivered_train,
                                                expert_policy, expert_schema, fit_context, kept_calls,
                                                reads_agent_chat, rewrites, suffix_for, tool_response, with_suffix)
-from orchestrator.records import ExpertCall, LLMResponse, Rollout, Usage  # noqa: E402
-from orchestrator.toolcall import ToolCallError, format_tool_call, validate_schema_call  # noqa: E402
+from orchestrator.gateway import get_llm_response  # noqa: E402 (env first)
+from orchestrator.records import ExpertCall, LLMResponse, Rollout, Usage  # noqa: E402 (env first)
+from orchestrator.toolcall import (ToolCallError, format_tool_call,  # noqa: E402 (env first)
+                                   message_or_call_grammar, validate_schema_call)
 
 EMPTY_RETRIES = 2   # the user simulator's empty reply is asked again this many times
 
@@ -66,8 +68,6 @@ class AgentFailure(RuntimeError):
 
 
 def _default_llm(*args, **kwargs) -> LLMResponse:
-    from LLM_CALL import get_llm_response
-
     return get_llm_response(*args, **kwargs)
 
 
@@ -117,7 +117,6 @@ class PolicyAgent(LocalAgent[LLMAgentState]):
             [expert_schema(catalog, self.expert, self.settings.expert_text)] if self.expert else [])
         self.grammar = None
         if config.constrained:
-            from orchestrator.toolcall import message_or_call_grammar
             self.grammar = message_or_call_grammar(self.schemas, config.max_string_chars)
 
     @property

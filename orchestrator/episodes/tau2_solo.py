@@ -148,6 +148,22 @@ def execute(domain: Domain, db: dict, call: ToolCall) -> DomainStep:
         return DomainStep(name=call.name, arguments=call.arguments, result=f"Error: {exc}", error=True)
 
 
+def _expert_action(call, turn, messages, runtime, catalog, settings, expert_tools):
+    """(the action the expert named by `call` proposes, checked against the domain's tools; the
+    observation's prefix naming it), or (None, the error the orchestrator reads).  Sets `turn.expert`."""
+    alias = call.arguments[catalog.tool(EXPERT_TOOL).argument]
+    suffix = suffix_for(settings, catalog.tool(EXPERT_TOOL).aliases[alias].model)
+    turn.expert, action = runtime.propose(EXPERT_TOOL, alias, with_suffix(messages, suffix), expert_tools, catalog)
+    if action is not None:
+        try:
+            validate_schema_call(action, expert_tools)
+        except ToolCallError as exc:
+            turn.expert.error, action = f"invalid proposal: {exc}", None
+    if action is None:
+        return None, f"Error: {alias} proposed no valid action ({turn.expert.error})"
+    return action, f"[{alias} called {action.name}({json.dumps(action.arguments)})]\n"
+
+
 def run_solo_episode(task, policy, runtime, config, counter: TokenCounter | None = None) -> Rollout:
     """One solo function-calling episode of `task` (kind tau2); see the module docstring."""
     dt = domain_task(task, runtime.prompts)
@@ -179,19 +195,10 @@ def run_solo_episode(task, policy, runtime, config, counter: TokenCounter | None
         turn.valid = True
         action, prefix = calls[0], ""
         if action.name == EXPERT_TOOL:
-            alias = action.arguments[catalog.tool(EXPERT_TOOL).argument]
-            suffix = suffix_for(settings, catalog.tool(EXPERT_TOOL).aliases[alias].model)
-            turn.expert, action = runtime.propose(EXPERT_TOOL, alias, with_suffix(messages, suffix), expert_tools,
-                                                  catalog)
-            if action is not None:
-                try:
-                    validate_schema_call(action, expert_tools)
-                except ToolCallError as exc:
-                    turn.expert.error, action = f"invalid proposal: {exc}", None
+            action, prefix = _expert_action(action, turn, messages, runtime, catalog, settings, expert_tools)
             if action is None:
-                transcript.add(_said(out), f"Error: {alias} proposed no valid action ({turn.expert.error})")
+                transcript.add(_said(out), prefix)
                 continue
-            prefix = f"[{alias} called {action.name}({json.dumps(action.arguments)})]\n"
         turn.action = action
         if action.name == DONE_TOOL:
             message = action.arguments.get("message") or ""

@@ -5,13 +5,7 @@ from __future__ import annotations
 
 from orchestrator.redaction import redact
 
-
-class GatewayConfigError(ValueError):
-    """A problem in configs/models.yaml or an endpoints file, as one line: file, key, problem
-    (redacted too: a preflight's line may quote what a server answered)."""
-
-    def __init__(self, message: str = "", *args):
-        super().__init__(redact(str(message)), *args)
+from retrieval.endpoints import GatewayConfigError  # defined in the bottom layer, beside the endpoints file it reports on
 
 
 class UnknownModelError(GatewayConfigError, KeyError):

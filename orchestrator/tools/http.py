@@ -135,14 +135,19 @@ def _caller(spec: Spec, headers: dict[str, str]):
             # the policy's own wording names configs/models.yaml (the gateway's): say it for a tool
             what = f"{spec.url} did not answer within {ctx.timeout_s:g} s" if exc.timed_out else str(exc)
             raise ToolFailure(f"{what} (attempts within timeout_s: at most {spec.retries + 1})", fix=fix) from None
-        text = body.decode("utf-8", "replace")
-        if not text.strip():
-            raise ToolFailure(f"{spec.url} answered an empty body", fix="make the service answer JSON")
-        if spec.response == "text":
-            return text
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            raise ToolFailure(f"{spec.url} answered {ctype or 'no content type'}, not JSON: {text[:120]!r}",
-                              fix="point `url` at the JSON API, or set \"response\": \"text\" in tools.json") from None
+        return _decoded(spec, ctype, body)
     return call
+
+
+def _decoded(spec: Spec, ctype: str, body: bytes):
+    """The tool's output from the service's body: the text, or its JSON (`response`)."""
+    text = body.decode("utf-8", "replace")
+    if not text.strip():
+        raise ToolFailure(f"{spec.url} answered an empty body", fix="make the service answer JSON")
+    if spec.response == "text":
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise ToolFailure(f"{spec.url} answered {ctype or 'no content type'}, not JSON: {text[:120]!r}",
+                          fix="point `url` at the JSON API, or set \"response\": \"text\" in tools.json") from None

@@ -1,6 +1,6 @@
 """Evaluation under chaos, the short version (issue 28 items 2 and 4; the long one is
 bench/chaos_eval.py): run_frames.py's code against the mock backend (a subprocess) and the
-retrieval server (a subprocess), each behind orchestrator/faults.py's proxy.
+retrieval server (a subprocess), each behind bench/faults.py's proxy.
 
 - 30 tasks at concurrency 8, clean and with 10% of requests faulted (every kind, bursts of 2) and
   the retrieval server killed and restarted once mid-run, with stray provider variables pointing
@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from chaos_eval import MAX_RETRIES, compare, one_run, write_world  # noqa: E402
 
-from orchestrator.faults import FaultPlan  # noqa: E402
+from faults import FaultPlan  # noqa: E402
 from orchestrator.resources import ResourceSampler  # noqa: E402
 
 TASKS = 64

@@ -127,7 +127,7 @@ def test_replies_that_are_not_json_are_retried_and_proxy_variables_are_ignored(s
     """A 200 whose body is cut short or is an HTML page is a failed attempt, retried (before: a bare
     JSONDecodeError); HTTP(S)_PROXY / ALL_PROXY pointing at a dead port change nothing (before: httpx
     honoured them and every search went to the proxy)."""
-    from orchestrator.faults import FaultPlan, FaultProxy
+    from faults import FaultPlan, FaultProxy
 
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "all_proxy"):
         monkeypatch.setenv(var, dead_url())

@@ -3,7 +3,7 @@
 ranks and a rollout engine actor on resources of their own (split mode, broadcast sync), on the
 tiny world; the experts take 0.3 s, so the next batch's rollouts run beside the update.
 
-- The rollout engine SIGKILLed (orchestrator/faults.py `kill_actor_on_call`) in its first
+- The rollout engine SIGKILLed (bench/faults.py `kill_actor_on_call`) in its first
   generation while step 2's update is made (after the first weight sync; the update is followed
   by a 2 s pause before its weights are synced): a call of batch 3, in flight.  Ray restarts it
   with its start-up weights (version 0); it is refused, sent the trainer's weights labelled with
@@ -100,7 +100,7 @@ def rollout_engine_killed(tmp_path_factory, train_world, ray_local):
     """The run whose rollout engine is killed mid-step (module docstring): what it observed."""
     from transformers import AutoTokenizer
 
-    from orchestrator.faults import kill_actor_on_call
+    from faults import kill_actor_on_call
     from training.distributed.group import RayPolicy
 
     root = tmp_path_factory.mktemp("async-ray-engine-killed")
@@ -160,7 +160,7 @@ def test_async_on_ray_a_trainer_rank_killed_mid_update_resumes_from_this_runs_ch
     The run restarts its actors from its step-1 checkpoint; the new producer takes the tasks from
     the checkpoint's data position (batch 2 again, not batch 4) at the checkpoint's version, so
     step 2 is made again from version 1, with no turn of the abandoned batches in it."""
-    from orchestrator.faults import kill_actor_on_call
+    from faults import kill_actor_on_call
 
     kills = []
     _restarted_run(tmp_path, train_world, monkeypatch, capfd, lambda policy: kills.append(
@@ -179,7 +179,7 @@ def test_async_on_ray_a_refresh_failing_on_a_dead_rank_errors_episodes_only_and_
     import os
     import signal
 
-    from orchestrator.faults import actor_pid, kill_actor_on_call
+    from faults import actor_pid, kill_actor_on_call
     from training.distributed.group import TrainerWorkerDead
 
     kills, refreshes, rank_killed = [], [], []

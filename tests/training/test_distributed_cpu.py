@@ -217,11 +217,11 @@ def test_dead_engine_chunks_are_retried_on_the_others_then_named(ray_local):
 
 
 def test_a_killed_engine_restarts_and_gets_the_current_weights_before_it_serves(ray_local):
-    """Engines started with max_restarts, one SIGKILLed mid-call (orchestrator/faults.py): its rows
+    """Engines started with max_restarts, one SIGKILLed mid-call (bench/faults.py): its rows
     are generated again, whole, by the other; Ray restarts it with its start-up weights (version
     0), and it is refreshed to the policy's version before it serves again: no row ever comes
     from version 0.  Alone, an engine killed mid-call is waited for, refreshed, and serves."""
-    from orchestrator.faults import kill_actor_on_call
+    from faults import kill_actor_on_call
     from training.distributed.group import RayEngine
     from training.distributed.rollout_worker import StaleWeights
 

@@ -348,7 +348,7 @@ class Outages:
 
 @contextlib.contextmanager
 def retrieval_server(index: Path, log: Path):
-    from orchestrator.faults import ServerProcess
+    from faults import ServerProcess
     from orchestrator.serving import free_port
 
     port = free_port()   # fixed for the run: a restart comes back on the same one

@@ -1,7 +1,7 @@
 """Training under chaos on Ray (issue 28 item 3): the distributed loop on a local Ray cluster
 (CPU, gloo), two DeepSpeed ZeRO-2 trainer ranks and a rollout engine (split mode, broadcast
 sync) on the tiny world, with an actor's process SIGKILLed while one of its calls is in flight
-(orchestrator/faults.py `kill_actor_on_call`):
+(bench/faults.py `kill_actor_on_call`):
 
 - the rollout engine killed in its first generation of step 2: Ray restarts it (max_restarts)
   with its start-up weights (policy version 0); the step waits for it, sends it the current
@@ -77,7 +77,7 @@ def test_a_rollout_engine_killed_mid_step_restarts_with_the_current_weights(
         tmp_path, train_world, ray_local, uninterrupted):
     from transformers import AutoTokenizer
 
-    from orchestrator.faults import kill_actor_on_call
+    from faults import kill_actor_on_call
     from training.distributed.group import RayPolicy
     from training.session import run_distributed
 
@@ -104,7 +104,7 @@ def test_a_rollout_engine_killed_mid_step_restarts_with_the_current_weights(
 
 def test_a_trainer_rank_killed_mid_update_resumes_from_the_last_checkpoint_by_itself(
         tmp_path, train_world, ray_local, uninterrupted, monkeypatch, capfd):
-    from orchestrator.faults import kill_actor_on_call
+    from faults import kill_actor_on_call
     from training.distributed.group import RayPolicy
     from training.session import run_distributed
 

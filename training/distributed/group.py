@@ -37,9 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.engine import SamplingParams
+from training.checkpoint import save_checkpoint
+from training.compile_cache import compile_cache_env
 from training.distributed.config import DistributedConfig, resolved_sync, validate_distributed
+from training.distributed.placement import Placement, connect, forwarded_env
+from training.distributed.rollout_worker import RolloutWorker, StaleWeights
+from training.distributed.train_worker import TrainWorker
 from training.distributed.update import combine_metrics, deepspeed_config, shard_samples
 from orchestrator.engines.common import row_seeds
+from training.policy_setup import reference_path
+from training.precision import Precision
 
 log = logging.getLogger("toolorchestra.distributed")
 
@@ -51,8 +58,6 @@ def rollout_engine_kwargs(cfg, dist: DistributedConfig, ipc: bool) -> dict[str, 
     rounded copy of a float32 policy, and its weights would never equal the trainer's.  So
     model.dtype float32 serves rollouts in float32 too (vLLM: twice the memory of bf16 and
     not its FlashAttention kernels); on GPUs train with bfloat16, as training/configs/paper.yaml does."""
-    from training.precision import Precision
-
     kwargs = dict(dist.engine_args)
     kwargs.setdefault("dtype", Precision.of(cfg.model.dtype).rollout)
     for key, value in cfg.engine.hf_kwargs().items():
@@ -111,9 +116,7 @@ class RayEngine:
     def _revive(self) -> None:
         """Ask each down engine whether it is back; wait (up to restart_wait_s) only when no
         engine is live.  Engines back with older weights are refreshed before they serve."""
-        import time
-
-        import ray
+        import ray  # lazy: optional (distributed extra)
         from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
         deadline = time.monotonic() + (self.restart_wait_s if not self._alive() else 0.0)
@@ -151,10 +154,8 @@ class RayEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams, *, seeds: list[int | None] | None = None):
         """`seeds`: one per row (a BatchingEngine merging seeded calls passes each row's own);
         default `params.seed + i` per row."""
-        import ray
+        import ray  # lazy: optional (distributed extra)
         from ray.exceptions import RayActorError
-
-        from training.distributed.rollout_worker import StaleWeights
 
         seeds = row_seeds(params, len(prompts)) if seeds is None else list(seeds)
         if len(seeds) != len(prompts):
@@ -207,7 +208,7 @@ def gather_ranks(refs: list, death_grace_s: float = DEATH_GRACE_S) -> list:
     death (gloo's "connection reset" when the peer's process is gone): the other calls then get
     `death_grace_s` to show a dead rank, and the error is that death; if none shows, the rank's
     error as it is."""
-    import ray
+    import ray  # lazy: optional (distributed extra)
     from ray.exceptions import RayActorError
 
     rank_of = {ref: i for i, ref in enumerate(refs)}
@@ -285,9 +286,7 @@ class RayPolicy:
         `version`: the updates they hold (a checkpoint's step), the engines' start-up version.
         Anything started is stopped again when a later part fails.
         """
-        import ray
-
-        from training.distributed.placement import Placement, connect
+        import ray  # lazy: optional (distributed extra)
 
         on_gpu = cfg.run.device.startswith("cuda")
         validate_distributed(dist, device=cfg.run.device, engine_kind=cfg.engine.kind)
@@ -305,13 +304,8 @@ class RayPolicy:
         return policy
 
     def _start_actors(self, cfg, placement, model_path: str, tokenizer, total_steps: int) -> None:
-        import ray
+        import ray  # lazy: optional (distributed extra)
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from training.compile_cache import compile_cache_env
-        from training.distributed.placement import forwarded_env
-        from training.distributed.rollout_worker import RolloutWorker
-        from training.distributed.train_worker import TrainWorker
 
         dist, device, threads = self.dist, cfg.run.device, cfg.run.threads
         ipc = self.sync_kind == "cuda_ipc"     # engine in its own process on the rank's GPU
@@ -342,7 +336,6 @@ class RayPolicy:
                 cfg.engine.kind, model_path, engine_kwargs, device=device, threads=threads, version=self.version)
                 for j in range(dist.rollout_workers)]
         master = ray.get(self.trainers[0].address.remote())
-        from training.policy_setup import reference_path
 
         reference = reference_path(cfg) if cfg.algorithm.kl_coef > 0 else None
         optim = {"lr": cfg.optim.lr, "betas": cfg.optim.betas, "eps": cfg.optim.eps,
@@ -370,7 +363,7 @@ class RayPolicy:
     def _join_sync_group(self, engines) -> list:
         """A new weight-sync group of trainer rank 0 and the engines `engines` (indices); returns
         their incarnations (a group with a dead member cannot be used again: it is re-formed)."""
-        import ray
+        import ray  # lazy: optional (distributed extra)
 
         host, port = ray.get(self.trainers[0].address.remote())
         engines = list(engines)
@@ -390,7 +383,7 @@ class RayPolicy:
         from their ranks.  The full group is re-formed at the next sync.  They are policy version
         `self.version`, or the next one while an update not yet synced is made (asynchronous
         training: the ranks send after the update they are running)."""
-        import ray
+        import ray  # lazy: optional (distributed extra)
 
         engines = [int(n.rsplit("-", 1)[1]) for n in names]
         plan = self._weight_plan()
@@ -426,7 +419,7 @@ class RayPolicy:
     def update(self, samples, *, pad_id: int, temperature: float, micro_batch_size: int, ppo_epochs: int,
                mini_batches: int, old_logprobs: str, seed: int, loss: dict) -> dict[str, float]:
         """One PPO step over every trainer rank; the metrics `ppo_update` reports, plus time."""
-        import ray
+        import ray  # lazy: optional (distributed extra)
 
         if self.sync_kind == "cuda_ipc":   # colocated engines give their GPU memory to the update
             ray.get([w.sleep.remote() for w in self.rollouts])
@@ -450,7 +443,7 @@ class RayPolicy:
         """Push the trainer's weights to every engine as policy `version` (default: the next one);
         returns seconds (logged per step).  Engines restarting are waited for; the sync group is
         re-formed when one of its members restarted (or a refresh replaced it)."""
-        import ray
+        import ray  # lazy: optional (distributed extra)
 
         if self.sync_kind == "inprocess":
             seconds = max(self._on_ranks(lambda t: t.sync_inprocess.remote()))
@@ -478,9 +471,7 @@ class RayPolicy:
     def _engines_back(self) -> list:
         """Each engine's incarnation, once it answers: one restarting is waited for (up to
         distributed.restart_wait_s); one gone for good stops the job (resubmitted, it resumes)."""
-        import time
-
-        import ray
+        import ray  # lazy: optional (distributed extra)
         from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
         out = []
@@ -504,9 +495,7 @@ class RayPolicy:
     def save(self, root: Path, step: int, tokenizer, state: dict, fingerprint: dict, keep: int) -> Path:
         """A training.checkpoint checkpoint whose model/ holds the full weights and whose
         deepspeed/ holds every rank's optimizer partition."""
-        import ray
-
-        from training.checkpoint import save_checkpoint
+        import ray  # lazy: optional (distributed extra)
 
         root = Path(root)
         staged = _Staged(root / f".model-{step:08d}", root / f".deepspeed-{step:08d}")
@@ -519,7 +508,7 @@ class RayPolicy:
 
     def load(self, checkpoint_path: Path, scheduler_state: dict | None) -> None:
         """Every rank takes its optimizer partition (and the weights) from a checkpoint."""
-        import ray
+        import ray  # lazy: optional (distributed extra)
 
         folder = Path(checkpoint_path) / "deepspeed"
         if not folder.is_dir():
@@ -529,7 +518,7 @@ class RayPolicy:
 
     def weights_digests(self) -> dict[str, str]:
         """Digest of the trainer's weights and of every engine's (equal after `sync`)."""
-        import ray
+        import ray  # lazy: optional (distributed extra)
 
         out = {"trainer": ray.get(self.trainers[0].weights_digest.remote())}
         if self.rollouts:
@@ -542,7 +531,7 @@ class RayPolicy:
 
     def shutdown(self) -> None:
         """Stop every actor and release the placement group."""
-        import ray
+        import ray  # lazy: optional (distributed extra)
         from ray.util.placement_group import remove_placement_group
 
         for actor in self.trainers + self.rollouts:

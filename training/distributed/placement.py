@@ -31,7 +31,7 @@ def forwarded_env() -> dict[str, str]:
 
 def connect(address: str, *, num_cpus: int | None = None):
     """ray.init for "local" (start one here) or "auto"/"host:port" (join); idempotent."""
-    import ray
+    import ray  # lazy: optional (distributed extra)
 
     if ray.is_initialized():
         return ray
@@ -78,7 +78,7 @@ class Placement:
 
     def reserve(self, timeout_s: float = 120.0):
         """A placement group holding every bundle (trainer ranks first); waits until placed."""
-        import ray
+        import ray  # lazy: optional (distributed extra)
         from ray.util.placement_group import placement_group
 
         bundles = self.trainer_bundles + self.rollout_bundles

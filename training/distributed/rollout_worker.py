@@ -23,6 +23,7 @@ import time
 
 import torch
 
+from orchestrator.engines import make_engine
 from training.distributed.weight_sync import Bucket, SyncGroup, digest, receive_ipc, unpack
 
 
@@ -40,8 +41,6 @@ class StaleWeights(RuntimeError):
 class RolloutWorker:
     def __init__(self, kind: str, model_path: str, engine_kwargs: dict, *, device: str, threads: int = 0,
                  version: int = 0):
-        from orchestrator.engines import make_engine
-
         if threads:
             torch.set_num_threads(threads)
         self.device = torch.device("cuda", 0) if device.startswith("cuda") else torch.device("cpu")

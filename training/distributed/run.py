@@ -20,8 +20,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from orchestrator.engines.batcher import BatchingEngine
 from training import checkpoint as ckpt
+from training.async_rollouts import VersionedWeights
+from training.config import fingerprint
 from training.distributed.config import DistributedConfig
+from training.distributed.group import RayPolicy, TrainerWorkerDead
+from training.policy_setup import pad_token_id, reference_path
 from training.samples import mini_batch_count
 
 
@@ -51,8 +56,6 @@ class RayLearner:
     backend = "ray"
 
     def __init__(self, cfg, dist: DistributedConfig, policy, tokenizer, owned: bool):
-        from orchestrator.engines.batcher import BatchingEngine
-
         self.cfg, self.dist, self.policy, self.tokenizer, self.owned = cfg, dist, policy, tokenizer, owned
         self.layout = {"trainer_workers": dist.trainer_workers, "zero_stage": dist.zero_stage}
         self.versioned = cfg.algorithm.max_staleness > 0
@@ -70,10 +73,7 @@ class RayLearner:
               dist: DistributedConfig | None = None, policy=None) -> "RayLearner":
         """Check the checkpoint (before any actor starts), then start the actors (or use the
         already started `policy`, left running on close) and load the checkpoint into them."""
-        from transformers import AutoTokenizer
-
-        from training.distributed.group import RayPolicy
-        from training.policy_setup import reference_path
+        from transformers import AutoTokenizer  # lazy: heavy (seconds to import)
 
         dist = dist or cfg.distributed
         layout = {"trainer_workers": dist.trainer_workers, "zero_stage": dist.zero_stage}
@@ -110,8 +110,6 @@ class RayLearner:
 
     @contextmanager
     def _restartable(self):
-        from training.distributed.group import TrainerWorkerDead
-
         try:
             yield
         except TrainerWorkerDead as exc:
@@ -127,7 +125,6 @@ class RayLearner:
                 return update
         else:
             cfg = self.cfg
-            from training.policy_setup import pad_token_id
 
             update = self.policy.update(samples, pad_id=pad_token_id(self.tokenizer),
                                         temperature=cfg.rollout.temperature,
@@ -137,7 +134,6 @@ class RayLearner:
                                         old_logprobs="decoupled" if self.versioned else cfg.algorithm.old_logprobs,
                                         seed=cfg.run.seed * 100_003 + step, loss=_loss_settings(cfg))
         if self.versioned:   # between two engine calls; an empty step moves the version (same weights)
-            from training.async_rollouts import VersionedWeights
 
             self.engine.update_weights(VersionedWeights(None, step + 1))
             update["time/weight_sync"] = self._synced.seconds
@@ -146,8 +142,6 @@ class RayLearner:
         return update
 
     def save(self, step: int, state: dict[str, Any]) -> Path:
-        from training.config import fingerprint
-
         state = {**state, "backend": self.backend, "distributed": self.layout}
         with self._restartable():
             return self.policy.save(Path(self.cfg.run.dir) / "checkpoints", step, self.tokenizer, state,

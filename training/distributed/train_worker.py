@@ -8,12 +8,20 @@ ranks at once unless it says "rank 0".  Devices: a rank sees the one GPU Ray gav
 from __future__ import annotations
 
 import os
+import socket
 import time
 from typing import Any
 
 import torch
 
+from orchestrator.engines import make_engine
+from training.checkpoint import rng_state
+from training.distributed.update import rank_update
 from training.distributed.weight_sync import Bucket, SyncGroup, digest, full_meta, ipc_handles, plan_buckets
+from training.logprobs import set_layer_compile
+from training.losses import PPOClipLoss
+from training.policy_setup import make_scheduler
+from training.ppo import check_logprob_path
 
 
 class TrainWorker:
@@ -30,9 +38,7 @@ class TrainWorker:
 
     def address(self) -> tuple[str, int]:
         """This node's address and a free port on it (rank 0 hosts the rendezvous)."""
-        import socket
-
-        import ray
+        import ray  # lazy: optional (distributed extra)
 
         with socket.socket() as s:
             s.bind(("", 0))
@@ -44,12 +50,8 @@ class TrainWorker:
               gradient_checkpointing: bool, seed: int, compile_update: bool = True) -> dict[str, Any]:
         """Join the trainer ranks' process group (`master`: rank 0's address and port), load
         the policy (+ reference), wrap it in DeepSpeed; returns {"params": count}."""
-        import deepspeed
-        from transformers import AutoModelForCausalLM
-
-        from training.logprobs import set_layer_compile
-        from training.policy_setup import make_scheduler
-        from training.ppo import check_logprob_path
+        import deepspeed  # lazy: optional (distributed extra)
+        from transformers import AutoModelForCausalLM  # lazy: heavy (seconds to import)
 
         os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", LOCAL_SIZE="1",
                           MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
@@ -78,9 +80,6 @@ class TrainWorker:
     # ------------------------------------------------------------------ update
     def update(self, shard, settings: dict) -> dict[str, float]:
         """This rank's share of one PPO step (training.distributed.update.rank_update)."""
-        from training.distributed.update import rank_update
-        from training.losses import PPOClipLoss
-
         loss_fn = PPOClipLoss(**settings["loss"])
         started = time.perf_counter()
         metrics = rank_update(self.engine, self.reference, shard, loss_fn, world=self.world,
@@ -98,7 +97,7 @@ class TrainWorker:
     # ------------------------------------------------------------------ weights
     def _full_weights(self, names: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Full (un-partitioned) parameters; under ZeRO-3 gathered, collectively on all ranks."""
-        import deepspeed
+        import deepspeed  # lazy: optional (distributed extra)
 
         params = dict(self.engine.module.named_parameters())
         chosen = [params[n] for n in (names or list(params))]
@@ -143,8 +142,6 @@ class TrainWorker:
     # ------------------------------------------------------------------ colocated engine
     def start_engine(self, kind: str, model_path: str, engine_kwargs: dict) -> None:
         """An engine in this process (colocated mode), built from the initial weights."""
-        from orchestrator.engines import make_engine
-
         if kind == "hf":
             engine_kwargs = {"device": str(self.device), **engine_kwargs}
         self.rollout = make_engine(kind, model_path, **engine_kwargs)
@@ -186,8 +183,6 @@ class TrainWorker:
         return self.scheduler.state_dict()
 
     def rng_state(self) -> dict:
-        from training.checkpoint import rng_state
-
         return rng_state()
 
     def ready(self) -> bool:

@@ -160,7 +160,7 @@ def ipc_handles(plan: list[Bucket], tensors: dict[str, torch.Tensor], device) ->
     Returns (handles, buffers): send `handles` (small, picklable) to the engine; keep
     `buffers` alive until it has copied them (the handles point into their memory).
     """
-    from torch.multiprocessing.reductions import reduce_tensor
+    from torch.multiprocessing.reductions import reduce_tensor  # lazy: heavy (torch)
 
     buffers = [pack(bucket, tensors, device) for bucket in plan]
     return [(bucket, reduce_tensor(flat)) for bucket, flat in zip(plan, buffers)], buffers

@@ -1,8 +1,9 @@
-"""training/rewards.py: the paper's preference reward, against groups worked by hand."""
+"""orchestrator/preference_reward.py (training/rewards.py re-exports it): the paper's preference
+reward, against groups worked by hand."""
 import pytest
 
+from orchestrator.preference_reward import preference_rewards, reward_inputs
 from orchestrator.records import ExpertCall, Rollout, Turn
-from training.rewards import preference_rewards, reward_inputs
 
 
 def rollout(calls, outcome, cost, latency):

@@ -1,5 +1,6 @@
-"""orchestrator/faults.py: the seeded fault proxy (each fault as a client sees it, the log, the
-accounting), the gateway through it, and servers killed and restarted on schedule."""
+"""bench/faults.py, the fault injection of the chaos tests and benchmarks: the seeded fault proxy
+(each fault as a client sees it, the log, the accounting), the gateway through it, and servers
+killed and restarted on schedule."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from evaluation.mock_backend import MockBackend, registry_yaml
-from orchestrator.faults import KINDS, FaultPlan, FaultProxy, Schedule, ServerProcess, http_ok
+from faults import KINDS, FaultPlan, FaultProxy, Schedule, ServerProcess, http_ok
 
 QUESTION = "What is the capital of Japan?"
 BODY = {"model": "m", "messages": [{"role": "user", "content": f"{QUESTION} <answer></answer>"}]}
@@ -162,3 +163,18 @@ def test_a_server_killed_and_restarted_on_schedule_and_at_a_request_index(tmp_pa
             down = httpx.get(proxy.url + "/")
         assert down.status_code == 502 and proxy.log[2].upstream_down
         assert [label for _, label in server.events] == ["ready", "killed (SIGKILL)", "ready", "killed (SIGTERM)"]
+
+
+def test_the_old_name_says_where_it_moved_and_still_works():
+    """orchestrator.faults (before issue 46) warns, naming bench/faults.py, and is that module."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("import warnings; warnings.simplefilter('always')\n"
+            "import orchestrator.faults as old, faults\nassert old is faults and old.FaultPlan(seed=1).fault(0) in "
+            "(None, *faults.KINDS)\nprint('same module')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "same module", proc.stderr
+    assert "FutureWarning: orchestrator.faults moved to bench/faults.py" in proc.stderr
