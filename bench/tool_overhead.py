@@ -27,7 +27,7 @@ from orchestrator.catalog import parse_catalog  # noqa: E402
 from orchestrator.loop import LoopConfig, Task, run_episodes  # noqa: E402
 from orchestrator.policy import PolicyOutput  # noqa: E402
 from orchestrator.records import LLMResponse, Usage  # noqa: E402
-from orchestrator.runtime import ToolRuntime  # noqa: E402
+from orchestrator.setup import build_runtime  # noqa: E402 (after the sys.path insert)
 from orchestrator.toolcall import format_tool_call  # noqa: E402
 from orchestrator.tools.registry import KINDS  # noqa: E402
 from orchestrator.tools.workers import run_async  # noqa: E402
@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     cat = catalog()
-    runtime = ToolRuntime(catalog=cat, llm=answering_llm)
+    runtime = build_runtime(None, {}, cat, llm=answering_llm)   # the one builder (tests/orchestrator/test_settings.py)
     functions = {f.name: f for f in runtime.functions(cat)}
     calc, units = functions["calculator"], functions["convert_length"]
     for fn in (calc, units):

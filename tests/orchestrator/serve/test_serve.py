@@ -181,8 +181,11 @@ def test_a_client_that_disconnects_mid_stream_stops_its_episode(server, backend)
     assert health(server)["finished"] == {"disconnected": 1}
     turns = len(backend.orchestrator_bodies(ENDLESS))
     assert turns <= seen + 2, turns                  # stopped at the next turn, not after the profile's 50
+    time.sleep(0.5)   # the request in flight when the client left may still reach the backend (abandoned, not
+    settled = len(backend.orchestrator_bodies(ENDLESS))   # un-sent: on a loaded box it lands after `running` is 0)
+    assert settled <= turns + 1, (turns, settled)
     time.sleep(0.5)
-    assert len(backend.orchestrator_bodies(ENDLESS)) == turns   # and nothing runs on
+    assert len(backend.orchestrator_bodies(ENDLESS)) == settled   # and nothing runs on
     # a non-streaming client that gives up (its read timeout) is the same
     with pytest.raises(openai.APITimeoutError):
         client(server, timeout=0.4).chat.completions.create(
