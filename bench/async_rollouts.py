@@ -90,7 +90,9 @@ class ScriptedTurns:
         getattr(self.engine, "close", lambda: None)()
 
 
-def build_policy(folder: Path, tiny: bool) -> Path:
+def build_policy(folder: Path, tiny: bool, shape: str = "0.6b", dtype=None) -> Path:
+    """A random-weight Qwen3 policy of `shape` (gpu_train_step.qwen3_config: "0.6b", "8b"; `tiny`: the
+    script check's) with a tokenizer of the tool world's prompts and calls, saved to `folder`."""
     from gpu_train_step import qwen3_config
     from transformers import Qwen3ForCausalLM
 
@@ -101,10 +103,10 @@ def build_policy(folder: Path, tiny: bool) -> Path:
     texts += allowed_call_strings({t: list(a) for t, a in TOOLS.items()}) * 50
     texts += [(ROOT / "orchestrator/prompts" / f).read_text() * 5 for f in ("system.txt", "user.txt")]
     tok = tiny_tokenizer(texts, vocab_size=1200)
-    cfg = qwen3_config(tiny)
+    cfg = qwen3_config(tiny, shape)
     cfg.vocab_size, cfg.eos_token_id, cfg.pad_token_id = len(tok), tok.eos_token_id, tok.pad_token_id
     torch.manual_seed(0)
-    Qwen3ForCausalLM(cfg).float().save_pretrained(folder, safe_serialization=True)
+    Qwen3ForCausalLM(cfg).to(dtype or torch.float32).save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
     return folder
 

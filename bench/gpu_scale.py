@@ -82,26 +82,10 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
 def build_policy(folder: Path, model: str) -> Path:
     """async_rollouts' policy (its tokenizer of the tool world) at the `model` shape, random weights."""
     import torch
-    from async_rollouts import TOOLS, _catalog
-    from gpu_train_step import qwen3_config
-    from transformers import Qwen3ForCausalLM
+    from async_rollouts import build_policy as build
 
-    from orchestrator.loop import Task, task_catalog
-    from orchestrator.toolcall import allowed_call_strings
-    from training.tiny_policy import tiny_tokenizer
-
-    catalog = task_catalog(_catalog, Task("x", "q", tools=TOOLS))
-    texts = [json.dumps(catalog.openai_tools(tools=catalog.tools))] * 5
-    texts += allowed_call_strings({t: list(a) for t, a in TOOLS.items()}) * 50
-    texts += [(ROOT / "orchestrator/prompts" / f).read_text() * 5 for f in ("system.txt", "user.txt")]
-    tok = tiny_tokenizer(texts, vocab_size=1200)
-    cfg = qwen3_config(model == "tiny", "8b" if model == "8b" else "0.6b")
-    cfg.vocab_size, cfg.eos_token_id, cfg.pad_token_id = len(tok), tok.eos_token_id, tok.pad_token_id
-    torch.manual_seed(0)
     dtype = torch.bfloat16 if model == "8b" else torch.float32   # 8B in float32 would be 32 GB on disk
-    Qwen3ForCausalLM(cfg).to(dtype).save_pretrained(folder, safe_serialization=True)
-    tok.save_pretrained(folder)
-    return folder
+    return build(folder, model == "tiny", "8b" if model == "8b" else "0.6b", dtype)
 
 
 def parameter_count(policy: Path) -> int:
