@@ -1,18 +1,22 @@
 """`make quickstart`: the learning quickstart: GRPO visibly teaches a small orchestrator, on CPU.
 
-    python -m training.quickstart [--out runs/quickstart] [--train-tasks 16] [--eval-tasks 16] [--seeds 3] [key=value ...]
+    python -m training.quickstart [--out runs/quickstart] [--seed 0] [--seeds N | --seeds 0,2,4] [key=value ...]
+    python -m training.quickstart --recompute RUN_DIR     # the intervals again, from the saved trajectories
 
 Stages (each printed with its wall time):
   1. world: corpus + train / held-out tasks + a MiniLM/FAISS index (training/quickstart/env.py);
+     preferences stated in varied words, `favour` naming an answer alias that varies across tasks;
   2. policy: a tiny random Llama with SmolLM2's tokenizer, warmed up on demonstrations
-     that pick aliases as the prompted SmolLM2 does (training/quickstart/warmup.py) = the
-     starting policy;
-  3. initial evaluation on the held-out tasks under each preference preset and the unseen
-     catalog (greedy experts memoized);
+     that pick aliases as the prompted SmolLM2 does, and the alias a favour line names
+     (training/quickstart/warmup.py) = the starting policy;
+  3. initial evaluation on 64 held-out tasks under each preference in its training words, in a
+     paraphrase training never showed, and under the unseen catalog (greedy experts memoized);
   4. GRPO with training/configs/quickstart.yaml (`python training/train.py` does the same);
   5. final evaluation on the same held-out tasks, with the same sampling seeds;
   6. summary.json (`initial` and `final`: accuracy, cost_per_task $, latency_per_task s,
-     tool_calls_per_task per alias) and training_curves.png (reward, accuracy, cost per step).
+     tool_calls_per_task per alias; `intervals`: each check's estimate and 95% paired-bootstrap
+     interval over the held-out tasks, training/quickstart/stats.py; `checks`) and
+     training_curves.png (reward, accuracy, cost per step).
 
 Trailing `key=value` arguments override the trainer config (e.g. trainer.total_steps=20).
 """
