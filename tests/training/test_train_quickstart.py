@@ -15,7 +15,7 @@ from orchestrator.records import LLMResponse, Usage
 from orchestrator.runtime import ToolRuntime
 from orchestrator.settings import QASettings, RetrievalSettings
 from orchestrator.toolcall import allowed_call_strings
-from training.quickstart.env import (ANSWER_ALIASES, FAVOURED_ALIAS, MAIN_PRESET, PARAPHRASES, PRESETS, PROMPTS_DIR,
+from training.quickstart.env import (ANSWER_ALIASES, FAVOUR_TRAIN_ALIASES, FAVOURED_ALIAS, MAIN_PRESET, PARAPHRASES, PRESETS, PROMPTS_DIR,
                                      SEARCH_DEPTH, TOOL_ALIASES, TRAIN_MIX, UNSEEN_TOOLS, WORDINGS, RoutedRuntime,
                                      build_world, preference_vector, preference_words, question_kind,
                                      quickstart_catalog, task_tools, with_preference)
@@ -51,8 +51,9 @@ def test_train_and_held_out_tasks_are_disjoint_and_balanced(world):
     assert {t.metadata["preference_name"] for t in train + warm} <= set(TRAIN_MIX)
     # the favoured alias varies across the training favour tasks: only the words tell which one
     favoured = [t.metadata["favoured"] for t in train + warm if t.metadata["preference_name"] == "favour"]
-    assert len(set(favoured)) > 1 and max(favoured.count(a) for a in ANSWER_ALIASES) - min(
-        favoured.count(a) for a in ANSWER_ALIASES) <= 2
+    assert set(favoured) == set(FAVOUR_TRAIN_ALIASES) and FAVOURED_ALIAS in FAVOUR_TRAIN_ALIASES
+    assert max(favoured.count(a) for a in FAVOUR_TRAIN_ALIASES) - min(
+        favoured.count(a) for a in FAVOUR_TRAIN_ALIASES) <= 2
     # presets are drawn per question kind as exact shares: each preset lands on each kind,
     # however the kinds fell in a small split
     for split in (train, warm):
@@ -380,12 +381,13 @@ def test_demonstrated_tasks_under_every_preset_differ_only_in_the_preference_lin
     tasks = load_tasks([str(paths["warmup"])])
     assert demonstrated_tasks(tasks, "own") == tasks
     every = demonstrated_tasks(tasks, "all", seed=1)
-    per_task = len(PRESETS) - 1 + len(ANSWER_ALIASES)        # favour once per alias it can name
+    per_task = len(PRESETS) - 1 + len(FAVOUR_TRAIN_ALIASES)        # favour once per alias training names
     assert len(every) == len(tasks) * per_task
     for k, task in enumerate(tasks):
         group = every[k * per_task:(k + 1) * per_task]
-        assert [t.metadata["preference_name"] for t in group] == ["accuracy", "cost", *["favour"] * len(ANSWER_ALIASES)]
-        assert [t.metadata["favoured"] for t in group[2:]] == ANSWER_ALIASES
+        assert [t.metadata["preference_name"] for t in group] == ["accuracy", "cost",
+                                                                  *["favour"] * len(FAVOUR_TRAIN_ALIASES)]
+        assert [t.metadata["favoured"] for t in group[2:]] == FAVOUR_TRAIN_ALIASES
         assert [t.preference for t in group] == [preference_vector(t.metadata["preference_name"], t.metadata["favoured"])
                                                  for t in group]
         plain = task.metadata["plain_question"]

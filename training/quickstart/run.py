@@ -40,6 +40,7 @@ from training.config import TrainConfig, load_config
 from training.quickstart.env import (
     ANSWER_ALIASES,
     DEEP,
+    FAVOUR_TRAIN_ALIASES,
     FAVOURED_ALIAS,
     MAIN_PRESET,
     PARAPHRASES,
@@ -144,7 +145,7 @@ def warmup_tasks(world: dict[str, Path], train_tasks: list[Task], args) -> list[
 
 def demonstrated_tasks(tasks: list[Task], presets: str, seed: int = 0) -> list[Task]:
     """The warm-up's tasks: each under its own preset (`own`), or each under every preset in turn
-    (`all`), `favour` once per answer alias it can name: prompts that differ only in the
+    (`all`), `favour` once per alias training lines name (`FAVOUR_TRAIN_ALIASES`): prompts that differ only in the
     preference line (its wording drawn among the training wordings), so that the policy can only
     fit their different alias targets by reading it."""
     if presets == "own":
@@ -153,7 +154,7 @@ def demonstrated_tasks(tasks: list[Task], presets: str, seed: int = 0) -> list[T
         rng = random.Random(seed)
         return [with_preference(t, preset, wording=rng.randrange(len(WORDINGS[preset])), favoured=alias)
                 for t in tasks for preset in PRESETS
-                for alias in (ANSWER_ALIASES if preset == "favour" else [FAVOURED_ALIAS])]
+                for alias in (FAVOUR_TRAIN_ALIASES if preset == "favour" else [FAVOURED_ALIAS])]
     raise ValueError(f"--demo-presets {presets!r}: expected 'own' or 'all'")
 
 
