@@ -99,3 +99,16 @@ def test_the_terminal_tables_fit_80_columns(capsys):
     run.print_table({n: row for n in run.EVAL_RUNS}, {n: row for n in run.EVAL_RUNS}, ci, result)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) > 20 and max(len(line) for line in lines) <= 80
+
+
+def test_the_per_seed_table_fits_80_columns_on_one_line_per_seed(capsys):
+    from training.quickstart import run
+
+    ci = {"estimate": -0.123, "low": -0.456, "high": 0.789, "width": 1.245}
+    summary = {"seeds": [{"seed": k, "accuracy": [0.41, 0.88], "accuracy_gain": ci, "cost_ratio": ci,
+                          "favour_share": [0.16, 0.94], "checks_holding": 4} for k in range(5)],
+               "all_seeds_pass": {"accuracy_up_5_points": True}}
+    run.print_seeds(summary)
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert sum("->" in line for line in lines) == 10 and sum("[" in line for line in lines) == 5   # no row wraps

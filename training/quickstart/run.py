@@ -604,6 +604,24 @@ def spread(summaries: list[dict]) -> dict:
     return {"seeds": rows, "all_seeds_pass": {k: all(s["checks"][k] for s in summaries) for k in names}}
 
 
+def print_seeds(summary: dict) -> None:
+    """One row per seed (80 columns): accuracy, the gain's and the cost ratio's intervals."""
+    from rich import box
+
+    table = Table(title=f"quickstart per seed ({MAIN_PRESET} preference; 95% intervals)", box=box.SIMPLE_HEAD,
+                  pad_edge=False, show_edge=False, collapse_padding=True)
+    for col in ("seed", "accuracy", "gain [95%]", "cost ratio [95%]", "favour", "checks"):
+        table.add_column(col, justify="right")
+    for r in summary["seeds"]:
+        g, c = r["accuracy_gain"], r["cost_ratio"]
+        table.add_row(str(r["seed"]), "{:.2f}->{:.2f}".format(*r["accuracy"]),
+                      f"{g['estimate']:+.2f} [{g['low']:+.2f},{g['high']:+.2f}]",
+                      f"{c['estimate']:.2f} [{c['low']:.2f},{c['high']:.2f}]",
+                      "{:.2f}->{:.2f}".format(*r["favour_share"]), f"{r['checks_holding']}/4")
+    console.print(table)
+    console.print(f"every seed passes: {summary['all_seeds_pass']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     if args.recompute is not None:
@@ -616,16 +634,6 @@ def main(argv: list[str] | None = None) -> int:
         summaries = [run_seed(args, seed, args.out / f"seed-{seed}") for seed in seeds]
         summary = spread(summaries)
         (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        table = Table(title=f"quickstart over {len(seeds)} seeds ({MAIN_PRESET} preset)", width=80)
-        for col in ("seed", "accuracy", "accuracy gain", "cost after/before", f"{FAVOURED_ALIAS}, favour", "checks"):
-            table.add_column(col, justify="right")
-        for r in summary["seeds"]:
-            g, c = r["accuracy_gain"], r["cost_ratio"]
-            table.add_row(str(r["seed"]), "{:.2f} -> {:.2f}".format(*r["accuracy"]),
-                          f"{g['estimate']:+.2f} [{g['low']:+.2f}, {g['high']:+.2f}]",
-                          f"{c['estimate']:.2f} [{c['low']:.2f}, {c['high']:.2f}]",
-                          "{:.2f} -> {:.2f}".format(*r["favour_share"]), f"{r['checks_holding']} of 4")
-        console.print(table)
-        console.print(f"every seed passes: {summary['all_seeds_pass']}")
+        print_seeds(summary)
     console.print(f"summary: {args.out / 'summary.json'}; per-preference trajectories: eval_<initial|final>_<run>.jsonl")
     return 0
