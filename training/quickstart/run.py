@@ -514,7 +514,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="weight of the alias decisions in the warm-up loss (tool decisions: 1); the answer "
                              "alias's targets are the only ones that differ between preference presets")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
-    args = parser.parse_args(argv)
+    return _checked(parser, parser.parse_args(argv))
+
+
+def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Values argparse's types do not check: one line naming the flag."""
     if args.alias_weight <= 0:
         parser.error(f"--alias-weight {args.alias_weight}: a loss weight, must be > 0")
     if not 0 <= args.favour_boost <= 1:
