@@ -47,9 +47,11 @@ venv-test: $(VENV)/.test
 # The main job on the embedded default: a tiny orchestrator trained with GRPO, evaluated on
 # held-out tasks before and after (training/quickstart; runs/quickstart/summary.json + PNG).
 # `make quickstart SEEDS=3`: seeds 0-2 into runs/quickstart/seed-K, each seed and the spread reported.
+# `make quickstart SEED=3`: seed 3 alone; SEEDS also takes a list of distinct seeds (SEEDS=0,2,4).
+SEED ?= 0
 SEEDS ?= 1
 quickstart: $(VENV)/.core
-	$(PY) -m training.quickstart --out runs/quickstart --seeds $(SEEDS)
+	$(PY) -m training.quickstart --out runs/quickstart --seed $(SEED) --seeds $(SEEDS)
 
 # The loop alone, SmolLM2 as orchestrator and every expert (evaluation/quickstart_loop.py;
 # runs/quickstart-loop/summary.json + trajectories.jsonl).

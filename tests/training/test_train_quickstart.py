@@ -15,10 +15,10 @@ from orchestrator.records import LLMResponse, Usage
 from orchestrator.runtime import ToolRuntime
 from orchestrator.settings import QASettings, RetrievalSettings
 from orchestrator.toolcall import allowed_call_strings
-from training.quickstart.env import (FAVOURED_ALIAS, MAIN_PRESET, PRESETS, PROMPTS_DIR, SEARCH_DEPTH, TOOL_ALIASES,
-                                     TRAIN_MIX, UNSEEN_TOOLS, RoutedRuntime, build_world, question_kind,
+from training.quickstart.env import (ANSWER_ALIASES, FAVOUR_TRAIN_ALIASES, FAVOURED_ALIAS, MAIN_PRESET, PARAPHRASES, PRESETS, PROMPTS_DIR,
+                                     SEARCH_DEPTH, TOOL_ALIASES, TRAIN_MIX, UNSEEN_TOOLS, WORDINGS, RoutedRuntime,
+                                     build_world, preference_vector, preference_words, question_kind,
                                      quickstart_catalog, task_tools, with_preference)
-from training.quickstart.run import checks
 from training.tasks import load_tasks
 
 
@@ -39,11 +39,21 @@ def test_train_and_held_out_tasks_are_disjoint_and_balanced(world):
         kinds = [t.metadata["type"] for t in split]
         assert kinds.count("lookup") == kinds.count("arithmetic")
         assert all(set(t.tools) == set(TOOL_ALIASES) for t in split)
-        # every task states its preference vector in words on the question's last line
+        # every task states its preference vector in words on the question's last line, in one of
+        # the training wordings (never a held-out paraphrase); a favour task names its own alias
         for t in split:
-            vector, words = PRESETS[t.metadata["preference_name"]]
-            assert t.preference == vector and t.question.endswith("\n" + words)
+            name, alias = t.metadata["preference_name"], t.metadata["favoured"]
+            assert t.preference == preference_vector(name, alias)
+            assert t.question.endswith("\n" + preference_words(name, t.metadata["wording"], alias))
+            assert t.metadata["wording"] in range(len(WORDINGS[name]))
+            assert not any(t.question.endswith(PARAPHRASES[p].format(alias=a)) for p in PARAPHRASES
+                           for a in ANSWER_ALIASES)
     assert {t.metadata["preference_name"] for t in train + warm} <= set(TRAIN_MIX)
+    # the favoured alias varies across the training favour tasks: only the words tell which one
+    favoured = [t.metadata["favoured"] for t in train + warm if t.metadata["preference_name"] == "favour"]
+    assert set(favoured) == set(FAVOUR_TRAIN_ALIASES) and FAVOURED_ALIAS in FAVOUR_TRAIN_ALIASES
+    assert max(favoured.count(a) for a in FAVOUR_TRAIN_ALIASES) - min(
+        favoured.count(a) for a in FAVOUR_TRAIN_ALIASES) <= 2
     # presets are drawn per question kind as exact shares: each preset lands on each kind,
     # however the kinds fell in a small split
     for split in (train, warm):
@@ -140,19 +150,24 @@ def test_warmup_turns_are_exactly_what_the_loop_feeds_and_records(world):
         assert [t.response_ids for t in rollout.turns] == [t.response_ids for t in turns]
 
 
-def test_checks_compare_accuracy_cost_and_the_favoured_share_per_preference():
-    def block(cost, acc, share):
-        return {"cost_per_task": cost, "accuracy": acc, "favoured_share": share}
+def test_checks_hold_only_where_the_interval_clears_the_thresholds_wrong_side():
+    from training.quickstart.run import checks
 
-    initial = {"accuracy": block(1e-3, 0.5, 0.2), "cost": block(1e-3, 0.5, 0.2), "favour": block(1e-3, 0.5, 0.2)}
-    final = {"accuracy": block(1e-3, 0.6, 0.1), "cost": block(0.55e-3, 0.6, 0.2), "favour": block(0.6e-3, 0.6, 0.5)}
-    assert checks(initial, final) == {"cost_reduction": 0.45, "accuracy_gain": 0.1, "accuracy_up_5_points": True,
-                                      "cost_at_least_40pct_lower": True, "favoured_share_rises_when_favoured": True,
-                                      "favoured_share_not_rising_otherwise": True}
-    worse = {**final, "cost": block(0.7e-3, 0.52, 0.3)}   # -30% cost, +2 points, share up without the preference
-    got = checks(initial, worse)
-    assert not got["cost_at_least_40pct_lower"] and not got["accuracy_up_5_points"]
-    assert not got["favoured_share_not_rising_otherwise"]
+    def ci(estimate, low, high):
+        return {"estimate": estimate, "low": low, "high": high, "width": high - low}
+
+    good = {"accuracy_gain": ci(0.10, 0.02, 0.18), "cost_ratio": ci(0.55, 0.45, 0.7),
+            "share_rise_favour": ci(0.4, 0.2, 0.6), "share_rise_favour_paraphrase": ci(0.3, 0.1, 0.5),
+            "share_rise_accuracy": ci(0.05, -0.05, 0.15), "share_rise_cost": ci(-0.2, -0.3, -0.1)}
+    assert checks(good) == {"accuracy_up_5_points": True, "cost_at_least_40pct_lower": True,
+                            "favoured_share_rises_when_favoured": True, "favoured_share_not_rising_otherwise": True}
+    bad = {**good, "accuracy_gain": ci(0.10, -0.01, 0.2),          # +10 points, but the interval holds 0
+           "cost_ratio": ci(0.62, 0.5, 0.8),                       # a 38% cut
+           "share_rise_favour_paraphrase": ci(0.1, -0.02, 0.3),    # not on the unseen paraphrase
+           "share_rise_cost": ci(0.1, 0.01, 0.2)}                  # rises where not favoured
+    assert not any(checks(bad).values())
+    assert not checks({**good, "cost_ratio": ci(0.55, 0.3, 1.01)})["cost_at_least_40pct_lower"]
+    assert not checks({**good, "accuracy_gain": ci(0.04, 0.01, 0.08)})["accuracy_up_5_points"]
 
 
 def test_cheap_search_aliases_read_the_shallow_index_and_the_deep_one_the_full_biographies(world):
@@ -232,7 +247,7 @@ def test_the_world_is_the_data_synthesis_people_domain(tmp_path):
 def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
     """`make quickstart`'s stages, shrunk: world, warm-up, initial evals, one GRPO step, final evals,
     summary.json with `initial`/`final` rows per preference over the same held-out tasks, and the PNG."""
-    from training.quickstart.run import main
+    from training.quickstart.run import EVAL_RUNS, eval_runs, main
 
     out = tmp_path / "qs"
     assert main(["--out", str(out), "--train-tasks", "4", "--eval-tasks", "2", "--warmup-tasks", "2",
@@ -243,17 +258,26 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
         for row in summary[block].values():
             assert {"accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task", "favoured_share"} <= set(row)
             assert row["cost_per_task"] > 0 and row["tasks"] == 4
-    assert summary["eval_tasks"] == 2 and set(summary["checks"]) >= {
-        "cost_at_least_40pct_lower", "accuracy_up_5_points", "favoured_share_rises_when_favoured"}
-    assert set(summary["final"]) == {*PRESETS, "unseen_tools"} and set(summary["preference_scores"]) == set(PRESETS)
+    assert summary["eval_tasks"] == 2 and set(summary["checks"]) == {
+        "cost_at_least_40pct_lower", "accuracy_up_5_points", "favoured_share_rises_when_favoured",
+        "favoured_share_not_rising_otherwise"}
+    assert set(summary["final"]) == set(EVAL_RUNS) and set(summary["preference_scores"]) == set(PRESETS)
+    assert set(summary["intervals"]) == {"accuracy_gain", "cost_ratio",
+                                         *(f"share_rise_{n}" for n in EVAL_RUNS if n != "unseen_tools")}
     eval_tasks = load_tasks([str(out / "world" / "eval.jsonl")])
     for tag in ("initial", "final"):
-        for name in (*PRESETS, "unseen_tools"):
+        for name, tasks in eval_runs(eval_tasks).items():
             rows = [json.loads(line) for line in (out / f"eval_{tag}_{name}.jsonl").read_text().splitlines()]
-            preset = MAIN_PRESET if name == "unseen_tools" else name
             # two episodes per task (--eval-samples 2), each task's in a row
-            assert [r["question"] for r in rows] == [with_preference(t, preset).question for t in eval_tasks
-                                                     for _ in range(2)]
+            assert [r["question"] for r in rows] == [t.question for t in tasks for _ in range(2)]
+            assert [r["task_id"] for r in rows] == [t.id for t in tasks for _ in range(2)]
+    # the paraphrase runs state each preference in words no training task used
+    train_questions = {t.question for t in load_tasks([str(out / "world" / "train.jsonl")])}
+    assert all(PARAPHRASES[p].format(alias=FAVOURED_ALIAS) in t.question for p in PRESETS
+               for t in eval_runs(eval_tasks)[f"{p}_paraphrase"])
+    assert not any(PARAPHRASES[p].format(alias=a) in q for p in PRESETS for a in ANSWER_ALIASES for q in train_questions)
+    # the intervals are recomputed from the saved trajectories alone
+    assert main(["--recompute", str(out)]) == 0
     assert (out / summary["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "train" / "metrics.jsonl").read_text().count("\n") == 1
     import torch
@@ -356,17 +380,49 @@ def test_demonstrated_tasks_under_every_preset_differ_only_in_the_preference_lin
     paths, _ = world
     tasks = load_tasks([str(paths["warmup"])])
     assert demonstrated_tasks(tasks, "own") == tasks
-    every = demonstrated_tasks(tasks, "all")
-    assert len(every) == len(tasks) * len(PRESETS)
+    every = demonstrated_tasks(tasks, "all", seed=1)
+    per_task = len(PRESETS) - 1 + len(FAVOUR_TRAIN_ALIASES)        # favour once per alias training names
+    assert len(every) == len(tasks) * per_task
     for k, task in enumerate(tasks):
-        group = every[k * len(PRESETS):(k + 1) * len(PRESETS)]
-        assert [t.metadata["preference_name"] for t in group] == list(PRESETS)
-        assert [t.preference for t in group] == [vector for vector, _ in PRESETS.values()]
+        group = every[k * per_task:(k + 1) * per_task]
+        assert [t.metadata["preference_name"] for t in group] == ["accuracy", "cost",
+                                                                  *["favour"] * len(FAVOUR_TRAIN_ALIASES)]
+        assert [t.metadata["favoured"] for t in group[2:]] == FAVOUR_TRAIN_ALIASES
+        assert [t.preference for t in group] == [preference_vector(t.metadata["preference_name"], t.metadata["favoured"])
+                                                 for t in group]
         plain = task.metadata["plain_question"]
-        assert [t.question for t in group] == [f"{plain}\n{words}" for _, words in PRESETS.values()]
+        assert [t.question for t in group] == [
+            f"{plain}\n{preference_words(t.metadata['preference_name'], t.metadata['wording'], t.metadata['favoured'])}"
+            for t in group]
         assert {(t.id, t.answer) for t in group} == {(task.id, task.answer)}
+    assert len({t.metadata["wording"] for t in every}) > 1          # the wordings vary
     with pytest.raises(ValueError, match="--demo-presets"):
         demonstrated_tasks(tasks, "some")
+
+
+def test_favour_boost_moves_the_answer_alias_target_onto_the_named_alias():
+    from transformers import AutoTokenizer
+
+    from orchestrator.embedded import smollm2_path
+    from orchestrator.toolcall import format_tool_call
+    from training.rollouts import choice_token_ids
+    from training.quickstart.warmup import Demonstration, _alias_positions, with_favoured_boost
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path())
+    calls = choice_token_ids(tok, [format_tool_call("answer", {"model": a}) for a in ANSWER_ALIASES])
+    pos = next(i for i in range(len(calls[0])) if len({c[i] for c in calls}) > 1)
+    tokens = [c[pos] for c in calls]
+
+    def demo(favoured, tool="answer"):
+        return Demonstration([1], calls[0], {0: {calls[0][0]: 1.0}, pos: {t: 1 / 3 for t in tokens}}, tool,
+                             "favour" if favoured else "cost", favoured)
+
+    named, other, plain = demo("answer-math-2"), demo("answer-1", tool="search"), demo(None)
+    assert _alias_positions(named) == [pos]
+    with_favoured_boost([named, other, plain], tok, 0.5)
+    want = {t: 1 / 6 + (0.5 if a == "answer-math-2" else 0) for t, a in zip(tokens, ANSWER_ALIASES)}
+    assert named.targets[pos] == pytest.approx(want)
+    assert other.targets[pos] == plain.targets[pos] == {t: 1 / 3 for t in tokens}
 
 
 def test_warmup_loss_reads_the_shared_prefix_once_with_the_whole_rows_loss_and_gradients(tmp_path):
@@ -426,14 +482,30 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
     assert weighted == pytest.approx((sum(tool_ce) + 3 * sum(alias_ce)) / (2 + 3 * 2), rel=1e-5)
 
 
-@pytest.mark.parametrize("flags, message", [(["--alias-weight", "0"], "--alias-weight 0.0: a loss weight"),
-                                            (["--alias-weight", "-1"], "--alias-weight -1.0: a loss weight")])
-def test_bad_warmup_flags_name_the_flag(flags, message, capsys):
+@pytest.mark.parametrize("flags, message", [
+    (["--alias-weight", "0"], "--alias-weight 0.0: a loss weight"),
+    (["--alias-weight", "-1"], "--alias-weight -1.0: a loss weight"),
+    (["--seeds", "x"], "argument --seeds: 'x': expected a count of seeds (3) or a comma-separated list"),
+    (["--seeds", "0"], "argument --seeds: '0': a count of seeds must be at least 1"),
+    (["--seeds", "0,1,1"], "argument --seeds: '0,1,1': seed 1 is listed more than once"),
+    (["--seeds", "1,-2"], "argument --seeds: '1,-2': expected a count"),
+    (["--eval-tasks", "0"], "--eval-tasks 0: must be at least 1"),
+    (["--favour-boost", "2"], "--favour-boost 2.0: a share")])
+def test_bad_flags_get_one_line_naming_the_flag(flags, message, capsys):
     from training.quickstart.run import _args
 
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_:
         _args(flags)
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("flags, seeds", [([], [0]), (["--seeds", "3"], [0, 1, 2]), (["--seed", "3"], [3]),
+                                          (["--seed", "2", "--seeds", "2"], [2, 3]), (["--seeds", "4,0,2"], [4, 0, 2])])
+def test_seeds_are_a_count_from_seed_or_a_list(flags, seeds):
+    from training.quickstart.run import _args, seeds_to_run
+
+    assert seeds_to_run(_args(flags)) == seeds
 
 
 def test_every_preference_line_has_a_token_found_nowhere_else_in_the_policys_context(world):
@@ -457,10 +529,18 @@ def test_every_preference_line_has_a_token_found_nowhere_else_in_the_policys_con
     elsewhere |= ids(prompts.render("system")) | ids(prompts.render("user", question="", documents="", code="",
                                                                     evidence=""))
     elsewhere |= ids(json.dumps(catalog.model_dump()))
-    for name, (_, words) in PRESETS.items():
-        others = set().union(*(ids(w) for n, (_, w) in PRESETS.items() if n != name))
-        own = ids(words) - others - elsewhere
-        assert own, f"preset {name!r}: every token of {words!r} also occurs elsewhere in the context"
+    lines = {name: [preference_words(name, k, a) for k in range(len(WORDINGS[name])) for a in ANSWER_ALIASES]
+             for name in WORDINGS}
+    for name, words in lines.items():
+        others = set().union(*(ids(w) for n, ws in lines.items() if n != name for w in ws))
+        for line in words:
+            own = ids(line) - others - elsewhere
+            assert own, f"preset {name!r}: every token of {line!r} also occurs elsewhere in the context"
+    # a favour line names its alias, and no other line names any answer alias
+    for name, words in lines.items():
+        for line in words:
+            named = {a for a in ANSWER_ALIASES if a in line}
+            assert named == (set() if name != "favour" else named) and (name != "favour" or len(named) == 1)
 
 
 def test_the_world_models_come_from_configs_and_an_unpriced_one_is_named(tmp_path):

@@ -100,13 +100,48 @@ def load_world_models(path: Path = WORLD_FILE) -> tuple[dict[str, str], dict[str
 
 TASK_MODELS, UNSEEN_TOOLS = load_world_models()
 PREFERENCE_PREFIX = "Preference:"
-# name -> (preference vector, the words the policy reads on the question's last line)
-PRESETS = {
-    "accuracy": ({"outcome": 1.0}, f"{PREFERENCE_PREFIX} accuracy alone."),
-    "cost": ({"outcome": 1.0, "cost": 1.0}, f"{PREFERENCE_PREFIX} accuracy and low cost."),
-    "favour": ({"outcome": 1.0, FAVOURED_ALIAS: 1.0}, f"{PREFERENCE_PREFIX} accuracy, please use {FAVOURED_ALIAS} to answer."),
+ANSWER_ALIASES = TOOL_ALIASES["answer"]
+# The words that state each preference (the question's last line).  Training tasks and the warm-up
+# draw among `WORDINGS`; `favour` names the task's own favoured answer alias (`{alias}`), which varies
+# across training tasks (`FAVOUR_TRAIN_ALIASES`), so that only reading the line tells which alias the
+# reward favours.  `PARAPHRASES` occur only in the held-out evaluation (never in training or the
+# warm-up): the `favour` check must hold on its paraphrase too (issue 43).
+WORDINGS = {
+    "accuracy": (f"{PREFERENCE_PREFIX} accuracy alone.",
+                 f"{PREFERENCE_PREFIX} only a right answer counts.",
+                 f"{PREFERENCE_PREFIX} correctness first, whatever it takes."),
+    "cost": (f"{PREFERENCE_PREFIX} accuracy and low cost.",
+             f"{PREFERENCE_PREFIX} a right answer, spending little.",
+             f"{PREFERENCE_PREFIX} correct and cheap, please."),
+    "favour": (f"{PREFERENCE_PREFIX} accuracy, please use {{alias}} to answer.",
+               f"{PREFERENCE_PREFIX} a right answer, given by {{alias}}.",
+               f"{PREFERENCE_PREFIX} accuracy; the reply should come from {{alias}}."),
 }
-TRAIN_MIX = {"cost": 0.5, "favour": 0.3, "accuracy": 0.2}       # share of training tasks per preset
+PARAPHRASES = {
+    "accuracy": f"{PREFERENCE_PREFIX} be right; the bill does not matter.",
+    "cost": f"{PREFERENCE_PREFIX} be right while keeping the bill small.",
+    "favour": f"{PREFERENCE_PREFIX} I would like {{alias}} to write the final answer.",
+}
+
+
+def preference_vector(preset: str, favoured: str = FAVOURED_ALIAS) -> dict[str, float]:
+    """The reward's weights for `preset` (`favour`: accuracy + the named answer alias)."""
+    return {"accuracy": {"outcome": 1.0}, "cost": {"outcome": 1.0, "cost": 1.0},
+            "favour": {"outcome": 1.0, favoured: 1.0}}[preset]
+
+
+def preference_words(preset: str, wording: int | str = 0, favoured: str = FAVOURED_ALIAS) -> str:
+    """The line stating `preset`: training wording number `wording`, or "paraphrase" (held-out only)."""
+    words = PARAPHRASES[preset] if wording == "paraphrase" else WORDINGS[preset][wording]
+    return words.format(alias=favoured)
+
+
+# name -> (preference vector, its first wording), `favour` naming the held-out tasks' alias
+PRESETS = {name: (preference_vector(name), preference_words(name)) for name in WORDINGS}
+TRAIN_MIX = {"cost": 0.4, "favour": 0.4, "accuracy": 0.2}       # share of training tasks per preset
+# the aliases training favour lines name, in turn: the two dear answer aliases, where the favour
+# reward pulls against `cost` (naming `answer-math-2`, the cheap one, taught nothing `cost` did not)
+FAVOUR_TRAIN_ALIASES = ["answer-1", FAVOURED_ALIAS]
 MAIN_PRESET = "cost"                                              # the checks' accuracy / cost vector
 PREFERENCE = PRESETS[MAIN_PRESET][0]
 # alias -> the index its search reads (others: the runtime's defaults)
@@ -146,14 +181,17 @@ def task_tools() -> dict[str, dict[str, str]]:
             for tool, aliases in TOOL_ALIASES.items()}
 
 
-def with_preference(task: Task, preset: str, tools: dict | None = None) -> Task:
+def with_preference(task: Task, preset: str, tools: dict | None = None, *, wording: int | str = 0,
+                    favoured: str = FAVOURED_ALIAS) -> Task:
     """A copy of `task` under preference `preset` (vector + its words on the question's last
-    line), optionally with another tool mapping (the unseen catalog)."""
-    vector, words = PRESETS[preset]
+    line: training wording number `wording` or "paraphrase"; `favour` naming `favoured`),
+    optionally with another tool mapping (the unseen catalog)."""
     question = task.metadata.get("plain_question", task.question)
-    return dataclasses.replace(task, question=f"{question}\n{words}", preference=dict(vector),
+    words = preference_words(preset, wording, favoured)
+    return dataclasses.replace(task, question=f"{question}\n{words}", preference=preference_vector(preset, favoured),
                                tools=tools or task.tools,
-                               metadata={**task.metadata, "plain_question": question, "preference_name": preset})
+                               metadata={**task.metadata, "plain_question": question, "preference_name": preset,
+                                         "favoured": favoured, "wording": wording})
 
 
 def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_people: int = 200,
@@ -186,6 +224,11 @@ def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_pe
             by_kind.setdefault(question_kind(t), []).append(t)
         split = [with_preference(dataclasses.replace(t, tools=tools), preset)
                  for _, tasks_ in sorted(by_kind.items()) for t, preset in zip(tasks_, _presets(len(tasks_), name, rng))]
+        if name != "eval":      # training words: each task one of its preset's wordings, each favour task its alias
+            aliases = _cycle(FAVOUR_TRAIN_ALIASES, sum(t.metadata["preference_name"] == "favour" for t in split), rng)
+            split = [with_preference(t, t.metadata["preference_name"], wording=rng.randrange(len(WORDINGS[p])),
+                                     favoured=next(aliases) if p == "favour" else FAVOURED_ALIAS)
+                     for t in split for p in [t.metadata["preference_name"]]]
         rng.shuffle(split)
         rows = [{**asdict(t), "metadata": json.dumps(t.metadata)} for t in split]
         paths[name] = out / f"{name}.jsonl"
@@ -196,6 +239,13 @@ def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_pe
 def question_kind(task: Task) -> str:
     """"city", "year" or "arithmetic": what the question asks (the tools it needs differ)."""
     return task.id.rsplit("-", 1)[-1] if task.metadata["type"] == "lookup" else task.metadata["type"]
+
+
+def _cycle(items: list[str], n: int, rng: random.Random):
+    """`n` items, each of `items` as often as possible (counts differ by at most one), shuffled."""
+    out = [items[i % len(items)] for i in range(n)]
+    rng.shuffle(out)
+    return iter(out)
 
 
 def _presets(n: int, split: str, rng: random.Random) -> list[str]:

@@ -1,18 +1,22 @@
 """`make quickstart`: the learning quickstart: GRPO visibly teaches a small orchestrator, on CPU.
 
-    python -m training.quickstart [--out runs/quickstart] [--train-tasks 16] [--eval-tasks 16] [--seeds 3] [key=value ...]
+    python -m training.quickstart [--out runs/quickstart] [--seed 0] [--seeds N | --seeds 0,2,4] [key=value ...]
+    python -m training.quickstart --recompute RUN_DIR     # the intervals again, from the saved trajectories
 
 Stages (each printed with its wall time):
   1. world: corpus + train / held-out tasks + a MiniLM/FAISS index (training/quickstart/env.py);
+     preferences stated in varied words, `favour` naming an answer alias that varies across tasks;
   2. policy: a tiny random Llama with SmolLM2's tokenizer, warmed up on demonstrations
-     that pick aliases as the prompted SmolLM2 does (training/quickstart/warmup.py) = the
-     starting policy;
-  3. initial evaluation on the held-out tasks under each preference preset and the unseen
-     catalog (greedy experts memoized);
+     that pick aliases as the prompted SmolLM2 does, and the alias a favour line names
+     (training/quickstart/warmup.py) = the starting policy;
+  3. initial evaluation on 64 held-out tasks under each preference in its training words, in a
+     paraphrase training never showed, and under the unseen catalog (greedy experts memoized);
   4. GRPO with training/configs/quickstart.yaml (`python training/train.py` does the same);
   5. final evaluation on the same held-out tasks, with the same sampling seeds;
   6. summary.json (`initial` and `final`: accuracy, cost_per_task $, latency_per_task s,
-     tool_calls_per_task per alias) and training_curves.png (reward, accuracy, cost per step).
+     tool_calls_per_task per alias; `intervals`: each check's estimate and 95% paired-bootstrap
+     interval over the held-out tasks, training/quickstart/stats.py; `checks`) and
+     training_curves.png (reward, accuracy, cost per step).
 
 Trailing `key=value` arguments override the trainer config (e.g. trainer.total_steps=20).
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import time
 from pathlib import Path
@@ -33,19 +38,32 @@ from orchestrator.loop import Task
 from training.checkpoint import list_checkpoints
 from training.config import TrainConfig, load_config
 from training.quickstart.env import (
+    ANSWER_ALIASES,
     DEEP,
+    FAVOUR_TRAIN_ALIASES,
     FAVOURED_ALIAS,
     MAIN_PRESET,
+    PARAPHRASES,
     PRESETS,
     SHALLOW,
-    TOOL_ALIASES,
     TRAIN_MIX,
     UNSEEN_TOOLS,
+    WORDINGS,
     build_index,
     build_world,
     quickstart_catalog,
     routed_runtime,
     with_preference,
+)
+from training.quickstart.stats import (
+    TaskOutcome,
+    accuracy_check,
+    accuracy_gain,
+    cost_check,
+    cost_ratio,
+    does_not_rise,
+    rises,
+    share_rise,
 )
 from training.rollouts import collect_rollouts
 from training.tasks import load_tasks
@@ -86,12 +104,13 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
         prompted_alias_prior,
         supervised_warmup,
         with_alias_prior,
+        with_favoured_boost,
         with_own_alias_choices,
     )
     from training.tiny_policy import build_tiny_policy
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
-    demo_tasks = demonstrated_tasks(demo_tasks, args.demo_presets)
+    demo_tasks = demonstrated_tasks(demo_tasks, args.demo_presets, cfg.run.seed)
     init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
                              heads=4, seed=cfg.run.seed, local_window=args.local_window or None)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
@@ -101,6 +120,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
         demos = with_own_alias_choices(demos, prompted_alias_choices(demos), floor=args.alias_floor)
     elif args.alias_prior == "pooled":
         demos = with_alias_prior(demos, prompted_alias_prior(demos), floor=args.alias_floor)
+    demos = with_favoured_boost(demos, tokenizer, args.favour_boost)
     taught: dict = {}           # tool -> preset -> mean alias distribution taught
     for d in demos:
         for pos in _alias_positions(d):
@@ -123,14 +143,18 @@ def warmup_tasks(world: dict[str, Path], train_tasks: list[Task], args) -> list[
     return train_tasks + (load_tasks([str(world["warmup"])]) if args.warmup_tasks else [])
 
 
-def demonstrated_tasks(tasks: list[Task], presets: str) -> list[Task]:
+def demonstrated_tasks(tasks: list[Task], presets: str, seed: int = 0) -> list[Task]:
     """The warm-up's tasks: each under its own preset (`own`), or each under every preset in turn
-    (`all`): prompts that differ only in the preference line, each demonstrated with the prompted
-    model's own choice under that line, so that the policy can only fit them by reading it."""
+    (`all`), `favour` once per alias training lines name (`FAVOUR_TRAIN_ALIASES`): prompts that differ only in the
+    preference line (its wording drawn among the training wordings), so that the policy can only
+    fit their different alias targets by reading it."""
     if presets == "own":
         return list(tasks)
     if presets == "all":
-        return [with_preference(t, preset) for t in tasks for preset in PRESETS]
+        rng = random.Random(seed)
+        return [with_preference(t, preset, wording=rng.randrange(len(WORDINGS[preset])), favoured=alias)
+                for t in tasks for preset in PRESETS
+                for alias in (FAVOUR_TRAIN_ALIASES if preset == "favour" else [FAVOURED_ALIAS])]
     raise ValueError(f"--demo-presets {presets!r}: expected 'own' or 'all'")
 
 
@@ -161,7 +185,9 @@ def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judg
     with sink.open("w") as f:
         for task, r, ok in zip(tasks, rollouts, correct):
             f.write(json.dumps({"question": task.question, "reference": task.answer, "correct": ok,
-                                **_strip_tokens(r)}) + "\n")
+                                "preference_name": task.metadata.get("preference_name"),
+                                "favoured": task.metadata.get("favoured", FAVOURED_ALIAS),
+                                "wording": task.metadata.get("wording", 0), **_strip_tokens(r)}) + "\n")
     return {**summarise(rollouts, correct), **favoured_shares(rollouts)}
 
 
@@ -173,18 +199,96 @@ def favoured_shares(rollouts) -> dict:
         mine = sum(r.tool_calls.get(FAVOURED_ALIAS, 0) for r in rollouts)
         return mine / max(1e-9, sum(n for r in rollouts for a, n in r.tool_calls.items() if aliases is None or a in aliases))
 
-    own = next(aliases for aliases in TOOL_ALIASES.values() if FAVOURED_ALIAS in aliases)
-    return {"favoured_share": share(set(own)), "favoured_share_of_calls": share(None)}
+    return {"favoured_share": share(set(ANSWER_ALIASES)), "favoured_share_of_calls": share(None)}
+
+
+EVAL_RUNS = ("accuracy", "cost", "favour", "accuracy_paraphrase", "cost_paraphrase", "favour_paraphrase",
+             "unseen_tools")
+
+
+def eval_runs(tasks: list[Task]) -> dict[str, list[Task]]:
+    """The held-out evaluations: the same tasks under each preference in its training words
+    (the tasks take the wordings in turn; `favour` names FAVOURED_ALIAS), under each preference's
+    paraphrase that training never showed (`<preset>_paraphrase`), and under the unseen catalog
+    (main preset)."""
+    runs = {name: [with_preference(t, name, wording=i % len(WORDINGS[name])) for i, t in enumerate(tasks)]
+            for name in PRESETS}
+    runs.update({f"{name}_paraphrase": [with_preference(t, name, wording="paraphrase") for t in tasks]
+                 for name in PRESETS})
+    runs["unseen_tools"] = [with_preference(t, MAIN_PRESET, tools=UNSEEN_TOOLS) for t in tasks]
+    return {name: runs[name] for name in EVAL_RUNS}
 
 
 def evaluate_all(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judge, args, out: Path,
                  tag: str) -> dict:
-    """The policy on the same held-out tasks under every preset vector, and under the unseen
-    catalog (main preset): {preset | "unseen_tools": summary}; trajectories to out/eval_<tag>_<name>.jsonl."""
-    runs = {name: [with_preference(t, name) for t in tasks] for name in PRESETS}
-    runs["unseen_tools"] = [with_preference(t, MAIN_PRESET, tools=UNSEEN_TOOLS) for t in tasks]
+    """The policy on the same held-out tasks under every run of `eval_runs`:
+    {run: summary}; trajectories to out/eval_<tag>_<run>.jsonl."""
     return {name: evaluate(model_dir, ts, runtime, cfg, judge, args.eval_temperature, args.eval_concurrency,
-                           out / f"eval_{tag}_{name}.jsonl", args.eval_samples) for name, ts in runs.items()}
+                           out / f"eval_{tag}_{name}.jsonl", args.eval_samples)
+            for name, ts in eval_runs(tasks).items()}
+
+
+def task_outcomes(path: Path) -> list[TaskOutcome]:
+    """One `TaskOutcome` per held-out task from a saved trajectory file (a task's episodes are
+    consecutive lines with its task_id): episodes, correct ones, dollars, answer calls, and the
+    calls of the alias the task's line favours (answer-4 on the held-out tasks)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    by_task: dict[str, list[dict]] = {}
+    for r in rows:
+        by_task.setdefault(r["task_id"], []).append(r)
+    answer = set(ANSWER_ALIASES)
+    return [TaskOutcome(episodes=len(rs), correct=sum(bool(r["correct"]) for r in rs), cost=sum(r["cost"] for r in rs),
+                        answer_calls=sum(n for r in rs for a, n in r["tool_calls"].items() if a in answer),
+                        favoured_calls=sum(r["tool_calls"].get(r.get("favoured") or FAVOURED_ALIAS, 0) for r in rs))
+            for rs in by_task.values()]
+
+
+def intervals(out: Path) -> dict:
+    """Every check's estimate and 95% paired-bootstrap interval (training/quickstart/stats.py),
+    recomputed from the saved held-out trajectories eval_<initial|final>_<run>.jsonl in `out`:
+    the accuracy gain and the after/before cost ratio under MAIN_PRESET, and the rise of the
+    favoured alias's share of the answer calls under each preference and paraphrase."""
+    def pair(name):
+        before, after = (task_outcomes(out / f"eval_{tag}_{name}.jsonl") for tag in ("initial", "final"))
+        return before, after
+
+    result = {"accuracy_gain": accuracy_gain(*pair(MAIN_PRESET)), "cost_ratio": cost_ratio(*pair(MAIN_PRESET))}
+    for name in EVAL_RUNS:
+        if name != "unseen_tools":
+            result[f"share_rise_{name}"] = share_rise(*pair(name))
+    return result
+
+
+def checks(ci: dict) -> dict:
+    """The quickstart's four claims, each from its interval (issue 43; thresholds in stats.py):
+    under MAIN_PRESET the accuracy gain >= 5 points with its lower bound > 0 and the cost cut >= 40%
+    with the after/before ratio's upper bound < 1; the favoured alias's share of the answer calls
+    rises under `favour` (lower bound > 0) in the training words *and* in the unseen paraphrase;
+    and does not rise under `accuracy` or `cost` (upper bound <= the interval's width)."""
+    return {"accuracy_up_5_points": accuracy_check(ci["accuracy_gain"]),
+            "cost_at_least_40pct_lower": cost_check(ci["cost_ratio"]),
+            "favoured_share_rises_when_favoured": rises(ci["share_rise_favour"])
+            and rises(ci["share_rise_favour_paraphrase"]),
+            "favoured_share_not_rising_otherwise": all(does_not_rise(ci[f"share_rise_{p}"])
+                                                       for p in PRESETS if p != "favour")}
+
+
+def recompute(run_dir: Path) -> int:
+    """`--recompute RUN_DIR`: the intervals and checks again from RUN_DIR's saved trajectories,
+    compared with its summary.json; exit status 1 where they differ."""
+    summary_path = run_dir / "summary.json"
+    try:
+        saved = json.loads(summary_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        console.print(f"--recompute {run_dir}: cannot read summary.json ({exc})")
+        return 2
+    ci = intervals(run_dir)
+    got = {"intervals": ci, "checks": checks(ci)}
+    same = got["intervals"] == saved.get("intervals") and got["checks"] == saved.get("checks")
+    print_checks(ci, got["checks"])
+    console.print(f"recomputed from {run_dir}/eval_*.jsonl: "
+                  + ("identical to summary.json" if same else "DIFFERENT from summary.json"))
+    return 0 if same else 1
 
 
 def preference_scores(out: Path) -> dict:
@@ -241,38 +345,48 @@ def plot(metrics_file: Path, initial: dict, final: dict, out: Path) -> Path:
     return path
 
 
-def checks(initial: dict, final: dict) -> dict:
-    """The quickstart's claims, on the held-out tasks: under the main preset (accuracy + cost)
-    accuracy up >= 5 points and cost per task down >= 40%; the favoured alias's share of its
-    tool's calls (`favoured_share`: answer-4, env.FAVOURED_ALIAS, among the answer calls) rises under the `favour`
-    preset and does not rise under the others."""
-    main_i, main_f = initial[MAIN_PRESET], final[MAIN_PRESET]
-    cut = 1 - main_f["cost_per_task"] / max(1e-12, main_i["cost_per_task"])
-    gain = main_f["accuracy"] - main_i["accuracy"]
-    out = {"cost_reduction": round(cut, 4), "accuracy_gain": round(gain, 4),
-           "accuracy_up_5_points": gain >= 0.05 - 1e-9, "cost_at_least_40pct_lower": cut >= 0.40}
-    if "favour" in final:
-        out["favoured_share_rises_when_favoured"] = final["favour"]["favoured_share"] > initial["favour"]["favoured_share"]
-        out["favoured_share_not_rising_otherwise"] = all(
-            final[p]["favoured_share"] <= initial[p]["favoured_share"] + 1e-9 for p in PRESETS if p != "favour")
-    return out
-
-
-def print_table(initial: dict, final: dict, result: dict) -> None:
-    table = Table(title="quickstart: the same held-out tasks, before -> after GRPO, per test-time preference")
-    for col in ("preference", "accuracy", "$ / task", "s / task", f"{FAVOURED_ALIAS} share", "calls / task (final)"):
+def print_table(initial: dict, final: dict, ci: dict, result: dict) -> None:
+    """The held-out rows, before -> after, and the checks with their intervals (80 columns)."""
+    table = Table(title="held-out tasks, before -> after GRPO", width=80)
+    for col in ("preference", "accuracy", "$ / task (1e-4)", f"{FAVOURED_ALIAS} share"):
         table.add_column(col, justify="right")
     for name, f in final.items():
         i = initial[name]
-        mix = ", ".join(f"{a} {v:.2f}" for a, v in f["tool_calls_per_task"].items())
-        table.add_row(name, f"{i['accuracy']:.2f} -> {f['accuracy']:.2f}",
-                      f"{i['cost_per_task']:.6f} -> {f['cost_per_task']:.6f}",
-                      f"{i['latency_per_task']:.2f} -> {f['latency_per_task']:.2f}",
-                      f"{i['favoured_share']:.2f} -> {f['favoured_share']:.2f}", mix)
+        table.add_row(name.replace("_paraphrase", " (new words)").replace("_", " "),
+                      f"{i['accuracy']:.2f} -> {f['accuracy']:.2f}",
+                      f"{1e4 * i['cost_per_task']:.2f} -> {1e4 * f['cost_per_task']:.2f}",
+                      f"{i['favoured_share']:.2f} -> {f['favoured_share']:.2f}" if name != "unseen_tools" else "-")
     console.print(table)
-    console.print(f"{MAIN_PRESET}: cost per task {-100 * result['cost_reduction']:+.0f}%, accuracy "
-                  f"{100 * result['accuracy_gain']:+.1f} points; "
-                  + ", ".join(f"{k}: {v}" for k, v in result.items() if k not in ("cost_reduction", "accuracy_gain")))
+    print_checks(ci, result)
+
+
+CHECK_ROWS = (("accuracy_gain", "accuracy gain, cost", "accuracy_up_5_points"),
+              ("cost_ratio", "cost after/before, cost", "cost_at_least_40pct_lower"),
+              ("share_rise_favour", f"{FAVOURED_ALIAS} share rise, favour", "favoured_share_rises_when_favoured"),
+              ("share_rise_favour_paraphrase", "  the same, new words", "favoured_share_rises_when_favoured"),
+              ("share_rise_accuracy", "  rise, accuracy", "favoured_share_not_rising_otherwise"),
+              ("share_rise_cost", "  rise, cost", "favoured_share_not_rising_otherwise"),
+              ("share_rise_accuracy_paraphrase", "  rise, accuracy new words", None),
+              ("share_rise_cost_paraphrase", "  rise, cost new words", None))
+
+
+def print_checks(ci: dict, result: dict) -> None:
+    table = Table(title="checks: estimate and 95% paired-bootstrap interval", width=80)
+    for col, justify in (("statistic", "left"), ("estimate", "right"), ("95% interval", "right"), ("check", "left")):
+        table.add_column(col, justify=justify)
+    for key, label, check in CHECK_ROWS:
+        if key in ci:
+            c = ci[key]
+            table.add_row(label, f"{c['estimate']:+.3f}", f"[{c['low']:+.3f}, {c['high']:+.3f}]",
+                          "-" if check is None else ("holds" if result[check] else "FAILS"))
+    console.print(table)
+    console.print(f"checks holding: {sum(result.values())} of {len(result)}")
+
+
+# The environment variables that pick the CPU kernels' instruction set (torch's ATen dispatch,
+# oneDNN, MKL): ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 runs
+# the AVX2 kernels on an AVX-512 CPU (the same CPU, other kernels: not a second CPU family).
+KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def _machine_load() -> dict:
@@ -286,7 +400,7 @@ def _machine_load() -> dict:
                for f in ("ru_utime", "ru_stime"))
     return {"cpu_seconds": round(used, 1), "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 1),
             "cpu_model": _cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "packages": installed_packages()}
+            "kernel_env": {k: os.environ.get(k) for k in KERNEL_ENV}, "packages": installed_packages()}
 
 
 def _cpu_model() -> str:
@@ -312,26 +426,70 @@ def installed_packages() -> dict[str, str]:
     return dict(sorted((d.metadata["Name"], d.version) for d in distributions() if d.metadata["Name"]))
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """Bad input: one line naming the argument and the fix (no usage dump)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def seed_list(text: str) -> list[int]:
+    """--seeds: a count N >= 1 (seeds SEED .. SEED+N-1, today's `make quickstart SEEDS=3`), or a
+    comma-separated list of distinct seeds >= 0 ("0,2,4"); returns the offsets/seeds as given,
+    resolved against --seed by `seeds_to_run`."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts if p) or not any(parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a count of seeds (3) or a comma-separated list of "
+                                         "distinct seeds (0,2,4)")
+    if len(parts) == 1:
+        if int(parts[0]) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: a count of seeds must be at least 1 (for seed K alone: "
+                                             "--seed K, make quickstart SEED=K)")
+        return [-int(parts[0])]             # a count, marked negative
+    seeds = [int(p) for p in parts if p]
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{text!r}: seed {repeated[0]} is listed more than once; list each seed once")
+    return seeds
+
+
+def seeds_to_run(args) -> list[int]:
+    """The seeds --seed / --seeds ask for."""
+    if len(args.seeds) == 1 and args.seeds[0] < 0:
+        return [args.seed + k for k in range(-args.seeds[0])]
+    return list(args.seeds)
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = _OneLineErrors(prog="python -m training.quickstart", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/quickstart"))
     parser.add_argument("--seed", type=int, default=0, help="run.seed of the (first) run")
-    parser.add_argument("--seeds", type=int, default=1, help="run this many seeds (seed, seed+1, ...) into OUT/seed-K "
-                        "and report each and the spread")
+    parser.add_argument("--seeds", type=seed_list, default=[-1],
+                        help="a count N (seeds SEED .. SEED+N-1) or a list of distinct seeds (0,2,4); more than one "
+                        "seed runs each into OUT/seed-K and reports each and the spread")
+    parser.add_argument("--recompute", type=Path, metavar="RUN_DIR",
+                        help="recompute a finished run's intervals and checks from its saved trajectories and "
+                             "compare them with its summary.json (runs nothing)")
     parser.add_argument("--train-tasks", type=int, default=16, help="training tasks (half lookup, half arithmetic)")
-    parser.add_argument("--eval-tasks", type=int, default=16, help="held-out tasks")
+    parser.add_argument("--eval-tasks", type=int, default=64,
+                        help="held-out tasks (each evaluated under every preference, its paraphrase and the "
+                             "unseen tools; the checks' intervals resample these tasks)")
     parser.add_argument("--warmup-tasks", type=int, default=16, help="extra tasks demonstrated in the warm-up")
     parser.add_argument("--eval-temperature", type=float, default=0.6, help="paper: 0.6 for validation")
-    parser.add_argument("--eval-samples", type=int, default=2,
-                        help="episodes per held-out task (sampling seeds differ): the checks compare means over "
-                             "tasks x samples, less noisy than one draw per task")
-    parser.add_argument("--eval-concurrency", type=int, default=8, help="held-out episodes at once")
+    parser.add_argument("--eval-samples", type=int, default=1,
+                        help="episodes per held-out task (sampling seeds differ; a task's episodes are resampled "
+                             "together)")
+    parser.add_argument("--eval-concurrency", type=int, default=32,
+                        help="held-out episodes at once (their policy turns batch in the engine)")
+    parser.add_argument("--favour-boost", type=float, default=0.5,
+                        help="warm-up: share of each favour answer turn's alias target moved onto the alias its "
+                             "line names (0: the prompted model's choice alone)")
     parser.add_argument("--hidden", type=int, default=128, help="tiny policy width")
     parser.add_argument("--layers", type=int, default=2, help="tiny policy depth")
     parser.add_argument("--local-window", type=int, default=64,
                         help="tiny policy: every layer but the last attends to this many previous tokens only "
                              "(0: all layers see the whole prompt)")
-    parser.add_argument("--alias-prior", choices=["pooled", "per-turn", "uniform"], default="per-turn",
+    parser.add_argument("--alias-prior", choices=["pooled", "per-turn", "uniform"], default="pooled",
                         help="alias distribution the warm-up teaches: the prompted SmolLM2's, pooled over presets "
                              "(one distribution per tool); the prompted SmolLM2's own choice at each demonstrated "
                              "turn (it reads the preference line); or uniform")
@@ -356,9 +514,18 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="weight of the alias decisions in the warm-up loss (tool decisions: 1); the answer "
                              "alias's targets are the only ones that differ between preference presets")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
-    args = parser.parse_args(argv)
+    return _checked(parser, parser.parse_args(argv))
+
+
+def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Values argparse's types do not check: one line naming the flag."""
     if args.alias_weight <= 0:
         parser.error(f"--alias-weight {args.alias_weight}: a loss weight, must be > 0")
+    if not 0 <= args.favour_boost <= 1:
+        parser.error(f"--favour-boost {args.favour_boost}: a share, must be in [0, 1]")
+    for flag in ("eval_tasks", "eval_samples", "eval_concurrency", "train_tasks"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be at least 1")
     return args
 
 
@@ -404,13 +571,16 @@ def run_seed(args, seed: int, out: Path) -> dict:
     final = evaluate_all(final_model, eval_tasks, eval_runtime, cfg, judge, args, out, "final")
     stage("final evaluation", t0)
 
-    result = checks(initial, final)
+    ci = intervals(out)
+    result = checks(ci)
     png = plot(Path(cfg.run.dir) / "metrics.jsonl", initial[MAIN_PRESET], final[MAIN_PRESET], out)
     # top level: the foundation quickstart's four keys, for the trained (final) policy, main preset
     headline = {k: final[MAIN_PRESET][k] for k in ("accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task")}
-    summary = {**headline, "seed": seed, "initial": initial, "final": final, "checks": result,
+    summary = {**headline, "seed": seed, "initial": initial, "final": final, "checks": result, "intervals": ci,
+               "checks_holding": f"{sum(result.values())} of {len(result)}",
                "preference_scores": preference_scores(out), "favoured_alias": FAVOURED_ALIAS,
-               "presets": {k: v[0] for k, v in PRESETS.items()}, "main_preset": MAIN_PRESET, "train_mix": TRAIN_MIX,
+               "presets": {k: v[0] for k, v in PRESETS.items()}, "wordings": WORDINGS, "paraphrases": PARAPHRASES,
+               "main_preset": MAIN_PRESET, "train_mix": TRAIN_MIX,
                "unseen_tools": UNSEEN_TOOLS, "eval_temperature": args.eval_temperature,
                "warmup_alias_distribution": {"source": args.alias_prior, "floor": args.alias_floor,
                                              "loss_weight": args.alias_weight,
@@ -423,42 +593,51 @@ def run_seed(args, seed: int, out: Path) -> dict:
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n")
     tmp.replace(out / "summary.json")
-    print_table(initial, final, result)
+    print_table(initial, final, ci, result)
     return summary
 
 
 def spread(summaries: list[dict]) -> dict:
-    """Per-seed headline numbers, their min / mean / max, and whether every seed passed each check."""
+    """Per-seed headline numbers with their intervals, and whether every seed passed each check."""
     rows = [{"seed": s["seed"], "accuracy": [s["initial"][MAIN_PRESET]["accuracy"], s["final"][MAIN_PRESET]["accuracy"]],
              "cost_per_task": [s["initial"][MAIN_PRESET]["cost_per_task"], s["final"][MAIN_PRESET]["cost_per_task"]],
-             **{k: s["checks"][k] for k in ("accuracy_gain", "cost_reduction")},
+             "accuracy_gain": s["intervals"]["accuracy_gain"], "cost_ratio": s["intervals"]["cost_ratio"],
              "favour_share": [s["initial"]["favour"]["favoured_share"], s["final"]["favour"]["favoured_share"]],
-             "checks_pass": all(v for v in s["checks"].values() if isinstance(v, bool))} for s in summaries]
-    stats = {}
-    for key in ("accuracy_gain", "cost_reduction"):
-        values = [r[key] for r in rows]
-        stats[key] = {"min": min(values), "mean": round(sum(values) / len(values), 4), "max": max(values)}
-    names = [k for k, v in summaries[0]["checks"].items() if isinstance(v, bool)]
-    return {"seeds": rows, "spread": stats, "all_seeds_pass": {k: all(s["checks"][k] for s in summaries) for k in names}}
+             "checks_holding": sum(s["checks"].values()), "checks_pass": all(s["checks"].values())} for s in summaries]
+    names = list(summaries[0]["checks"])
+    return {"seeds": rows, "all_seeds_pass": {k: all(s["checks"][k] for s in summaries) for k in names}}
+
+
+def print_seeds(summary: dict) -> None:
+    """One row per seed (80 columns): accuracy, the gain's and the cost ratio's intervals."""
+    from rich import box
+
+    table = Table(title=f"quickstart per seed ({MAIN_PRESET} preference; 95% intervals)", box=box.SIMPLE_HEAD,
+                  pad_edge=False, show_edge=False, collapse_padding=True)
+    for col in ("seed", "accuracy", "gain [95%]", "cost ratio [95%]", "favour", "checks"):
+        table.add_column(col, justify="right")
+    for r in summary["seeds"]:
+        g, c = r["accuracy_gain"], r["cost_ratio"]
+        table.add_row(str(r["seed"]), "{:.2f}->{:.2f}".format(*r["accuracy"]),
+                      f"{g['estimate']:+.2f} [{g['low']:+.2f},{g['high']:+.2f}]",
+                      f"{c['estimate']:.2f} [{c['low']:.2f},{c['high']:.2f}]",
+                      "{:.2f}->{:.2f}".format(*r["favour_share"]), f"{r['checks_holding']}/4")
+    console.print(table)
+    console.print(f"every seed passes: {summary['all_seeds_pass']}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
+    if args.recompute is not None:
+        return recompute(args.recompute)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if args.seeds == 1:
-        summary = run_seed(args, args.seed, args.out)
+    seeds = seeds_to_run(args)
+    if len(seeds) == 1:
+        summary = run_seed(args, seeds[0], args.out)
     else:
-        summaries = [run_seed(args, args.seed + k, args.out / f"seed-{args.seed + k}") for k in range(args.seeds)]
+        summaries = [run_seed(args, seed, args.out / f"seed-{seed}") for seed in seeds]
         summary = spread(summaries)
         (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        table = Table(title=f"quickstart over {args.seeds} seeds ({MAIN_PRESET} preset)")
-        for col in ("seed", "accuracy", "$ / task", "cost cut", f"{FAVOURED_ALIAS} share (favour)", "all checks"):
-            table.add_column(col, justify="right")
-        for r in summary["seeds"]:
-            table.add_row(str(r["seed"]), "{:.2f} -> {:.2f}".format(*r["accuracy"]),
-                          "{:.6f} -> {:.6f}".format(*r["cost_per_task"]), f"{-100 * r['cost_reduction']:+.0f}%",
-                          "{:.2f} -> {:.2f}".format(*r["favour_share"]), str(r["checks_pass"]))
-        console.print(table)
-        console.print(f"spread: {summary['spread']}; every seed passes: {summary['all_seeds_pass']}")
-    console.print(f"summary: {args.out / 'summary.json'}; per-preset trajectories: eval_<initial|final>_<preset>.jsonl")
+        print_seeds(summary)
+    console.print(f"summary: {args.out / 'summary.json'}; per-preference trajectories: eval_<initial|final>_<run>.jsonl")
     return 0

@@ -49,6 +49,7 @@ class Demonstration:
     targets: dict[int, dict[int, float]]          # response position -> {token id: probability}
     tool: str
     preset: str | None = None                     # the task's preference preset (its words end the question)
+    favoured: str | None = None                   # under `favour`: the answer alias its words name
 
     def as_sample(self) -> TurnSample:
         mask = [int(i in self.targets) for i in range(len(self.response_ids))]
@@ -84,7 +85,8 @@ def with_tool_spread(targets: dict[int, dict[int, float]], response: list[int], 
 
 
 def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, preset: str | None = None,
-          tool_spread: float = 0.0, spread_tools: list[str] | None = None) -> Demonstration:
+          tool_spread: float = 0.0, spread_tools: list[str] | None = None,
+          favoured: str | None = None) -> Demonstration:
     qa = [t for t in catalog.tools if t.kind in ("search", "code", "answer")]
     messages = build_messages(state, prompts, budgets, TokenCounter(tokenizer))
     prompt = tokenizer(render_prompt(tokenizer, messages, catalog.openai_tools(tools=qa)),
@@ -95,7 +97,7 @@ def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, preset: str | 
     to = None if spread_tools is None else choice_token_ids(
         tokenizer, [format_tool_call(name, {"model": a}) for name in spread_tools for a in catalog.tool(name).aliases])
     targets = with_tool_spread(_targets(demonstrated[0], choices, demonstrated), demonstrated[0], choices, tool_spread, to)
-    return Demonstration(prompt, demonstrated[0], targets, tool, preset)
+    return Demonstration(prompt, demonstrated[0], targets, tool, preset, favoured if preset == "favour" else None)
 
 
 def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
@@ -122,11 +124,12 @@ def demonstrations(tasks: list[Task], tokenizer, base_catalog, retriever, *, pro
     for task in tasks:
         catalog = task_catalog(base_catalog, task)
         state, preset = EpisodeState(task.question), task.metadata.get("preference_name")
+        favoured = task.metadata.get("favoured")
         tool = EVIDENCE_TOOL[task.metadata["type"]]
         wrong = None if spread_to == "all" else [t for t in EVIDENCE_TOOL.values() if t != tool]
-        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, tool, preset, tool_spread, wrong))
+        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, tool, preset, tool_spread, wrong, favoured))
         _evidence(task, state, retriever, topk)
-        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, "answer", preset))
+        demos.append(_turn(tokenizer, catalog, prompts, budgets, state, "answer", preset, favoured=favoured))
     return demos
 
 
@@ -244,6 +247,26 @@ def with_own_alias_choices(demos: list[Demonstration], choices: list[dict[int, f
             if choice and set(choice) == set(demo.targets[pos]):
                 n = len(choice)
                 demo.targets[pos] = {t: (1 - floor) * p + floor / n for t, p in choice.items()}
+    return demos
+
+
+def with_favoured_boost(demos: list[Demonstration], tokenizer, boost: float) -> list[Demonstration]:
+    """Each `favour` answer turn's alias target moved `boost` of the way to the alias its line
+    names: `(1 - boost) * target + boost * onehot(favoured)`.  The favoured alias varies across
+    the demonstrated tasks (and a task is demonstrated naming each answer alias in turn), so the
+    policy can fit these targets only by reading which alias the line names."""
+    if boost <= 0:
+        return demos
+    for demo in demos:
+        if demo.favoured is None or demo.tool != "answer":
+            continue
+        for pos in _alias_positions(demo)[:1]:
+            ids = choice_token_ids(tokenizer, [format_tool_call(demo.tool, {"model": demo.favoured})])[0]
+            token = ids[pos]
+            if ids[:pos] != demo.response_ids[:pos] or token not in demo.targets[pos]:
+                raise ValueError(f"favoured alias {demo.favoured!r} is not a choice at the answer turn's alias decision")
+            demo.targets[pos] = {t: (1 - boost) * p + (boost if t == token else 0.0)
+                                 for t, p in demo.targets[pos].items()}
     return demos
 
 
