@@ -6,9 +6,8 @@
 Stages (each printed with its wall time):
   1. world: corpus + train / held-out tasks + a MiniLM/FAISS index (training/quickstart/env.py);
      preferences stated in varied words, `favour` naming an answer alias that varies across tasks;
-  2. policy: a tiny random Llama with SmolLM2's tokenizer, warmed up on demonstrations
-     that pick aliases as the prompted SmolLM2 does, and the alias a favour line names
-     (training/quickstart/warmup.py) = the starting policy;
+  2. policy: a tiny random Llama with SmolLM2's tokenizer, warmed up on demonstrations that pick
+     aliases as the prompted SmolLM2 does and the alias a favour line names (warmup.py);
   3. initial evaluation on 64 held-out tasks under each preference in its training words, in a
      paraphrase training never showed, and under the unseen catalog (greedy experts memoized);
   4. GRPO with training/configs/quickstart.yaml (`python training/train.py` does the same);
@@ -16,7 +15,7 @@ Stages (each printed with its wall time):
   6. summary.json (`initial` and `final`: accuracy, cost_per_task $, latency_per_task s,
      tool_calls_per_task per alias; `intervals`: each check's estimate and 95% paired-bootstrap
      interval over the held-out tasks, training/quickstart/stats.py; `checks`) and
-     training_curves.png (reward, accuracy, cost per step).
+     training_curves.png (reward, accuracy, cost per step); machine.py: the machine it ran on.
 
 Trailing `key=value` arguments override the trainer config (e.g. trainer.total_steps=20).
 """
@@ -55,6 +54,7 @@ from training.quickstart.env import (
     routed_runtime,
     with_preference,
 )
+from training.quickstart.machine import machine_load
 from training.quickstart.stats import (
     TaskOutcome,
     accuracy_check,
@@ -383,49 +383,6 @@ def print_checks(ci: dict, result: dict) -> None:
     console.print(f"checks holding: {sum(result.values())} of {len(result)}")
 
 
-# The environment variables that pick the CPU kernels' instruction set (torch's ATen dispatch,
-# oneDNN, MKL): ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 runs
-# the AVX2 kernels on an AVX-512 CPU (the same CPU, other kernels: not a second CPU family).
-KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
-
-
-def _machine_load() -> dict:
-    """CPU seconds used (this process and its children, e.g. the sandbox) and the load average:
-    on a shared machine wall time alone says little about what the run itself needs."""
-    import resource
-
-    import torch
-
-    used = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-               for f in ("ru_utime", "ru_stime"))
-    return {"cpu_seconds": round(used, 1), "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 1),
-            "cpu_model": _cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "kernel_env": {k: os.environ.get(k) for k in KERNEL_ENV}, "packages": installed_packages()}
-
-
-def _cpu_model() -> str:
-    """/proc/cpuinfo's model name (platform.processor() elsewhere): with `cpu_capability`, the
-    instruction set torch's kernels use (AVX2, AVX512, ...), which moves the run as packages do
-    (docs/training.md, "the CPU moves the run too")."""
-    import platform
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def installed_packages() -> dict[str, str]:
-    """Every installed distribution and its version (what `pip freeze` lists): the quickstart's
-    numbers move with torch and transformers (docs/training.md, "Measured on today's packages")."""
-    from importlib.metadata import distributions
-
-    return dict(sorted((d.metadata["Name"], d.version) for d in distributions() if d.metadata["Name"]))
-
-
 class _OneLineErrors(argparse.ArgumentParser):
     """Bad input: one line naming the argument and the fix (no usage dump)."""
 
@@ -588,7 +545,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
                                              "spread_to": args.spread_to},
                "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,
                "config": str(Path(cfg.run.dir) / "config.yaml"), "stage_seconds": stages,
-               "machine": _machine_load(), "threads": cfg.run.threads,
+               "machine": machine_load(), "threads": cfg.run.threads,
                "wall_seconds": round(time.monotonic() - started, 1)}
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n")
