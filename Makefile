@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # The CPU torch wheel lies on this machine's disk; any other spec pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: quickstart quickstart-loop test venv venv-test clean
+.PHONY: quickstart quickstart-loop example-pretrained test venv venv-test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,14 @@ SEED ?= 0
 SEEDS ?= 1
 quickstart: $(VENV)/.core
 	$(PY) -m training.quickstart --out runs/quickstart --seed $(SEED) --seeds $(SEEDS)
+
+# The same recipe with the shipped SmolLM2-135M-Instruct as the policy (pretrained), seeds 0-2, on a GPU
+# (DEVICE=cuda; DEVICE=cpu runs, slowly): runs/quickstart-pretrained/seed-K/summary.json each + the
+# spread; the learning rates are a pretrained model's (docs/training.md, "A pretrained policy").
+DEVICE ?= cuda
+example-pretrained: $(VENV)/.core
+	$(PY) -m training.quickstart --out runs/quickstart-pretrained --policy smollm2 --device $(DEVICE) --seeds 0,1,2 \
+	  --warmup-epochs 4 --warmup-lr 1e-4 optim.lr=2e-5
 
 # The loop alone, SmolLM2 as orchestrator and every expert (evaluation/quickstart_loop.py;
 # runs/quickstart-loop/summary.json + trajectories.jsonl).

@@ -278,6 +278,10 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
     assert not any(PARAPHRASES[p].format(alias=a) in q for p in PRESETS for a in ANSWER_ALIASES for q in train_questions)
     # the intervals are recomputed from the saved trajectories alone
     assert main(["--recompute", str(out)]) == 0
+    # the favour line's reading after the warm-up and after GRPO: probabilities, per line read
+    assert set(summary["reading"]) == {"warm", "final"}
+    assert all(set(r) == {"favour", "favour_paraphrase", "favour_other_alias", "cost", "accuracy"}
+               and all(0 < p < 1 for p in r.values()) for r in summary["reading"].values())
     assert (out / summary["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "train" / "metrics.jsonl").read_text().count("\n") == 1
     import torch
@@ -480,11 +484,17 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
         weighted = decision_loss(model, demos, tok.pad_token_id, alias_weight=3.0).item()
     assert plain == pytest.approx((sum(tool_ce) + sum(alias_ce)) / 4, rel=1e-5)
     assert weighted == pytest.approx((sum(tool_ce) + 3 * sum(alias_ce)) / (2 + 3 * 2), rel=1e-5)
+    # favour_weight: only the answer alias decision of a turn whose line names an alias (demo 1)
+    demos[1].favoured, demos[1].preset = "answer-4", "favour"
+    with torch.no_grad():
+        favour = decision_loss(model, demos, tok.pad_token_id, alias_weight=3.0, favour_weight=10.0).item()
+    assert favour == pytest.approx((sum(tool_ce) + 3 * alias_ce[0] + 10 * alias_ce[1]) / (2 + 3 + 10), rel=1e-5)
 
 
 @pytest.mark.parametrize("flags, message", [
     (["--alias-weight", "0"], "--alias-weight 0.0: a loss weight"),
     (["--alias-weight", "-1"], "--alias-weight -1.0: a loss weight"),
+    (["--favour-weight", "0"], "--favour-weight 0.0: a loss weight"),
     (["--seeds", "x"], "argument --seeds: 'x': expected a count of seeds (3) or a comma-separated list"),
     (["--seeds", "0"], "argument --seeds: '0': a count of seeds must be at least 1"),
     (["--seeds", "0,1,1"], "argument --seeds: '0,1,1': seed 1 is listed more than once"),
@@ -554,3 +564,42 @@ def test_the_world_models_come_from_configs_and_an_unpriced_one_is_named(tmp_pat
     bad.write_text("task_models: {}\n")
     with pytest.raises(ValueError, match="exactly the keys task_models and unseen_tools"):
         load_world_models(bad)
+
+
+def test_reading_is_the_favoured_alias_probability_at_the_answer_decision(world, tmp_path):
+    """favour_reading: for each line, the mean over tasks of the policy's probability of answer-4
+    among the answer aliases at the answer turn's alias decision, equal to a whole-row forward pass;
+    the lines name answer-4 (training words, paraphrase), the other training alias, or none."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from orchestrator.embedded import smollm2_path
+    from training.quickstart.reading import OTHER_ALIAS, favour_reading, reading_lines
+    from training.quickstart.warmup import _alias_positions, demonstrations
+    from training.tiny_policy import build_tiny_policy
+
+    paths, catalog = world
+    tasks = load_tasks([str(paths["eval"])])[:2]
+    lines = reading_lines(tasks)
+    assert [t.metadata["favoured"] for t in lines["favour_other_alias"]] == [OTHER_ALIAS] * 2 != [FAVOURED_ALIAS] * 2
+    assert all(PARAPHRASES["favour"].format(alias=FAVOURED_ALIAS) in t.question for t in lines["favour_paraphrase"])
+    assert all("answer-" not in t.question for t in lines["cost"] + lines["accuracy"])
+    runtime = SimpleNamespace(catalog=catalog, retriever=_Retriever(paths["corpus"]), prompts=Prompts.load(PROMPTS_DIR))
+    budgets = Budgets(context_tokens=2048)
+    tok = AutoTokenizer.from_pretrained(smollm2_path())
+    policy = build_tiny_policy(tmp_path / "p", tok, hidden=32, layers=2, heads=2, seed=3)
+    reading = favour_reading(policy, tasks, runtime, budgets=budgets, topk=1)
+    model = AutoModelForCausalLM.from_pretrained(policy).eval()
+    four = tok(FAVOURED_ALIAS.split("-")[1], add_special_tokens=False)["input_ids"][0]
+    for name, line_tasks in lines.items():
+        demos = [d for d in demonstrations(line_tasks, tok, catalog, runtime.retriever, prompts=runtime.prompts,
+                                           budgets=budgets, topk=1) if d.tool == "answer"]
+        probs = []
+        for d in demos:
+            pos = _alias_positions(d)[0]
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([d.prompt_ids + d.response_ids[:pos]])).logits[0, -1]
+            options = sorted(d.targets[pos])
+            assert four in options
+            probs.append(logits[options].softmax(-1)[options.index(four)].item())
+        assert len(probs) == 2 and reading[name] == pytest.approx(sum(probs) / len(probs), abs=2e-4)

@@ -111,8 +111,11 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     demo_tasks = demonstrated_tasks(demo_tasks, args.demo_presets, cfg.run.seed)
-    init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
-                             heads=4, seed=cfg.run.seed, local_window=args.local_window or None)
+    if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
+        init = smollm2_path()
+    else:
+        init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
+                                 heads=4, seed=cfg.run.seed, local_window=args.local_window or None)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
                            budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=runtime.qa.retrieval.topk,
                            tool_spread=args.tool_spread, spread_to=args.spread_to)
@@ -133,8 +136,19 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
                   f"alias distribution taught ({args.alias_prior}): {taught}; other tools: {args.tool_spread}")
     warm = supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
                              batch_size=args.warmup_batch, seed=cfg.run.seed, alias_weight=args.alias_weight,
-                             log=console.print)
+                             favour_weight=args.favour_weight, device=cfg.run.device, log=console.print)
     return warm, taught
+
+
+def read_favour_line(model_dir: Path, eval_tasks: list[Task], runtime, cfg: TrainConfig) -> dict[str, float]:
+    """`reading.favour_reading` on the first 16 held-out tasks, printed."""
+    from training.quickstart.reading import favour_reading
+
+    reading = favour_reading(model_dir, eval_tasks[:16], runtime, topk=runtime.qa.retrieval.topk,
+                             budgets=Budgets(context_tokens=cfg.rollout.context_tokens), device=cfg.run.device)
+    console.print(f"reading the favour line ({model_dir.name}): P({FAVOURED_ALIAS}) at the answer alias "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in reading.items()))
+    return reading
 
 
 def warmup_tasks(world: dict[str, Path], train_tasks: list[Task], args) -> list[Task]:
@@ -441,6 +455,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--favour-boost", type=float, default=0.5,
                         help="warm-up: share of each favour answer turn's alias target moved onto the alias its "
                              "line names (0: the prompted model's choice alone)")
+    parser.add_argument("--policy", choices=["tiny", "smollm2"], default="tiny",
+                        help="the policy trained: a tiny random Llama (the CPU quickstart) or the shipped "
+                             "SmolLM2-135M-Instruct, pretrained (`make example-pretrained`; a GPU: --device cuda)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the policy runs: warm-up, evaluations, GRPO (run.device)")
     parser.add_argument("--hidden", type=int, default=128, help="tiny policy width")
     parser.add_argument("--layers", type=int, default=2, help="tiny policy depth")
     parser.add_argument("--local-window", type=int, default=64,
@@ -470,6 +489,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--alias-weight", type=float, default=4.0,
                         help="weight of the alias decisions in the warm-up loss (tool decisions: 1); the answer "
                              "alias's targets are the only ones that differ between preference presets")
+    parser.add_argument("--favour-weight", type=float, default=16.0,
+                        help="weight of a favour turn's answer alias decision in the warm-up loss (the one "
+                             "decision whose target depends on the alias the line names; 4, as --alias-weight, "
+                             "left the start unable to read the line in one of two kernel paths of seed 0)")
+    parser.add_argument("--warmup-only", action="store_true",
+                        help="stop after the warm-up and its favour-line reading (training/quickstart/reading.py)")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
     return _checked(parser, parser.parse_args(argv))
 
@@ -478,6 +503,8 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
     """Values argparse's types do not check: one line naming the flag."""
     if args.alias_weight <= 0:
         parser.error(f"--alias-weight {args.alias_weight}: a loss weight, must be > 0")
+    if args.favour_weight <= 0:
+        parser.error(f"--favour-weight {args.favour_weight}: a loss weight, must be > 0")
     if not 0 <= args.favour_boost <= 1:
         parser.error(f"--favour-boost {args.favour_boost}: a share, must be in [0, 1]")
     for flag in ("eval_tasks", "eval_samples", "eval_concurrency", "train_tasks"):
@@ -492,7 +519,8 @@ def run_seed(args, seed: int, out: Path) -> dict:
     from training.rollouts import MemoizedLLM
 
     started, stages = time.monotonic(), {}
-    cfg = load_config(CONFIG, _paths_overrides(out) + [f"run.seed={seed}"] + list(args.overrides))
+    cfg = load_config(CONFIG, _paths_overrides(out) + [f"run.seed={seed}", f"run.device={args.device}"]
+                      + list(args.overrides))
     shutil.rmtree(out / "train", ignore_errors=True)   # a demo: every run starts from scratch
     if cfg.run.threads:            # the evaluations and warm-up run with the trainer's setting too
         import torch
@@ -516,7 +544,12 @@ def run_seed(args, seed: int, out: Path) -> dict:
     stage("world", t0)
     t0 = time.monotonic()
     warm, taught = prepare_policy(out, cfg, eval_runtime, demo_tasks, args)
+    reading = {"warm": read_favour_line(warm, eval_tasks, eval_runtime, cfg)}
     stage("warm-up", t0)
+    if args.warmup_only:
+        summary = {"seed": seed, "reading": reading, "stage_seconds": stages, "machine": machine_load()}
+        (out / "warmup.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
     t0 = time.monotonic()
     initial = evaluate_all(warm, eval_tasks, eval_runtime, cfg, judge, args, out, "initial")
     stage("initial evaluation", t0)
@@ -526,6 +559,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
     t0 = time.monotonic()
     final_model = list_checkpoints(Path(cfg.run.dir) / "checkpoints")[-1] / "model"
     final = evaluate_all(final_model, eval_tasks, eval_runtime, cfg, judge, args, out, "final")
+    reading["final"] = read_favour_line(final_model, eval_tasks, eval_runtime, cfg)
     stage("final evaluation", t0)
 
     ci = intervals(out)
@@ -534,7 +568,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
     # top level: the foundation quickstart's four keys, for the trained (final) policy, main preset
     headline = {k: final[MAIN_PRESET][k] for k in ("accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task")}
     summary = {**headline, "seed": seed, "initial": initial, "final": final, "checks": result, "intervals": ci,
-               "checks_holding": f"{sum(result.values())} of {len(result)}",
+               "checks_holding": f"{sum(result.values())} of {len(result)}", "reading": reading,
                "preference_scores": preference_scores(out), "favoured_alias": FAVOURED_ALIAS,
                "presets": {k: v[0] for k, v in PRESETS.items()}, "wordings": WORDINGS, "paraphrases": PARAPHRASES,
                "main_preset": MAIN_PRESET, "train_mix": TRAIN_MIX,
@@ -589,6 +623,11 @@ def main(argv: list[str] | None = None) -> int:
         return recompute(args.recompute)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     seeds = seeds_to_run(args)
+    if args.warmup_only:
+        for seed in seeds:
+            run_seed(args, seed, args.out if len(seeds) == 1 else args.out / f"seed-{seed}")
+        console.print(f"warm-up only: {args.out}/**/warmup.json (the favour line's reading per seed)")
+        return 0
     if len(seeds) == 1:
         summary = run_seed(args, seeds[0], args.out)
     else:

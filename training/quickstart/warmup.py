@@ -158,10 +158,11 @@ def next_token_logits(model, rows: list[list[int]]) -> list[torch.Tensor]:
 
     def extended(cache, tokens: list[int]):
         cache = copy.deepcopy(cache)
-        return model(input_ids=torch.tensor([tokens]), past_key_values=cache, use_cache=True).past_key_values
+        return model(input_ids=torch.tensor([tokens], device=model.device), past_key_values=cache,
+                     use_cache=True).past_key_values
 
     def leaf(i: int, done: int, cache) -> None:
-        out[i] = model(input_ids=torch.tensor([rows[i][done:]]), past_key_values=copy.deepcopy(cache),
+        out[i] = model(input_ids=torch.tensor([rows[i][done:]], device=model.device), past_key_values=copy.deepcopy(cache),
                        logits_to_keep=1).logits[0, -1]
 
     def walk(idx: list[int], done: int, cache) -> None:
@@ -271,17 +272,20 @@ def with_favoured_boost(demos: list[Demonstration], tokenizer, boost: float) -> 
 
 
 def decision_loss(model, demos: list[Demonstration], pad_id: int, share_prefix: bool = True,
-                  alias_weight: float = 1.0) -> torch.Tensor:
+                  alias_weight: float = 1.0, favour_weight: float | None = None) -> torch.Tensor:
     """Mean over decisions of the cross-entropy between the target and the policy. []
 
     `alias_weight`: the alias decisions (`_alias_positions`) weigh this much, the tool decisions 1
     (a weighted mean): the only targets that differ between a task's preference presets are its
-    answer alias's, a few hundredths of the whole loss at weight 1.
+    answer alias's, a few hundredths of the whole loss at weight 1.  `favour_weight` (None: as
+    `alias_weight`): the answer alias decision of a `favour` turn, the one decision whose target
+    depends on which alias the line names.
 
     `share_prefix`: the batch's common prefix (the system prompt with the tool schemas, most of
     every quickstart prompt) runs once and its key/value cache, repeated over the rows, serves
     every row's remainder; the loss and its gradients equal the whole rows' (float rounding)."""
     batch = collate_samples([d.as_sample() for d in demos], pad_id)
+    batch.input_ids, batch.attention_mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
     rows, cols = batch.response_mask.bool().nonzero(as_tuple=True)                  # [N], [N]
     shared = _common_prefix([d.prompt_ids + d.response_ids for d in demos]) if share_prefix else 0
     decoder = model.get_decoder()
@@ -289,31 +293,35 @@ def decision_loss(model, demos: list[Demonstration], pad_id: int, share_prefix: 
         cache = decoder(input_ids=batch.input_ids[:1, :shared], use_cache=True).past_key_values
         cache.batch_repeat_interleave(len(demos))
         rest = batch.input_ids[:, shared:]                                           # [B, L - S]
-        positions = torch.arange(shared, batch.input_ids.shape[1])[None].expand(len(demos), -1)
+        positions = torch.arange(shared, batch.input_ids.shape[1], device=model.device)[None].expand(len(demos), -1)
         hidden = decoder(input_ids=rest, attention_mask=batch.attention_mask, position_ids=positions,
                          past_key_values=cache, use_cache=True).last_hidden_state    # [B, L - S, H]
     else:
         hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
     logp = model.get_output_embeddings()(hidden[rows, cols - 1 - shared]).float().log_softmax(-1)   # [N, V]
     target = torch.zeros_like(logp)                                                  # [N, V]
-    weight = torch.ones(len(rows))                                                   # [N]
+    weight = torch.ones(len(rows), device=logp.device)                               # [N]
     for n, (r, c) in enumerate(zip(rows.tolist(), cols.tolist())):
         d = demos[r]
         for token, p in d.targets[c - len(d.prompt_ids)].items():
             target[n, token] = p
-        if c - len(d.prompt_ids) in _alias_positions(d):
-            weight[n] = alias_weight
+        aliases = _alias_positions(d)
+        if c - len(d.prompt_ids) in aliases:
+            reads = favour_weight is not None and d.favoured is not None and d.tool == "answer" \
+                and c - len(d.prompt_ids) == aliases[0]
+            weight[n] = favour_weight if reads else alias_weight
     return (-(target * logp).sum(-1) * weight).sum() / weight.sum()
 
 
 def supervised_warmup(model_dir: Path, out_dir: Path, demos: list[Demonstration], *, epochs: int, lr: float,
-                      batch_size: int, seed: int, alias_weight: float = 1.0, log=print) -> Path:
-    """AdamW on `decision_loss` (alias decisions weighted `alias_weight`), lr decaying linearly to
-    0; saves the policy to `out_dir`."""
+                      batch_size: int, seed: int, alias_weight: float = 1.0, favour_weight: float | None = None,
+                      device: str = "cpu", log=print) -> Path:
+    """AdamW on `decision_loss` (alias decisions weighted `alias_weight`, a favour turn's answer
+    alias `favour_weight`), lr decaying linearly to 0; saves the policy to `out_dir`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()   # eval: no dropout
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval().to(device)   # eval: no dropout
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     total = epochs * -(-len(demos) // batch_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -325,7 +333,8 @@ def supervised_warmup(model_dir: Path, out_dir: Path, demos: list[Demonstration]
         rng.shuffle(order)
         losses = []
         for i in range(0, len(order), batch_size):
-            loss = decision_loss(model, order[i:i + batch_size], tokenizer.pad_token_id, alias_weight=alias_weight)
+            loss = decision_loss(model, order[i:i + batch_size], tokenizer.pad_token_id, alias_weight=alias_weight,
+                                 favour_weight=favour_weight)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
