@@ -431,6 +431,38 @@ def seeds_to_run(args) -> list[int]:
     return list(args.seeds)
 
 
+def _warmup_args(parser: argparse.ArgumentParser) -> None:
+    """The warm-up's flags (warmup.py): what the starting policy is taught, and how hard."""
+    parser.add_argument("--alias-prior", choices=["pooled", "per-turn", "uniform"], default="pooled",
+                        help="alias distribution the warm-up teaches: the prompted SmolLM2's, pooled over presets "
+                             "(one distribution per tool); the prompted SmolLM2's own choice at each demonstrated "
+                             "turn (it reads the preference line); or uniform")
+    parser.add_argument("--alias-floor", type=float, default=0.25,
+                        help="prompted prior mixed with uniform by this weight (exploration floor)")
+    parser.add_argument("--tool-spread", type=float, default=0.3,
+                        help="share of the warm-up's tool decision given to the tools a question does not need")
+    parser.add_argument("--spread-to", choices=["evidence", "all"], default="evidence",
+                        help="which tools get --tool-spread: the other evidence tool only (a wasted call first) "
+                             "or every other tool (also answering without evidence)")
+    parser.add_argument("--demo-presets", choices=["own", "all"], default="all",
+                        help="warm-up demonstrations of each task under its own preset only, or under every preset "
+                             "(the prompted model's choice under each: prompts that differ only in the preference "
+                             "line, so the policy learns to read that line rather than the question)")
+    parser.add_argument("--warmup-epochs", type=int, default=24,
+                        help="passes over the demonstrated turns (8 left the tool decision unlearned in one run; 12, 24 and 32 "
+                             "did not make the start read the old preference lines in every seed; the lines' own tokens "
+                             "did: docs/training.md, sixth and seventh rounds)")
+    parser.add_argument("--warmup-lr", type=float, default=5e-3)
+    parser.add_argument("--warmup-batch", type=int, default=8)
+    parser.add_argument("--alias-weight", type=float, default=4.0,
+                        help="weight of the alias decisions in the warm-up loss (tool decisions: 1); the answer "
+                             "alias's targets are the only ones that differ between preference presets")
+    parser.add_argument("--favour-weight", type=float, default=16.0,
+                        help="weight of a favour turn's answer alias decision in the warm-up loss (the one "
+                             "decision whose target depends on the alias the line names; 4, as --alias-weight, "
+                             "left the start unable to read the line in one of two kernel paths of seed 0)")
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = _OneLineErrors(prog="python -m training.quickstart", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/quickstart"))
@@ -465,34 +497,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--local-window", type=int, default=64,
                         help="tiny policy: every layer but the last attends to this many previous tokens only "
                              "(0: all layers see the whole prompt)")
-    parser.add_argument("--alias-prior", choices=["pooled", "per-turn", "uniform"], default="pooled",
-                        help="alias distribution the warm-up teaches: the prompted SmolLM2's, pooled over presets "
-                             "(one distribution per tool); the prompted SmolLM2's own choice at each demonstrated "
-                             "turn (it reads the preference line); or uniform")
-    parser.add_argument("--alias-floor", type=float, default=0.25,
-                        help="prompted prior mixed with uniform by this weight (exploration floor)")
-    parser.add_argument("--tool-spread", type=float, default=0.3,
-                        help="share of the warm-up's tool decision given to the tools a question does not need")
-    parser.add_argument("--spread-to", choices=["evidence", "all"], default="evidence",
-                        help="which tools get --tool-spread: the other evidence tool only (a wasted call first) "
-                             "or every other tool (also answering without evidence)")
-    parser.add_argument("--demo-presets", choices=["own", "all"], default="all",
-                        help="warm-up demonstrations of each task under its own preset only, or under every preset "
-                             "(the prompted model's choice under each: prompts that differ only in the preference "
-                             "line, so the policy learns to read that line rather than the question)")
-    parser.add_argument("--warmup-epochs", type=int, default=24,
-                        help="passes over the demonstrated turns (8 left the tool decision unlearned in one run; 12, 24 and 32 "
-                             "did not make the start read the old preference lines in every seed; the lines' own tokens "
-                             "did: docs/training.md, sixth and seventh rounds)")
-    parser.add_argument("--warmup-lr", type=float, default=5e-3)
-    parser.add_argument("--warmup-batch", type=int, default=8)
-    parser.add_argument("--alias-weight", type=float, default=4.0,
-                        help="weight of the alias decisions in the warm-up loss (tool decisions: 1); the answer "
-                             "alias's targets are the only ones that differ between preference presets")
-    parser.add_argument("--favour-weight", type=float, default=16.0,
-                        help="weight of a favour turn's answer alias decision in the warm-up loss (the one "
-                             "decision whose target depends on the alias the line names; 4, as --alias-weight, "
-                             "left the start unable to read the line in one of two kernel paths of seed 0)")
+    _warmup_args(parser)
     parser.add_argument("--warmup-only", action="store_true",
                         help="stop after the warm-up and its favour-line reading (training/quickstart/reading.py)")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
