@@ -1,0 +1,4 @@
+"""Moved to orchestrator/domains/upstream.py (issue 46); this name goes in the next release."""
+from orchestrator.moved import forward
+
+forward(__name__, "orchestrator.domains.upstream")
