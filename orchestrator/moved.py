@@ -16,7 +16,8 @@ import warnings
 def forward(name: str, new: str) -> None:
     """Hand the module `name` (the caller's `__name__`) over to the module `new`."""
     if name == "__main__":
-        old = sys.modules["__main__"].__spec__.name
+        spec = sys.modules["__main__"].__spec__            # None when run as a file path
+        old = spec.name if spec is not None else sys.argv[0]
         print(f"{old} moved to {new}: run `python -m {new}` (the old name goes in the next release)",
               file=sys.stderr)
         runpy.run_module(new, run_name="__main__", alter_sys=True)

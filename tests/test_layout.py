@@ -41,14 +41,23 @@ def test_old_names_forward_for_one_release():
             "for old, new in json.loads(sys.argv[1]).items():\n"
             "    with warnings.catch_warnings(record=True) as seen:\n"
             "        warnings.simplefilter('always')\n"
-            "        module = importlib.import_module(old)\n"
+            "        try:\n"
+            "            module = importlib.import_module(old)\n"
+            "        except ModuleNotFoundError as e:      # an optional extra (tau2) not installed\n"
+            "            out[old] = e.name\n"
+            "            continue\n"
             "    out[old] = [module is importlib.import_module(new),\n"
             "                [str(w.message) for w in seen if w.category is FutureWarning]]\n"
             "print(json.dumps(out))\n")
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(moved)], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    for old, (same, warned) in json.loads(proc.stdout.splitlines()[-1]).items():
+    for old, seen in json.loads(proc.stdout.splitlines()[-1]).items():
+        if isinstance(seen, str):              # the new module needs a package this venv lacks
+            assert seen.split(".")[0] not in ("orchestrator", "evaluation", "training", "retrieval",
+                                              "data_synthesis"), (old, seen)
+            continue
+        same, warned = seen
         assert same and len(warned) == 1 and f"{old} moved to {moved[old]}" in warned[0], (old, same, warned)
     proc = subprocess.run([sys.executable, "-m", "orchestrator.serving", "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
