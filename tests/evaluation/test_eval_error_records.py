@@ -10,7 +10,7 @@ from evaluation.qa import QASetup, solve
 from evaluation.report import print_table, summarize
 from evaluation.runner import ResultsFile, read_records, run_tasks
 from evaluation.scoring.judge import Judge
-from orchestrator.loaders import BenchmarkTask
+from orchestrator.benchmarks import BenchmarkTask
 from orchestrator.catalog import load_catalog
 from orchestrator.context import Prompts
 from orchestrator.loop import LoopConfig

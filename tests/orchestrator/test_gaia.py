@@ -8,7 +8,7 @@ import pytest
 
 from _gaia_sample import ATTACHMENTS, TEST, VALIDATION, write_gaia
 from orchestrator.catalog import load_catalog
-from orchestrator.loaders import LoaderError, load_benchmark
+from orchestrator.benchmarks import LoaderError, load_benchmark
 from orchestrator.loop import LoopConfig, Task, run_episode
 from orchestrator.records import LLMResponse, Usage
 from orchestrator.runtime import ToolRuntime
