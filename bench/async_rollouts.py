@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 
 from orchestrator.catalog import load_catalog  # noqa: E402
-from orchestrator.engine import Generation  # noqa: E402
+from orchestrator.engines.interface import Generation  # noqa: E402
 from orchestrator.loop import Task, task_catalog  # noqa: E402
 from orchestrator.records import LLMResponse, Usage  # noqa: E402
 from orchestrator.toolcall import allowed_call_strings, format_tool_call  # noqa: E402

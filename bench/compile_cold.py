@@ -123,7 +123,7 @@ def worker(args) -> dict:
     from gpu_grpo_e2e import word_tokenizer
     from transformers import Qwen3ForCausalLM
 
-    from orchestrator.engine import SamplingParams
+    from orchestrator.engines.interface import SamplingParams
     from orchestrator.engines.hf import HFEngine
     from training.ppo import micro_logprobs, response_logprobs
     from training.samples import TurnSample, collate_samples

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.judge import Judge  # noqa: E402
-from orchestrator.loaders import BenchmarkTask  # noqa: E402
+from evaluation.scoring.judge import Judge  # noqa: E402
+from orchestrator.benchmarks import BenchmarkTask  # noqa: E402
 from evaluation.mock_backend import MockBackend, registry_yaml  # noqa: E402
 from evaluation.qa import QASetup, solve  # noqa: E402
 from evaluation.runner import ResultsFile, run_tasks  # noqa: E402

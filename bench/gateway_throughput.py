@@ -136,7 +136,7 @@ def main() -> int:
     if "transformers" in args.backends:
         rows += measure("transformers", args.batches, args.repeats, args.max_tokens)
     if "vllm" in args.backends:
-        from orchestrator.serving import launch_vllm_server
+        from orchestrator.vllm_servers.launch import launch_vllm_server
         endpoints = Path(tempfile.mkdtemp()) / "endpoints.json"
         os.environ["TOOLORCHESTRA_ENDPOINTS"] = str(endpoints)
         start = time.perf_counter()

@@ -66,7 +66,7 @@ def build(tiny: bool, device, size: str = "0.6b"):
 
 
 def measure(engine, batch: int, prompt: int, tokens: int, repeats: int) -> dict:
-    from orchestrator.engine import SamplingParams
+    from orchestrator.engines.interface import SamplingParams
 
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, engine.vocab_size - 1, (prompt,), generator=g).tolist() for _ in range(batch)]
@@ -222,7 +222,7 @@ def long_context(engine, batch: int, width: int, tokens: int, bandwidth: float) 
     widest span's captured graph of steps_per_graph steps replayed from slot `width` on (events,
     median of 10), against two bounds: the weights read once per step (the old figure) and the
     weights + every row's KV cache up to that span read once per step (the full one)."""
-    from orchestrator.engine import SamplingParams
+    from orchestrator.engines.interface import SamplingParams
 
     static, model = engine._static, engine.model
     g = torch.Generator().manual_seed(batch * 100_003 + width)
@@ -321,7 +321,7 @@ def shapes(model, tokenizer, device, args) -> list[dict]:
     """Per variant, prompts of `args.widths` in turn at the first batch size: seconds of the
     first call at each width (compile / capture for a new shape) and of a second one, and the
     GPU memory reserved after it."""
-    from orchestrator.engine import SamplingParams
+    from orchestrator.engines.interface import SamplingParams
 
     out = []
     for variant in args.variants:

@@ -230,7 +230,7 @@ from training.compile_cache import load_compile_artifacts, save_compile_artifact
 
 
 def run_ours(path: Path, tok, prompts: list[str], args, device: torch.device) -> list[dict]:
-    from orchestrator.engine import SamplingParams
+    from orchestrator.engines.interface import SamplingParams
     from training.algorithms import compute_advantages
     from training.config import load_config
     from training.learner import LocalLearner

@@ -51,7 +51,7 @@ from rollout_overlap import TOOLS, TimedEngine, runtime
 
 from orchestrator.catalog import load_catalog
 from orchestrator.context import Budgets
-from orchestrator.engine import Generation
+from orchestrator.engines.interface import Generation
 from orchestrator.loop import LoopConfig, Task, task_catalog
 from orchestrator.toolcall import allowed_call_strings, format_tool_call
 
@@ -135,7 +135,7 @@ class ForcedEngine:
 def floor_turns(timed, groups, args, step: int) -> list[tuple[float, int]]:
     """Per turn: seconds to generate it for every rollout in one engine call, and the number of
     max_batch chunks that call took."""
-    from orchestrator.engine import SamplingParams
+    from orchestrator.engines.interface import SamplingParams
 
     seconds = []
     for t in range(args.turns):
@@ -153,7 +153,7 @@ def warm_row_counts(timed, args, width: int = 512) -> float:
     are mostly full), so the timed runs of every setting find the decode forward compiled for
     any row count (torch.compile marks the dimension dynamic at its second value; 1 is
     specialised); returns the seconds taken."""
-    from orchestrator.engine import SamplingParams
+    from orchestrator.engines.interface import SamplingParams
 
     started = time.monotonic()
     for n in (8, 1):

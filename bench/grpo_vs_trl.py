@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from _report import load, machine, write_section  # noqa: E402
 
-from orchestrator.engine import SamplingParams  # noqa: E402
+from orchestrator.engines.interface import SamplingParams  # noqa: E402
 
 QUESTIONS = ["Tell me about the sea.", "Name a colour.", "What is a lighthouse?", "Describe a cat.",
              "Say something kind.", "Count to five.", "What is rain?", "Why is the sky blue?"]

@@ -36,7 +36,7 @@ PROMPTS = ["What is the capital of France?", "Name three colours.", "Why is the 
 
 
 def gap(engine, model, tok, precision, rows: int, tokens: int) -> dict:
-    from orchestrator.engine import SamplingParams
+    from orchestrator.engines.interface import SamplingParams
     from training.samples import TurnSample, collate_samples
     from training.ppo import response_logprobs
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _report import write_section
 
 from orchestrator.embedded import smollm2_path
-from orchestrator.engine import SamplingParams
+from orchestrator.engines.interface import SamplingParams
 from orchestrator.engines.hf import HFEngine
 from orchestrator.toolcall import allowed_call_strings
 from training.quickstart.env import TOOL_ALIASES

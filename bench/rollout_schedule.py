@@ -52,7 +52,7 @@ from gpu_grpo_e2e import ForcedLengths  # noqa: E402
 from gpu_rollouts import ScriptedCalls, measure, policy_tokenizer, workload_args  # noqa: E402
 from rollout_overlap import TimedEngine  # noqa: E402
 
-from orchestrator.engine import Generation  # noqa: E402
+from orchestrator.engines.interface import Generation  # noqa: E402
 from orchestrator.engines.batcher import BatchingEngine  # noqa: E402
 from orchestrator.engines.hf_static import static_shape  # noqa: E402
 from orchestrator.toolcall import format_tool_call  # noqa: E402

@@ -49,10 +49,10 @@ def shipped_sets() -> dict[str, set[str]]:
 
 
 def benchmark_hashes(benchmark: str, data: str) -> set[str]:
-    """Question hashes of a benchmark file or HF id, read by orchestrator.loaders ("hle", "frames";
+    """Question hashes of a benchmark file or HF id, read by orchestrator.benchmarks ("hle", "frames";
     any other name is read as a JSONL of {id, question, ...})."""
     from data_synthesis.examples import load_qa  # lazy: pulls in faker (slow): keeps --help fast
-    from orchestrator.loaders import load_benchmark
+    from orchestrator.benchmarks import load_benchmark
 
     if benchmark in ("hle", "frames"):
         return {question_hash(t.question) for t in load_benchmark(benchmark, data).tasks}

@@ -32,7 +32,7 @@ from data_synthesis.records import TrainingExample
 from data_synthesis.schema import SchemaError
 from data_synthesis.toolscale import check_records, convert, load_records
 from orchestrator.catalog import CatalogError, load_catalog
-from orchestrator.domain import load_domain
+from orchestrator.domains.folder import load_domain
 
 FEATURES = Features({
     "id": Value("string"), "kind": Value("string"), "domain": Value("string"), "difficulty": Value("string"),
@@ -177,7 +177,7 @@ def toolscale_examples(args: argparse.Namespace, catalog, cfg, eval_sets: dict[s
     out = Path(args.out)
     upstream = Path(args.toolscale_upstream) if args.toolscale_upstream else None
     if upstream is not None:
-        from orchestrator.upstream_domains import checkout_domains
+        from orchestrator.domains.upstream import checkout_domains
         checkout_domains(upstream)   # a bad checkout fails here, before the records are read
     records = load_records(args.toolscale, args.toolscale_split)
     if not records:

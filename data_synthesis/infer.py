@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from data_synthesis.schema import CollectionSpec, FieldSpec, Schema, parse_schema
-from orchestrator.domain import check_db_shape
+from orchestrator.domains.folder import check_db_shape
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")

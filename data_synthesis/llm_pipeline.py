@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from orchestrator.domain import load_domain
+from orchestrator.domains.folder import load_domain
 from data_synthesis.llm_env import ask_policy, ask_records, ask_schema, ask_tables, ask_tools
 from data_synthesis.llm_steps import StepRunner
 from data_synthesis.llm_tasks import LLMTaskWriter, synthesize_llm_tasks, tool_lines

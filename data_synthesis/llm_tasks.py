@@ -14,7 +14,7 @@ import json
 import random
 from typing import Callable
 
-from orchestrator.domain import Domain, parse_args_doc
+from orchestrator.domains.folder import Domain, parse_args_doc
 from data_synthesis.llm_steps import CheckFailed, StepRunner, extract_json, prompt
 from data_synthesis.plausibility import evolved_copy
 from data_synthesis.tasks import TaskFilter, to_tau2_task

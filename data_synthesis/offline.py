@@ -28,7 +28,7 @@ from data_synthesis.schema import Schema, SchemaError, load_schema, shipped_sche
 from data_synthesis.tasks import TaskFilter, synthesize_tasks
 from data_synthesis.templates import TaskFactory
 from data_synthesis.toolgen import derive_tools, render_tools_py
-from orchestrator.domain import load_db, load_tools_module
+from orchestrator.domains.folder import load_db, load_tools_module
 
 
 @dataclass

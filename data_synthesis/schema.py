@@ -31,7 +31,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from orchestrator.domain import SchemaError  # the one definition: domain folders raise it too
+from orchestrator.domains.folder import SchemaError  # the one definition: domain folders raise it too
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 FieldType = Literal["string", "text", "integer", "number", "boolean", "date", "datetime",

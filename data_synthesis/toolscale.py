@@ -15,7 +15,7 @@ contract").  The dataset ships no tool code; upstream's tools live in a ToolOrch
 (training/rollout/tau2/domains/<domain>/).  Each domain's toolkit, first that applies:
 
 1. `--toolscale-upstream CHECKOUT` has the domain: upstream's own tau2 toolkit, imported from the
-   checkout at run time (orchestrator/upstream_domains.py); the output folder gets db.json,
+   checkout at run time (orchestrator/domains/upstream.py); the output folder gets db.json,
    policy.md and `upstream.json` (the checkout's path), no tools.py;
 2. the domain folder has a tools.py: that one;
 3. else the generic toolkit derived from its db.json (the offline pipeline's).
@@ -55,8 +55,8 @@ from data_synthesis.offline import (
 )
 from data_synthesis.tasks import difficulty
 from data_synthesis.verify import Tally, replay_reason, task_shape_reason
-from orchestrator.domain import Domain, SchemaError, load_domain
-from orchestrator.upstream_domains import (
+from orchestrator.domains.folder import Domain, SchemaError, load_domain
+from orchestrator.domains.upstream import (
     DATA_DIR,
     UpstreamDomain,
     UpstreamError,
@@ -233,7 +233,7 @@ GENERIC = "generic toolkit derived from db.json (no tools.py)"
 @dataclass
 class DomainEnv:
     """One domain's output folder, loaded, and where its tools came from.  `domain` is a tools.py
-    folder (orchestrator/domain.py) or upstream's toolkit (orchestrator/upstream_domains.py); both
+    folder (orchestrator/domains/folder.py) or upstream's toolkit (orchestrator/domains/upstream.py); both
     give `db`, `fresh_db()`, `call()`, `tool_types`.  `kind`: upstream, tools.py or generic;
     `generic`: with upstream's tools, the generic toolkit too (to count what it could run)."""
 

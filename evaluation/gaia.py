@@ -2,7 +2,7 @@
 and the GAIA leaderboard's submission file.
 
 - `--level N` (1-3) and `--text-only` (the tasks whose `file_name` is empty: no attached file)
-  select tasks; the others are counted as skipped (orchestrator/loaders.py).
+  select tasks; the others are counted as skipped (orchestrator/benchmarks.py).
 - Search: `--retriever` / `--index` when given (as for HLE and FRAMES); else Tavily's web search
   when TAVILY_API_KEY is set (retrieval/client.py WebRetriever); else, on the embedded default, the
   toy world's index; else no search tool.
@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from orchestrator.loaders import GAIA_SPLITS
+from orchestrator.benchmarks import GAIA_SPLITS
 from retrieval.client import web_retriever_from_env
 
 SUBMISSION_NAME = "gaia_submission.jsonl"

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from evaluation.runner import TaskFailed
+from evaluation.scoring.judge import Judge
 from orchestrator.catalog import Catalog
 from orchestrator.context import Prompts
 from orchestrator.extract import extract_answer
 from orchestrator.gateway import get_llm_response
-from orchestrator.judge import Judge
-from orchestrator.loaders import BenchmarkTask
+from orchestrator.benchmarks import BenchmarkTask
 from orchestrator.loop import LoopConfig, Task, run_episode
 from orchestrator.records import Rollout, Turn, Usage
 from orchestrator.runtime import ToolRuntime

@@ -19,8 +19,8 @@ from evaluation.cli import (CLIError, add_common_args, check_common, check_serve
 from evaluation.error_streak import ErrorStreak
 from evaluation.preference import describe, resolve_preference, run_config_entries
 from evaluation.gaia import add_gaia_args, web_search as gaia_web_search, write_submission as write_gaia_submission
-from orchestrator.judge import JUDGE_STYLES, RULE_JUDGES, Judge, JudgeError
-from orchestrator.loaders import LoaderError, load_benchmark
+from evaluation.scoring.judge import JUDGE_STYLES, RULE_JUDGES, Judge, JudgeError
+from orchestrator.benchmarks import LoaderError, load_benchmark
 from evaluation.qa import MODES, QASetup, solve
 from evaluation.run_defaults import choose_profile, cpu_sized, size_concurrency
 from evaluation.runner import RESULTS_NAME, ResultsFile, RunError, run_tasks

@@ -25,11 +25,11 @@ from rich.progress import Progress
 from rich.table import Table
 
 from data_synthesis.toyworld import load_tasks, write_world
+from evaluation.scoring.judge import Judge
 from orchestrator.catalog import load_catalog
 from orchestrator.embedded import smollm2_path
 from orchestrator.engines import make_engine
 from orchestrator.engines.batcher import BatchingEngine
-from orchestrator.judge import Judge
 from orchestrator.loop import run_episodes
 from orchestrator.policy import TokenPolicy
 from orchestrator.records import Rollout

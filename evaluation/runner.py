@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from tqdm import tqdm
 
-from orchestrator.loaders import jsonl_rows
+from orchestrator.benchmarks import jsonl_rows
 from orchestrator.redaction import redact
 from orchestrator.fail_closed import FailClosed, Watch, record_calls
 

@@ -195,7 +195,7 @@ def run(args: argparse.Namespace, owned: contextlib.ExitStack) -> int:
         raise CLIError("--toolscale-upstream CHECKOUT and --toolscale-tasks PATH go together (the domains' tools and "
                        "their tasks)")
     if args.toolscale_upstream:
-        from orchestrator.upstream_domains import UpstreamError, checkout_domains
+        from orchestrator.domains.upstream import UpstreamError, checkout_domains
         try:
             toolscale_domains = checkout_domains(args.toolscale_upstream)
         except UpstreamError as exc:

@@ -151,8 +151,8 @@ def register_toolscale(checkout: str | Path, tasks_path: str | Path, domains: li
     """Register each ToolScale domain of `domains` (upstream's tools from `checkout`, its tasks from
     `tasks_path`) with tau2's registry under its name, so jobs, episodes and tau2's evaluator find
     it as they find airline; returns {domain: what ran} for run_config.json."""
-    from orchestrator.tau2_env import register_upstream
-    from orchestrator.upstream_domains import load_upstream_domain
+    from orchestrator.domains.tau2_env import register_upstream
+    from orchestrator.domains.upstream import load_upstream_domain
 
     out = {}
     for domain in domains:

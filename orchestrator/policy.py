@@ -1,7 +1,7 @@
 """The orchestrator policy behind one small interface, `act(messages, tools, ...)`.
 
 `choices` (a list of allowed responses) and `grammar` (an EBNF grammar) constrain decoding;
-see orchestrator/engine.py.
+see orchestrator/engines/interface.py.
 
 - `ChatPolicy`: any model the gateway reaches (GPT-5, a vLLM server, in-process
   transformers); records text and the backend's usage, no token ids.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from orchestrator.chat_template import cut_middle, prompt_ids
-from orchestrator.engine import Engine, SamplingParams
+from orchestrator.engines.interface import Engine, SamplingParams
 from orchestrator.gateway import get_llm_response
 from orchestrator.records import ToolCall, Usage
 

@@ -4,8 +4,8 @@
 
 `--port 99999` used to reach the server's start-up after minutes of loading and hang there (or
 end in a traceback); a port already taken failed the same late way.  Every server CLI that takes a
-port checks it first: retrieval.server, retrieval.shards route, orchestrator.serving,
-orchestrator.serve_experts (--base-port), evaluation.mock_backend.
+port checks it first: retrieval.server, retrieval.shards route, orchestrator.vllm_servers.launch,
+orchestrator.vllm_servers.experts (--base-port), evaluation.mock_backend.
 """
 from __future__ import annotations
 

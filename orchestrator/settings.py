@@ -75,7 +75,7 @@ class OrchestratorSettings(_Strict):
 
 class JudgeSettings(_Strict):
     model: str | None = None            # None: the orchestrator's model; exact | contains | gaia: rules only
-                                        # (orchestrator/judge.py RULE_JUDGES; gaia: GAIA's leaderboard scorer)
+                                        # (evaluation/scoring/judge.py RULE_JUDGES; gaia: GAIA's leaderboard scorer)
     prompt: Literal["lenient", "upstream", "upstream-train", "hle"] = "lenient"   # hle: HLE's official judge
     max_tokens: int = Field(2048, ge=1)
 

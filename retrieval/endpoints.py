@@ -4,7 +4,7 @@
 
 Each key is a configs/models.yaml entry name (an entry's `endpoints_file`, default
 $TOOLORCHESTRA_ENDPOINTS or endpoints.json, names the file); the launchers write them
-(orchestrator/serving.py, one process per server of orchestrator/serve_experts.py).
+(orchestrator/vllm_servers/launch.py, one process per server of orchestrator/vllm_servers/experts.py).
 
 Requests go round-robin over the replicas.  When a replica fails, the file is re-read
 (a launcher may have replaced a dead server) and the pool moves to the next replica;
@@ -46,7 +46,7 @@ class Replica(BaseModel):
     model_config = ConfigDict(extra="allow")   # launchers may add host/port/pid notes
     base_url: str = Field(pattern=r"^https?://")
     max_model_len: int | None = Field(None, ge=1, description="the server's --max-model-len, when its launcher "
-                                                                 "wrote it (orchestrator/serve_experts.py)")
+                                                                 "wrote it (orchestrator/vllm_servers/experts.py)")
 
 
 def read_endpoints(path: Path) -> dict[str, list[Replica]]:
@@ -110,7 +110,7 @@ class EndpointPool:
             if not self._urls:
                 raise GatewayConfigError(
                     f"{self.path}: no replicas for {' or '.join(map(repr, self.keys))}; start a server "
-                    f"(python -m orchestrator.serving --model <its weights: a folder, hub id or "
+                    f"(python -m orchestrator.vllm_servers.launch --model <its weights: a folder, hub id or "
                     f"embedded:smollm2-135m> --served-name {self.keys[-1]} --endpoints-file {self.path}) or add "
                     f'{{"{self.keys[0]}": [{{"base_url": "http://HOST:PORT/v1"}}]}}')
             now = time.monotonic()
@@ -154,7 +154,7 @@ def pool_for(path: Path, keys: list[str]) -> EndpointPool:
         return _pools[cache_key]
 
 
-# ---- writers (used by orchestrator.serving) --------------------------------------------
+# ---- writers (used by orchestrator.vllm_servers.launch) --------------------------------------------
 @contextmanager
 def _locked(path: Path):
     # Serialise read-modify-write cycles of concurrent launchers on one machine.

@@ -85,7 +85,7 @@ def scripted_runtime(school: Path) -> ToolRuntime:
 
 def policy_texts(school: Path) -> list[str]:
     """Texts a tiny tokenizer for this world is trained on (what its prompts contain)."""
-    from orchestrator.domain import load_domain
+    from orchestrator.domains.folder import load_domain
     from orchestrator.catalog import load_catalog as catalog
     from orchestrator.episodes.tau2_solo import episode_tools
 

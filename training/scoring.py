@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator.judge import Judge
+from evaluation.scoring.judge import Judge
 from orchestrator.loop import Task
 from orchestrator.records import Rollout
 from training.filters import has_final_answer
@@ -57,7 +57,7 @@ def score_groups(tasks: Sequence[Task], groups: Sequence[Sequence[Rollout]],
 
 def judged(task: Task, rollout: Rollout, judge: Callable[[Task, Rollout], bool]) -> bool:
     """A finished rollout's outcome: the judge's verdict (QA), or the environment's, which the
-    function-calling episode already stored (tau2's task reward, orchestrator/domain_outcome.py)."""
+    function-calling episode already stored (tau2's task reward, orchestrator/domains/outcome.py)."""
     if task.kind == "tau2":
         return rollout.outcome == 1
     return judge(task, rollout)
@@ -65,7 +65,7 @@ def judged(task: Task, rollout: Rollout, judge: Callable[[Task, Rollout], bool])
 
 def make_judge(kind: str, model: str | None = None, style: str = "lenient",
                max_tokens: int = 2048) -> Callable[[Task, Rollout], bool]:
-    """QA outcome through orchestrator.judge: "exact" (upstream's rules), "contains" (+ the
+    """QA outcome through evaluation.scoring.judge: "exact" (upstream's rules), "contains" (+ the
     reference as a whole word of the answer), "llm" (+ `model` as judge via LLM_CALL)."""
     judge = Judge(model, style=style, max_tokens=max_tokens) if kind == "llm" else Judge(kind)
     return lambda task, r: judge(task.question, r.final_answer, task.answer or "").correct

@@ -15,13 +15,13 @@ import numpy as np
 from pydantic import ValidationError
 
 from data_synthesis.records import TrainingExample
-from orchestrator.domain import SchemaError
-from orchestrator.domain_outcome import tau2_installed
+from orchestrator.domains.folder import SchemaError
+from orchestrator.domains.outcome import tau2_installed
 from orchestrator.episodes.tau2 import tau2_task_of
 from orchestrator.episodes.tau2_solo import task_domain
 from orchestrator.loop import Task
 from orchestrator.textfile import utf8_problem
-from orchestrator.upstream_domains import folder_domain, upstream_marker
+from orchestrator.domains.upstream import folder_domain, upstream_marker
 
 SUPPORTED_KINDS = ("qa", "tau2")
 

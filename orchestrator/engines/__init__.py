@@ -1,4 +1,4 @@
-"""Rollout engines behind the one `orchestrator.engine.Engine` interface.
+"""Rollout engines behind the one `orchestrator.engines.interface.Engine` interface.
 
     from orchestrator.engines import make_engine
     engine = make_engine("hf", "path/to/model")              # in-process transformers

@@ -49,7 +49,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from orchestrator.engine import Generation, SamplingParams
+from orchestrator.engines.interface import Generation, SamplingParams
 from orchestrator.engines.common import row_seeds
 
 

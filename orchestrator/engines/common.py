@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.engine import SamplingParams
+from orchestrator.engines.interface import SamplingParams
 
 # HFEngine's static-cache decoder: the most of the free GPU memory one batch shape's KV cache may
 # take (else the step-by-step loop serves the call, with a warning).  The default leaves room for

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from orchestrator.engine import Generation, SamplingParams
+from orchestrator.engines.interface import Generation, SamplingParams
 from orchestrator.engines.common import (STATIC_MEMORY_FRACTION, check_memory_fraction, completes_stop, decode, eos_token_ids, row_seeds,
                                          validate_request)
 from orchestrator.engines.compile_regions import check_compile_mode

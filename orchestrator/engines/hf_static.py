@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from orchestrator.engine import Generation, SamplingParams
+from orchestrator.engines.interface import Generation, SamplingParams
 from orchestrator.engines.capture_lock import exclusive_of_capture
 from orchestrator.engines.common import STATIC_MEMORY_FRACTION, check_memory_fraction, completes_stop, decode
 from orchestrator.engines.compile_regions import (check_compile_mode, compile_dynamic, compiled_layer_step,

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from orchestrator.engine import Generation, SamplingParams
+from orchestrator.engines.interface import Generation, SamplingParams
 from orchestrator.engines.common import decode, row_seeds, validate_request
 
 log = logging.getLogger(__name__)

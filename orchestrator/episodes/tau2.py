@@ -5,7 +5,7 @@ simulator through tau2's own `Orchestrator`, scored by tau2's `evaluate_simulati
 A `kind: tau2` Task carries its tau2 task in `metadata.tau2_task` and its environment as either
 `metadata.tau2_domain` (a domain of the tau2 package: airline, retail, telecom) or
 `metadata.domain_dir` (a synthesized domain folder, registered with tau2 by
-orchestrator/tau2_env.py).  tau2 applies the task's `initial_state` and scores every reward
+orchestrator/domains/tau2_env.py).  tau2 applies the task's `initial_state` and scores every reward
 basis it knows (DB, ENV_ASSERTION, ACTION, COMMUNICATE; NL_ASSERTION through tau2's own LLM
 judge).  The user simulator is `LoopConfig.tau2_user_model` (a configs/models.yaml name;
 upstream: GPT-5), served through `runtime.llm`; the episode stops after
@@ -40,7 +40,7 @@ def tau2_domain_name(task: Task) -> str:
     """The tau2 registry name of the task's environment (a synthesized folder is registered once)."""
     meta = task.metadata or {}
     if meta.get("domain_dir"):
-        from orchestrator.tau2_env import register_domain  # lazy: pulls in tau2
+        from orchestrator.domains.tau2_env import register_domain  # lazy: pulls in tau2
 
         if not Path(meta["domain_dir"]).is_dir():
             raise ValueError(f"task {task.id}: metadata.domain_dir {meta['domain_dir']!r} is not a folder")

@@ -4,7 +4,7 @@ An option for environments without a user; the default for tau2 tasks is the use
 episode, orchestrator/episodes/tau2.py.
 
 A task of `kind: tau2` carries a tau2 task and its domain folder (db.json, tools.py,
-policy.md; orchestrator/domain.py) in `Task.metadata` ("tau2_task", "domain_dir").
+policy.md; orchestrator/domains/folder.py) in `Task.metadata` ("tau2_task", "domain_dir").
 The episode runs in tau2's *solo* mode: the user's instructions (or the task's ticket) are
 the first user message and no simulator answers.
 
@@ -24,7 +24,7 @@ the first user message and no simulator answers.
 - `done(message)` ends the episode: `message` is the agent's final words to the user (tau2's
   solo `done` takes none; ours carries what tau2's COMMUNICATE check reads).  The turn cap
   ends it unfinished.
-- The outcome is tau2's verdict (orchestrator/domain_outcome.py), stored in
+- The outcome is tau2's verdict (orchestrator/domains/outcome.py), stored in
   `Rollout.outcome` (0/1) and `Rollout.info`.
 
 The profile's tau2 section (`runtime.section("tau2")`) applies as in the user-simulator
@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.context import TokenCounter
-from orchestrator.domain import Domain, cached_domain
-from orchestrator.domain_outcome import DomainStep, check_task, result_text, verdict
+from orchestrator.domains.folder import Domain, cached_domain
+from orchestrator.domains.outcome import DomainStep, check_task, result_text, verdict
 from orchestrator.episodes.base import take_turn, task_catalog
 from orchestrator.episodes.tau2_common import (DONE_TOOL, EXPERT_TOOL, OMITTED,  # noqa: F401 - OMITTED: tests
                                                TRANSFER_TOOL, fit_context, suffix_for, tool_response, with_suffix)

@@ -74,12 +74,13 @@ def start_command(name: str, entry: ModelEntry, path) -> str:
     placeholder for the weights."""
     served = entry.model or name
     if entry.serve is not None:
-        return f"python -m orchestrator.serve_experts --models {name} --endpoints-file {path}"
+        return f"python -m orchestrator.vllm_servers.experts --models {name} --endpoints-file {path}"
     from orchestrator import embedded
     from orchestrator.gateway.registry import EMBEDDED_PREFIX
 
     weights = f"{EMBEDDED_PREFIX}{served}" if served == embedded.SMOLLM2 else "WEIGHTS_FOLDER_OR_HUB_ID"
-    return f"python -m orchestrator.serving --model {weights} --served-name {served} --endpoints-file {path}"
+    return (f"python -m orchestrator.vllm_servers.launch --model {weights} --served-name {served} "
+            f"--endpoints-file {path}")
 
 
 def entry_problem(name: str, entry: ModelEntry, probe_s: float = 3.0,

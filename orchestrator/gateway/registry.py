@@ -51,7 +51,7 @@ _DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY",
 
 
 class VLLMServe(BaseModel):
-    """How a `backend: vllm` model is served (orchestrator/serve_experts.py builds the vLLM command
+    """How a `backend: vllm` model is served (orchestrator/vllm_servers/experts.py builds the vLLM command
     from this; one declaration per model).  `max_model_len` is also the gateway's context window."""
 
     model_config = ConfigDict(extra="forbid")
@@ -99,7 +99,8 @@ class ModelEntry(BaseModel):
     extra_body: dict[str, Any] = Field(default_factory=dict, description="OpenAI-compatible: merged into every request body")
     rules: ProviderRules = Field(default_factory=ProviderRules, description="what the provider accepts "
                                                                            "(orchestrator/gateway/rules.py)")
-    serve: VLLMServe | None = Field(None, description="vllm: how to start its server (orchestrator/serve_experts.py)")
+    serve: VLLMServe | None = Field(None, description="vllm: how to start its server "
+                                                      "(orchestrator/vllm_servers/experts.py)")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     device: str = "cpu"
 
@@ -138,7 +139,8 @@ class ModelEntry(BaseModel):
             raise ValueError("base_url: give either base_url (one server) or endpoints_file (a pool), not both")
         if self.serve is not None:
             if self.backend != "vllm":
-                raise ValueError(f"serve: only backend 'vllm' is started by orchestrator.serve_experts, not {self.backend!r}")
+                raise ValueError(f"serve: only backend 'vllm' is started by orchestrator.vllm_servers.experts, "
+                                 f"not {self.backend!r}")
             window = self.rules.context_window
             if window is not None and window != self.serve.max_model_len:
                 raise ValueError(f"serve: max_model_len {self.serve.max_model_len} differs from rules.context_window "

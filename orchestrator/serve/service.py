@@ -187,7 +187,7 @@ class Service:
         `concurrency` episodes ever run."""
         from evaluation.qa import play
         from orchestrator.cancellation import cancellable
-        from orchestrator.loaders import BenchmarkTask
+        from orchestrator.benchmarks import BenchmarkTask
 
         loop = asyncio.get_running_loop()
         if self.slots is None:

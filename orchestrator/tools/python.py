@@ -54,7 +54,7 @@ def import_handler(handler: str, tool: str):
 def signature_schema(fn) -> tuple[str, dict[str, Any], type]:
     """(summary, JSON schema of the arguments, pydantic model validating them) from `fn`'s
     signature and Google-style docstring."""
-    from orchestrator.domain import parse_args_doc
+    from orchestrator.domains.folder import parse_args_doc
 
     summary, docs = parse_args_doc(fn.__doc__)
     fields: dict[str, Any] = {}

@@ -1,5 +1,5 @@
 """Kind `tau2_domain`: the tools of a domain folder (db.json, tools.py, policy.md), loaded by
-orchestrator/domain.py, which owns how a domain's toolkit is found and called.  Each episode acts
+orchestrator/domains/folder.py, which owns how a domain's toolkit is found and called.  Each episode acts
 on its own fresh copy of the domain's database (kept in the episode state's `tool_state`).
 
     {"name": "airline", "kind": "tau2_domain", "domain": "data/domains/airline", "exclude": ["transfer_to_human_agents"]}
@@ -27,7 +27,7 @@ class Tau2Domain(FunctionKind):
     spec = Spec
 
     def functions(self, spec: Spec, runtime) -> list[Function]:
-        from orchestrator.domain import SchemaError, cached_domain
+        from orchestrator.domains.folder import SchemaError, cached_domain
 
         try:
             domain = cached_domain(spec.domain)

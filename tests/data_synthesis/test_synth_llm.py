@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from orchestrator.domain import load_domain
+from orchestrator.domains.folder import load_domain
 from data_synthesis.llm_pipeline import LLMPipeline
 from data_synthesis.schema import parse_schema
 from data_synthesis.tasks import task_meta

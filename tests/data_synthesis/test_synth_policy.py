@@ -117,7 +117,7 @@ def test_evolved_tasks_differ_from_their_base(tmp_path):
     import pickle
     from dataclasses import replace
 
-    from orchestrator.domain import load_tools_module
+    from orchestrator.domains.folder import load_tools_module
     from data_synthesis.offline import resolve_source, write_environment
     from data_synthesis.tasks import TaskFilter, synthesize_tasks
     from data_synthesis.templates import TaskFactory

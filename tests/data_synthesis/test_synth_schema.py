@@ -9,7 +9,7 @@ import pytest
 from data_synthesis import toolkit_runtime as rt
 from data_synthesis.fake import generate_db
 from data_synthesis.infer import infer_schema, singular
-from orchestrator.domain import load_db
+from orchestrator.domains.folder import load_db
 from data_synthesis.schema import SchemaError, dump_schema, load_schema, parse_schema, shipped_schemas
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.domain import load_domain
+from orchestrator.domains.folder import load_domain
 from data_synthesis.offline import build_domain, resolve_source
 from data_synthesis.tasks import TaskFilter, difficulty, task_meta, to_tau2_task
 from data_synthesis.templates import Draft, TaskFactory

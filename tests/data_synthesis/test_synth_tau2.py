@@ -19,7 +19,7 @@ from tau2.evaluator.evaluator_env import EnvironmentEvaluator  # noqa: E402
 
 from data_synthesis.offline import build_domain, resolve_source  # noqa: E402
 from data_synthesis.tasks import task_meta  # noqa: E402
-from orchestrator.tau2_env import get_environment, get_tasks, register_domain  # noqa: E402
+from orchestrator.domains.tau2_env import get_environment, get_tasks, register_domain  # noqa: E402
 
 TOOLSCALE = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks" / "toolscale" / "domains"
 

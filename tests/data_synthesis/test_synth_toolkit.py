@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestrator.domain import load_domain, load_tools_module, openai_schema
+from orchestrator.domains.folder import load_domain, load_tools_module, openai_schema
 from data_synthesis.schema import parse_schema
 from data_synthesis.toolgen import derive_tools, render_tools_py
 

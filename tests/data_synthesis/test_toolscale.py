@@ -161,7 +161,7 @@ def test_own_domain_keeps_good_records_rejects_the_rest_and_trains(shop, tmp_pat
     assert [t["id"] for t in tasks] == ["1", "2"]
     assert json.loads(tasks[1]["description"]["notes"]) == {"source": "toolscale", "difficulty": "easy",
                                                              "notes": None}
-    from orchestrator.tau2_env import get_tasks
+    from orchestrator.domains.tau2_env import get_tasks
     assert [t.id for t in get_tasks(dom)] == ["1", "2"]
     # the training records load in the trainer's loader, domain folder resolved from the file's folder
     examples = load_examples(str(out / "train.parquet"))

@@ -6,11 +6,11 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from orchestrator.judge import Judge
-from orchestrator.loaders import BenchmarkTask
 from evaluation.qa import QASetup, solve
 from evaluation.report import print_table, summarize
 from evaluation.runner import ResultsFile, read_records, run_tasks
+from evaluation.scoring.judge import Judge
+from orchestrator.benchmarks import BenchmarkTask
 from orchestrator.catalog import load_catalog
 from orchestrator.context import Prompts
 from orchestrator.loop import LoopConfig

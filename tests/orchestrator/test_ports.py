@@ -22,9 +22,9 @@ def _cli(*argv: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("argv, flag, low", [
     (["retrieval.server", "--index", "{tmp}", "--port", "99999"], "--port", 0),
     (["retrieval.shards", "route", "--shard", "http://127.0.0.1:9", "--port", "99999"], "--port", 1),
-    (["orchestrator.serving", "--port", "99999"], "--port", 0),
+    (["orchestrator.vllm_servers.launch", "--port", "99999"], "--port", 0),
     (["evaluation.mock_backend", "--port", "99999", "--answers", "{tmp}/a.json"], "--port", 1),
-    (["orchestrator.serve_experts", "--profile", "open", "--dry-run", "--base-port", "99999"], "--base-port", 1),
+    (["orchestrator.vllm_servers.experts", "--profile", "open", "--dry-run", "--base-port", "99999"], "--base-port", 1),
 ], ids=lambda v: v[0] if isinstance(v, list) else None)
 def test_a_port_past_65535_is_one_line_not_a_hang(tmp_path, argv, flag, low):
     proc = _cli(*[a.format(tmp=tmp_path) for a in argv])

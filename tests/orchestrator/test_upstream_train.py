@@ -322,7 +322,7 @@ def test_profile_judge_is_gq3s():
 def test_training_judge_request_is_upstreams_own_output(monkeypatch):
     """make_judge (training/scoring.py) with the profile's judge sends the fixture's judge request
     (gq3 436-440: gpt-5, temperature 1, LLM_CALL's 40000 for gpt-5)."""
-    import orchestrator.judge as judge_module
+    import evaluation.scoring.judge as judge_module
     from orchestrator.episodes.base import Task
     from training.scoring import make_judge
 
@@ -351,7 +351,7 @@ def test_training_judge_request_is_upstreams_own_output(monkeypatch):
     ("It is True", False), ("", False),                     # anything else: False, never a judge error
 ])
 def test_training_judge_reads_the_reply_as_gq3(reply, expected):
-    from orchestrator.judge import Judge
+    from evaluation.scoring.judge import Judge
 
     verdict = Judge("gpt-5", call=lambda *a, **k: LLMResponse(model="gpt-5", text=reply),
                     style="upstream-train")("q", "a", "b")
@@ -360,7 +360,7 @@ def test_training_judge_reads_the_reply_as_gq3(reply, expected):
 
 def test_training_judge_rules_count_words_as_gq3():
     """gq3 431-434: `len(pred.split(' ')) > 500` (a double space counts an empty word; a newline none)."""
-    from orchestrator.judge import Judge
+    from evaluation.scoring.judge import Judge
 
     def call(*a, **k):
         return LLMResponse(model="gpt-5", text="<correct>True</correct>")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from _train_world import fake_runtime, made_groups, overrides, sampled_groups
-from orchestrator.engine import Generation, SamplingParams
+from orchestrator.engines.interface import Generation, SamplingParams
 from orchestrator.engines.batcher import BatchingEngine
 from training.async_rollouts import RolloutProducer, VersionedEngine, VersionedWeights, drop_stale, staleness
 from training.config import ConfigError, load_config

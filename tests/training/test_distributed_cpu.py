@@ -28,7 +28,7 @@ pytest.importorskip("deepspeed", reason="scale-out tests need deepspeed (pip ins
 import torch  # noqa: E402
 
 from _train_world import fake_runtime, overrides  # noqa: E402
-from orchestrator.engine import SamplingParams  # noqa: E402
+from orchestrator.engines.interface import SamplingParams  # noqa: E402
 from training.config import load_config  # noqa: E402
 from training.distributed.config import DistributedConfig, DistributedConfigError  # noqa: E402
 from training.samples import TurnSample  # noqa: E402

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from _train_world import fake_runtime, overrides
-from orchestrator.engine import SamplingParams
+from orchestrator.engines.interface import SamplingParams
 from training.config import load_config
 from training.learner import LocalLearner, make_engine_for
 from training.policy_setup import load_policy

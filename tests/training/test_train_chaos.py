@@ -349,7 +349,7 @@ class Outages:
 @contextlib.contextmanager
 def retrieval_server(index: Path, log: Path):
     from faults import ServerProcess
-    from orchestrator.serving import free_port
+    from orchestrator.vllm_servers.launch import free_port
 
     port = free_port()   # fixed for the run: a restart comes back on the same one
     with ServerProcess([sys.executable, "-m", "retrieval.server", "--index", str(index), "--port", str(port),

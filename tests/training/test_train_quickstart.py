@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.catalog import load_catalog
 from orchestrator.context import Budgets, Prompts
-from orchestrator.engine import Generation
+from orchestrator.engines.interface import Generation
 from orchestrator.loop import LoopConfig, run_episode
 from orchestrator.policy import TokenPolicy
 from orchestrator.records import LLMResponse, Usage

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from data_synthesis.offline import build_domain, resolve_source
 from data_synthesis.tasks import task_meta
 from orchestrator.catalog import load_catalog
-from orchestrator.domain_outcome import result_text
+from orchestrator.domains.outcome import result_text
 from orchestrator.loop import LoopConfig, Task, run_episode
 from orchestrator.policy import PolicyOutput
 from orchestrator.records import Rollout, Turn, Usage
@@ -298,7 +298,7 @@ def test_grammar_decision_mask_counts_the_admitted_tokens(tiny_policy, world):
 
     from transformers import AutoTokenizer
 
-    from orchestrator.domain import load_domain
+    from orchestrator.domains.folder import load_domain
     from orchestrator.episodes.tau2_solo import episode_tools
     from orchestrator.toolcall import call_grammar
     from orchestrator.engines.grammar import token_grammar
@@ -329,7 +329,7 @@ def test_rollout_max_string_chars_sets_the_grammar_cap_and_the_mask_replay_uses_
     from transformers import AutoTokenizer
     from xgrammar.testing import _is_grammar_accept_string
 
-    from orchestrator.domain import load_domain
+    from orchestrator.domains.folder import load_domain
     from orchestrator.episodes.tau2_solo import episode_tools, task_grammar
     from orchestrator.toolcall import call_grammar
     from training.config import ConfigError, load_config

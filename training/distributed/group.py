@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.engine import SamplingParams
+from orchestrator.engines.interface import SamplingParams
 from training.checkpoint import save_checkpoint
 from training.compile_cache import compile_cache_env
 from training.distributed.config import DistributedConfig, resolved_sync, validate_distributed

@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from orchestrator import cancellation
-from orchestrator.engine import SamplingParams
+from orchestrator.engines.interface import SamplingParams
 from orchestrator.engines.batcher import BatchingEngine
 from orchestrator.engines.hf import HFEngine
 from orchestrator.gateway.backends.base import BackendRequest, BackendResult

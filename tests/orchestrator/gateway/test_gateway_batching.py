@@ -11,7 +11,7 @@ import pytest
 from test_gateway_fakes import write_registry
 
 from LLM_CALL import LLMCallError, get_llm_response
-from orchestrator.engine import Generation
+from orchestrator.engines.interface import Generation
 from orchestrator.gateway.backends import transformers_backend
 
 

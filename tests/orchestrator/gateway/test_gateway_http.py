@@ -122,7 +122,7 @@ def test_empty_pool_fails_at_once_and_says_how_to_fix(registry, tmp_path):
     err, _ = elapsed(lambda: get_llm_response("m", MSG))
     assert isinstance(err, LLMCallError) and err.attempts == 1
     assert "no replicas for 'm'" in str(err) and "endpoints.json" in str(err)
-    assert "orchestrator.serving" in str(err)
+    assert "orchestrator.vllm_servers.launch" in str(err)
 
 
 def test_key_never_appears_in_errors_or_results(registry, monkeypatch):

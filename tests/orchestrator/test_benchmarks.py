@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.loaders import LoaderError, load_benchmark
+from orchestrator.benchmarks import LoaderError, load_benchmark
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 FRAMES_JSONL = SHARED / "benchmarks" / "frames" / "frames.jsonl"

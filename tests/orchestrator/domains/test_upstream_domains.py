@@ -1,5 +1,5 @@
 """Upstream ToolOrchestra's own tau2 tools for ToolScale domains, imported from a checkout
-(orchestrator/upstream_domains.py): every shared domain loads with its tools, a domain written by
+(orchestrator/domains/upstream.py): every shared domain loads with its tools, a domain written by
 the test loads without code changes, a domain folder marked with upstream.json runs in tau2, and a
 bad checkout or domain is one line naming the file."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from _toolscale_checkout import (
     shared_domains,
 )
 
-from orchestrator.upstream_domains import (
+from orchestrator.domains.upstream import (
     UpstreamError,
     checkout_domains,
     folder_domain,
@@ -96,8 +96,8 @@ def test_a_data_model_pickle_refuses_still_gives_independent_fresh_copies(tmp_pa
 
 
 def test_a_marked_domain_folder_runs_in_tau2_on_its_own_data(checkout, tmp_path):
-    from orchestrator.domain import SchemaError, load_domain
-    from orchestrator.tau2_env import get_environment, register_domain
+    from orchestrator.domains.folder import SchemaError, load_domain
+    from orchestrator.domains.tau2_env import get_environment, register_domain
 
     folder = tmp_path / "bank"
     folder.mkdir()

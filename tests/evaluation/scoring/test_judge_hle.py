@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.judge import (HLE_RESPONSE_FORMAT, Judge, JudgeError, hle_rule_reply, load_judge_prompt,
-                                parse_hle_reply)
+from evaluation.scoring.judge import (HLE_RESPONSE_FORMAT, Judge, JudgeError, hle_rule_reply, load_judge_prompt,
+                                      parse_hle_reply)
 from orchestrator.records import LLMResponse, Usage
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FIXTURE = json.loads((REPO / "tests" / "fixtures" / "hle" / "judge.json").read_text())
 PROMPT_FILE = REPO / "orchestrator" / "prompts" / "judge_hle.txt"
 GOOD = {"extracted_final_answer": "Tokyo", "reasoning": "same city", "correct": "yes", "confidence": 85,

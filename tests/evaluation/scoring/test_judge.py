@@ -1,7 +1,7 @@
 """The judge's rules (empty, > 500 words, exact match) and its LLM path."""
 import pytest
 
-from orchestrator.judge import Judge, JudgeError, load_judge_prompt, parse_judge_reply, rule_verdict
+from evaluation.scoring.judge import Judge, JudgeError, load_judge_prompt, parse_judge_reply, rule_verdict
 from orchestrator.records import LLMResponse, Usage
 
 

@@ -1,4 +1,4 @@
-"""The `open` profile's serving plan (orchestrator/serve_experts.py): every model open-weight and
+"""The `open` profile's serving plan (orchestrator/vllm_servers/experts.py): every model open-weight and
 vllm-served, each server's flags from its configs/models.yaml `serve:` block, GPUs that add up;
 the endpoints file the launcher's servers write; the gateway fitting requests to a served window."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from orchestrator import serve_experts
+from orchestrator.vllm_servers import experts as serve_experts
 from orchestrator.gateway.errors import GatewayConfigError
 from orchestrator.gateway.registry import load_registry, parse_registry
 
@@ -114,10 +114,10 @@ def test_serve_block_is_the_one_declaration_of_the_window():
 
 
 FAKE_SERVER = textwrap.dedent("""
-    # Stands in for `python -m orchestrator.serving`: registers as it does, unregisters on TERM.
+    # Stands in for `python -m orchestrator.vllm_servers.launch`: registers as it does, unregisters on TERM.
     import signal, sys, time
     from orchestrator.gateway.endpoints import register_endpoint, unregister_endpoint
-    from orchestrator.serving import max_model_len_arg
+    from orchestrator.vllm_servers.launch import max_model_len_arg
     a = sys.argv[1:]
     opt = lambda n: a[a.index(n) + 1]
     url = f"http://{opt('--host')}:{opt('--port')}/v1"
@@ -222,8 +222,8 @@ def test_a_misspelt_profile_is_one_line_with_the_closest_name():
     import subprocess
     from pathlib import Path
 
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.serve_experts", "--profile", "opne", "--dry-run"],
-                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.vllm_servers.experts", "--profile", "opne", "--dry-run"],
+                          cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("error: profile ") and "opne.yaml: no such file; did you mean 'open'?" in proc.stderr
 
