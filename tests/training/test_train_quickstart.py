@@ -495,6 +495,8 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
     (["--alias-weight", "0"], "--alias-weight 0.0: a loss weight"),
     (["--alias-weight", "-1"], "--alias-weight -1.0: a loss weight"),
     (["--favour-weight", "0"], "--favour-weight 0.0: a loss weight"),
+    (["--favour-aliases", "answer-1"], "--favour-aliases answer-1: each one of answer-1, answer-4, answer-math-2, and answer-4"),
+    (["--favour-aliases", "answer-4,answer-9"], "--favour-aliases answer-4,answer-9: each one of"),
     (["--seeds", "x"], "argument --seeds: 'x': expected a count of seeds (3) or a comma-separated list"),
     (["--seeds", "0"], "argument --seeds: '0': a count of seeds must be at least 1"),
     (["--seeds", "0,1,1"], "argument --seeds: '0,1,1': seed 1 is listed more than once"),

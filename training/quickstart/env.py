@@ -102,9 +102,8 @@ TASK_MODELS, UNSEEN_TOOLS = load_world_models()
 PREFERENCE_PREFIX = "Preference:"
 ANSWER_ALIASES = TOOL_ALIASES["answer"]
 # The words that state each preference (the question's last line).  Training tasks and the warm-up
-# draw among `WORDINGS`; `favour` names the task's own favoured answer alias (`{alias}`), which varies
-# across training tasks (`FAVOUR_TRAIN_ALIASES`), so that only reading the line tells which alias the
-# reward favours.  `PARAPHRASES` occur only in the held-out evaluation (never in training or the
+# draw among `WORDINGS`; `favour` names the task's own favoured answer alias (`{alias}`, the ones of
+# `FAVOUR_TRAIN_ALIASES` in turn).  `PARAPHRASES` occur only in the held-out evaluation (never in training or the
 # warm-up): the `favour` check must hold on its paraphrase too (issue 43).
 WORDINGS = {
     "accuracy": (f"{PREFERENCE_PREFIX} accuracy alone.",
@@ -139,9 +138,11 @@ def preference_words(preset: str, wording: int | str = 0, favoured: str = FAVOUR
 # name -> (preference vector, its first wording), `favour` naming the held-out tasks' alias
 PRESETS = {name: (preference_vector(name), preference_words(name)) for name in WORDINGS}
 TRAIN_MIX = {"cost": 0.4, "favour": 0.4, "accuracy": 0.2}       # share of training tasks per preset
-# the aliases training favour lines name, in turn: the two dear answer aliases, where the favour
-# reward pulls against `cost` (naming `answer-math-2`, the cheap one, taught nothing `cost` did not)
-FAVOUR_TRAIN_ALIASES = ["answer-1", FAVOURED_ALIAS]
+# the aliases training favour lines name, in turn (`--favour-aliases`): the held-out one alone.  Naming
+# answer-1 and answer-4 in turn asks the 2-layer policy to copy the alias the line names, a circuit its
+# warm-up formed in 4 of 14 runs (seeds x kernel paths x two CPUs, docs/quickstart.md); a fixed alias
+# asks it to notice that the line names one, which it learned on every run tried
+FAVOUR_TRAIN_ALIASES = [FAVOURED_ALIAS]
 MAIN_PRESET = "cost"                                              # the checks' accuracy / cost vector
 PREFERENCE = PRESETS[MAIN_PRESET][0]
 # alias -> the index its search reads (others: the runtime's defaults)
@@ -195,7 +196,7 @@ def with_preference(task: Task, preset: str, tools: dict | None = None, *, wordi
 
 
 def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_people: int = 200,
-                seed: int = 0) -> dict[str, Path]:
+                seed: int = 0, favour_aliases: list[str] | None = None) -> dict[str, Path]:
     """Write corpus.jsonl (deep), places.jsonl (shallow) and train / eval / warmup .jsonl
     (half lookup, half arithmetic each).
 
@@ -225,7 +226,7 @@ def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_pe
         split = [with_preference(dataclasses.replace(t, tools=tools), preset)
                  for _, tasks_ in sorted(by_kind.items()) for t, preset in zip(tasks_, _presets(len(tasks_), name, rng))]
         if name != "eval":      # training words: each task one of its preset's wordings, each favour task its alias
-            aliases = _cycle(FAVOUR_TRAIN_ALIASES, sum(t.metadata["preference_name"] == "favour" for t in split), rng)
+            aliases = _cycle(favour_aliases or FAVOUR_TRAIN_ALIASES, sum(t.metadata["preference_name"] == "favour" for t in split), rng)
             split = [with_preference(t, t.metadata["preference_name"], wording=rng.randrange(len(WORDINGS[p])),
                                      favoured=next(aliases) if p == "favour" else FAVOURED_ALIAS)
                      for t in split for p in [t.metadata["preference_name"]]]

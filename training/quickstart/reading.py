@@ -18,17 +18,17 @@ from pathlib import Path
 
 from orchestrator.context import Budgets
 from orchestrator.loop import Task
-from training.quickstart.env import FAVOUR_TRAIN_ALIASES, FAVOURED_ALIAS, WORDINGS, with_preference
+from training.quickstart.env import ANSWER_ALIASES, FAVOURED_ALIAS, WORDINGS, with_preference
 from training.quickstart.warmup import _alias_positions, demonstrations, next_token_logits
 from training.rollouts import choice_token_ids
 from orchestrator.toolcall import format_tool_call
 
-OTHER_ALIAS = next(a for a in FAVOUR_TRAIN_ALIASES if a != FAVOURED_ALIAS)
+OTHER_ALIAS = next(a for a in ANSWER_ALIASES if a != FAVOURED_ALIAS)    # answer-1
 
 
 def reading_lines(tasks: list[Task]) -> dict[str, list[Task]]:
     """The tasks under each line the probe reads: `favour` in its training words (in turn) naming
-    FAVOURED_ALIAS, its held-out paraphrase, `favour` naming the other training alias, `cost`,
+    FAVOURED_ALIAS, its held-out paraphrase, `favour` naming another answer alias (OTHER_ALIAS), `cost`,
     `accuracy`."""
     def under(preset: str, wording, favoured: str = FAVOURED_ALIAS) -> list[Task]:
         return [with_preference(t, preset, wording=(i % len(WORDINGS[preset])) if wording is None else wording,

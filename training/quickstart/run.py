@@ -5,7 +5,7 @@
 
 Stages (each printed with its wall time):
   1. world: corpus + train / held-out tasks + a MiniLM/FAISS index (training/quickstart/env.py);
-     preferences stated in varied words, `favour` naming an answer alias that varies across tasks;
+     preferences stated in varied words, `favour` naming the favoured answer alias (`--favour-aliases`);
   2. policy: a tiny random Llama with SmolLM2's tokenizer, warmed up on demonstrations that pick
      aliases as the prompted SmolLM2 does and the alias a favour line names (warmup.py);
   3. initial evaluation on 64 held-out tasks under each preference in its training words, in a
@@ -83,7 +83,7 @@ def _paths_overrides(out: Path) -> list[str]:
 
 def prepare_world(out: Path, cfg: TrainConfig, args) -> dict[str, Path]:
     paths = build_world(out / "world", n_train=args.train_tasks, n_eval=args.eval_tasks,
-                        n_warmup=args.warmup_tasks, seed=cfg.run.seed)
+                        n_warmup=args.warmup_tasks, seed=cfg.run.seed, favour_aliases=args.favour_aliases)
     quickstart_catalog(out / "world")
     paths["index"] = build_index(paths["corpus"], out / "world" / "index")
     paths["index-shallow"] = build_index(paths["places"], out / "world" / "index-shallow")
@@ -110,7 +110,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
     from training.tiny_policy import build_tiny_policy
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
-    demo_tasks = demonstrated_tasks(demo_tasks, args.demo_presets, cfg.run.seed)
+    demo_tasks = demonstrated_tasks(demo_tasks, args.demo_presets, cfg.run.seed, args.favour_aliases)
     if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
         init = smollm2_path()
     else:
@@ -157,7 +157,8 @@ def warmup_tasks(world: dict[str, Path], train_tasks: list[Task], args) -> list[
     return train_tasks + (load_tasks([str(world["warmup"])]) if args.warmup_tasks else [])
 
 
-def demonstrated_tasks(tasks: list[Task], presets: str, seed: int = 0) -> list[Task]:
+def demonstrated_tasks(tasks: list[Task], presets: str, seed: int = 0,
+                       favour_aliases: list[str] | None = None) -> list[Task]:
     """The warm-up's tasks: each under its own preset (`own`), or each under every preset in turn
     (`all`), `favour` once per alias training lines name (`FAVOUR_TRAIN_ALIASES`): prompts that differ only in the
     preference line (its wording drawn among the training wordings), so that the policy can only
@@ -168,7 +169,7 @@ def demonstrated_tasks(tasks: list[Task], presets: str, seed: int = 0) -> list[T
         rng = random.Random(seed)
         return [with_preference(t, preset, wording=rng.randrange(len(WORDINGS[preset])), favoured=alias)
                 for t in tasks for preset in PRESETS
-                for alias in (FAVOUR_TRAIN_ALIASES if preset == "favour" else [FAVOURED_ALIAS])]
+                for alias in ((favour_aliases or FAVOUR_TRAIN_ALIASES) if preset == "favour" else [FAVOURED_ALIAS])]
     raise ValueError(f"--demo-presets {presets!r}: expected 'own' or 'all'")
 
 
@@ -498,6 +499,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="tiny policy: every layer but the last attends to this many previous tokens only "
                              "(0: all layers see the whole prompt)")
     _warmup_args(parser)
+    parser.add_argument("--favour-aliases", type=lambda t: t.split(","), default=list(FAVOUR_TRAIN_ALIASES),
+                        help="the answer aliases training favour lines name, in turn (comma-separated; must "
+                             f"include {FAVOURED_ALIAS}, the held-out tasks' favoured alias)")
     parser.add_argument("--warmup-only", action="store_true",
                         help="stop after the warm-up and its favour-line reading (training/quickstart/reading.py)")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
@@ -508,6 +512,10 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
     """Values argparse's types do not check: one line naming the flag."""
     if args.alias_weight <= 0:
         parser.error(f"--alias-weight {args.alias_weight}: a loss weight, must be > 0")
+    unknown = [a for a in args.favour_aliases if a not in ANSWER_ALIASES]
+    if unknown or FAVOURED_ALIAS not in args.favour_aliases:
+        parser.error(f"--favour-aliases {','.join(args.favour_aliases)}: each one of {', '.join(ANSWER_ALIASES)}, "
+                     f"and {FAVOURED_ALIAS} among them")
     if args.favour_weight <= 0:
         parser.error(f"--favour-weight {args.favour_weight}: a loss weight, must be > 0")
     if not 0 <= args.favour_boost <= 1:
