@@ -4,7 +4,7 @@
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-PIP    := $(PY) -m pip --disable-pip-version-check -q --no-compile   # no .pyc at install: 41k files, minutes on 2 cores; Python compiles what it imports
+PIP    := $(PY) -m pip --disable-pip-version-check -q
 # The CPU torch wheel lies on this machine's disk; any other spec pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
