@@ -524,7 +524,7 @@ def test_every_preference_line_has_a_token_found_nowhere_else_in_the_policys_con
     """The policy tells the presets apart only by their lines' tokens.  "Preference: accuracy
     only." had one token of its own, " only", and it ends every arithmetic question ("Answer
     with the number only."), so on half the tasks the accuracy line looked like the question
-    (docs/training.md, seventh round).  Each line must keep a token that occurs in no other
+    (docs/history.md, seventh round).  Each line must keep a token that occurs in no other
     line, no question of any split and no part of the orchestrator's prompt."""
     from transformers import AutoTokenizer
 

@@ -2,5 +2,5 @@
 
     python -m training.quickstart          # what `make quickstart` runs
 
-See training/quickstart/run.py for the stages and docs/training.md for the design.
+See training/quickstart/run.py for the stages and docs/quickstart.md for the design.
 """

@@ -28,7 +28,7 @@ log's taught distribution with the floor taken out), which the warm-up teaches w
 demonstrated under every preset (training/quickstart/run.py `demonstrated_tasks`).  The policy
 tells the lines apart by their tokens only, so each keeps a token found nowhere else in its
 context: "accuracy only." lost that on arithmetic questions, which end "Answer with the number
-only." (docs/training.md, seventh round).
+only." (docs/history.md, seventh round).
 
 Unseen tools (`UNSEEN_TOOLS`): a held-out catalog whose aliases, models and prices never occur
 in training (PAPER.md §9), with the same capability split (one deep search alias).
@@ -64,20 +64,20 @@ FAVOURED_ALIAS = "answer-4"
 # profile: as in data_synthesis's records, a task's alias -> model mapping is part of the task
 # (build_world writes it into every record of world/*.jsonl, which training and evaluation read as
 # they read any dataset's `tools`), and changing it makes another world, not another run of this one
-# (the quickstart's results in docs/training.md are measured on it).  UNSEEN_TOOLS likewise.
+# (the quickstart's results in docs/benchmarks.md are measured on it).  UNSEEN_TOOLS likewise.
 # - the favoured alias is served as the dearest answer model, so `cost` pulls away from it at every
 #   step (tools.json: answer-4 = Qwen3-32B, which is cheaper than answer-1's GPT-5 and drew `cost`
-#   towards it too, docs/training.md);
+#   towards it too, docs/history.md);
 # - search-1 is served as Qwen3-8B, a cheap shallow search (tools.json: GPT-5), and the deep search
 #   is `search-3` (tools.json's Qwen3-32B, the dearest of the three here, but not GPT-5):
 #   - the alias's last token is the decision, and a tiny policy shares one output row per token
 #     across tools, so when the deep search was `search-1` the outcome-driven push to it on year
 #     questions also pushed `reasoner-1` and `answer-1` (GPT-5) against the cost reward
-#     (docs/training.md, fifth round); `3` is a decision no other quickstart tool has;
+#     (docs/history.md, fifth round); `3` is a decision no other quickstart tool has;
 #   - the quickstart's experts write a few dozen tokens, so the orchestrator's own two ~700-token
 #     turns are about 40% of a starting policy's cost, a floor no routing moves; with GPT-5 on the deep search, perfect routing cut the
 #     cost by only 41-42% and a policy that sent every lookup to the deep search by 35-40%
-#     (docs/training.md, sixth round)
+#     (docs/history.md, sixth round)
 WORLD_FILE = Path(__file__).resolve().parents[2] / "configs" / "quickstart_world.yaml"
 
 

@@ -27,7 +27,7 @@ def machine_load() -> dict:
 def _cpu_model() -> str:
     """/proc/cpuinfo's model name (platform.processor() elsewhere): with `cpu_capability`, the
     instruction set torch's kernels use (AVX2, AVX512, ...), which moves the run as packages do
-    (docs/training.md, "the CPU moves the run too")."""
+    (docs/history.md, "the CPU moves the run too")."""
     import platform
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
@@ -41,7 +41,7 @@ def _cpu_model() -> str:
 
 def installed_packages() -> dict[str, str]:
     """Every installed distribution and its version (what `pip freeze` lists): the quickstart's
-    numbers move with torch and transformers (docs/training.md, "Measured on today's packages")."""
+    numbers move with torch and transformers (docs/history.md, "Measured on today's packages")."""
     from importlib.metadata import distributions
 
     return dict(sorted((d.metadata["Name"], d.version) for d in distributions() if d.metadata["Name"]))

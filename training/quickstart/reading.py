@@ -10,7 +10,7 @@ mean probability of `FAVOURED_ALIAS` there.  A policy that reads the line gives 
     # {"favour": 0.55, "favour_paraphrase": 0.03, "favour_other_alias": 0.02, "cost": 0.04, "accuracy": 0.05}
 
 The quickstart logs it after the warm-up and after GRPO (summary.json `reading`): the warm-up
-either builds this circuit or not, and GRPO amplifies what it finds (docs/training.md).
+either builds this circuit or not, and GRPO amplifies what it finds (docs/quickstart.md).
 """
 from __future__ import annotations
 

@@ -452,7 +452,7 @@ def _warmup_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-epochs", type=int, default=24,
                         help="passes over the demonstrated turns (8 left the tool decision unlearned in one run; 12, 24 and 32 "
                              "did not make the start read the old preference lines in every seed; the lines' own tokens "
-                             "did: docs/training.md, sixth and seventh rounds)")
+                             "did: docs/history.md, sixth and seventh rounds)")
     parser.add_argument("--warmup-lr", type=float, default=5e-3)
     parser.add_argument("--warmup-batch", type=int, default=8)
     parser.add_argument("--alias-weight", type=float, default=4.0,
