@@ -4,10 +4,11 @@ For held-out tasks, the answer turn as the loop shows it (the evidence tool's re
 `warmup.demonstrations`), under each preference line: the policy's next-token distribution at the
 answer alias decision, restricted to the answer aliases (teacher-forced, no sampling), and the
 mean probability of `FAVOURED_ALIAS` there.  A policy that reads the line gives it more under
-`favour` naming it than under the other lines, and little under `favour` naming another alias.
+`favour` than under the other lines; `favour_other_alias` (the line naming answer-1) says whether it
+reads *which* alias the line names (training lines name answer-4 alone by default, so it need not).
 
     reading = favour_reading(model_dir, tasks, runtime, budgets=..., topk=...)
-    # {"favour": 0.55, "favour_paraphrase": 0.03, "favour_other_alias": 0.02, "cost": 0.04, "accuracy": 0.05}
+    # {"favour": 0.56, "favour_paraphrase": 0.56, "favour_other_alias": 0.52, "cost": 0.12, "accuracy": 0.12}
 
 The quickstart logs it after the warm-up and after GRPO (summary.json `reading`): the warm-up
 either builds this circuit or not, and GRPO amplifies what it finds (docs/quickstart.md).
@@ -18,10 +19,10 @@ from pathlib import Path
 
 from orchestrator.context import Budgets
 from orchestrator.loop import Task
+from orchestrator.toolcall import format_tool_call
 from training.quickstart.env import ANSWER_ALIASES, FAVOURED_ALIAS, WORDINGS, with_preference
 from training.quickstart.warmup import _alias_positions, demonstrations, next_token_logits
 from training.rollouts import choice_token_ids
-from orchestrator.toolcall import format_tool_call
 
 OTHER_ALIAS = next(a for a in ANSWER_ALIASES if a != FAVOURED_ALIAS)    # answer-1
 
