@@ -504,7 +504,7 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
     (["--eval-tasks", "0"], "--eval-tasks 0: must be at least 1"),
     (["--favour-boost", "2"], "--favour-boost 2.0: a share")])
 def test_bad_flags_get_one_line_naming_the_flag(flags, message, capsys):
-    from training.quickstart.run import _args
+    from training.quickstart.cli import _args
 
     with pytest.raises(SystemExit) as exit_:
         _args(flags)
@@ -515,7 +515,7 @@ def test_bad_flags_get_one_line_naming_the_flag(flags, message, capsys):
 @pytest.mark.parametrize("flags, seeds", [([], [0]), (["--seeds", "3"], [0, 1, 2]), (["--seed", "3"], [3]),
                                           (["--seed", "2", "--seeds", "2"], [2, 3]), (["--seeds", "4,0,2"], [4, 0, 2])])
 def test_seeds_are_a_count_from_seed_or_a_list(flags, seeds):
-    from training.quickstart.run import _args, seeds_to_run
+    from training.quickstart.cli import _args, seeds_to_run
 
     assert seeds_to_run(_args(flags)) == seeds
 

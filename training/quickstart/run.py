@@ -21,7 +21,6 @@ Trailing `key=value` arguments override the trainer config (e.g. trainer.total_s
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -54,6 +53,7 @@ from training.quickstart.env import (
     routed_runtime,
     with_preference,
 )
+from training.quickstart.cli import _args, seeds_to_run
 from training.quickstart.machine import machine_load
 from training.quickstart.stats import (
     TaskOutcome,
@@ -396,134 +396,6 @@ def print_checks(ci: dict, result: dict) -> None:
                           "-" if check is None else ("holds" if result[check] else "FAILS"))
     console.print(table)
     console.print(f"checks holding: {sum(result.values())} of {len(result)}")
-
-
-class _OneLineErrors(argparse.ArgumentParser):
-    """Bad input: one line naming the argument and the fix (no usage dump)."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def seed_list(text: str) -> list[int]:
-    """--seeds: a count N >= 1 (seeds SEED .. SEED+N-1, today's `make quickstart SEEDS=3`), or a
-    comma-separated list of distinct seeds >= 0 ("0,2,4"); returns the offsets/seeds as given,
-    resolved against --seed by `seeds_to_run`."""
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() for p in parts if p) or not any(parts):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a count of seeds (3) or a comma-separated list of "
-                                         "distinct seeds (0,2,4)")
-    if len(parts) == 1:
-        if int(parts[0]) < 1:
-            raise argparse.ArgumentTypeError(f"{text!r}: a count of seeds must be at least 1 (for seed K alone: "
-                                             "--seed K, make quickstart SEED=K)")
-        return [-int(parts[0])]             # a count, marked negative
-    seeds = [int(p) for p in parts if p]
-    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
-    if repeated:
-        raise argparse.ArgumentTypeError(f"{text!r}: seed {repeated[0]} is listed more than once; list each seed once")
-    return seeds
-
-
-def seeds_to_run(args) -> list[int]:
-    """The seeds --seed / --seeds ask for."""
-    if len(args.seeds) == 1 and args.seeds[0] < 0:
-        return [args.seed + k for k in range(-args.seeds[0])]
-    return list(args.seeds)
-
-
-def _warmup_args(parser: argparse.ArgumentParser) -> None:
-    """The warm-up's flags (warmup.py): what the starting policy is taught, and how hard."""
-    parser.add_argument("--alias-prior", choices=["pooled", "per-turn", "uniform"], default="pooled",
-                        help="alias distribution the warm-up teaches: the prompted SmolLM2's, pooled over presets "
-                             "(one distribution per tool); the prompted SmolLM2's own choice at each demonstrated "
-                             "turn (it reads the preference line); or uniform")
-    parser.add_argument("--alias-floor", type=float, default=0.25,
-                        help="prompted prior mixed with uniform by this weight (exploration floor)")
-    parser.add_argument("--tool-spread", type=float, default=0.3,
-                        help="share of the warm-up's tool decision given to the tools a question does not need")
-    parser.add_argument("--spread-to", choices=["evidence", "all"], default="evidence",
-                        help="which tools get --tool-spread: the other evidence tool only (a wasted call first) "
-                             "or every other tool (also answering without evidence)")
-    parser.add_argument("--demo-presets", choices=["own", "all"], default="all",
-                        help="warm-up demonstrations of each task under its own preset only, or under every preset "
-                             "(the prompted model's choice under each: prompts that differ only in the preference "
-                             "line, so the policy learns to read that line rather than the question)")
-    parser.add_argument("--warmup-epochs", type=int, default=24,
-                        help="passes over the demonstrated turns (8 left the tool decision unlearned in one run; 12, 24 and 32 "
-                             "did not make the start read the old preference lines in every seed; the lines' own tokens "
-                             "did: docs/history.md, sixth and seventh rounds)")
-    parser.add_argument("--warmup-lr", type=float, default=5e-3)
-    parser.add_argument("--warmup-batch", type=int, default=8)
-    parser.add_argument("--alias-weight", type=float, default=4.0,
-                        help="weight of the alias decisions in the warm-up loss (tool decisions: 1); the answer "
-                             "alias's targets are the only ones that differ between preference presets")
-    parser.add_argument("--favour-weight", type=float, default=16.0,
-                        help="weight of a favour turn's answer alias decision in the warm-up loss (the one "
-                             "decision whose target depends on the alias the line names; 4, as --alias-weight, "
-                             "left the start unable to read the line in one of two kernel paths of seed 0)")
-
-
-def _args(argv: list[str] | None) -> argparse.Namespace:
-    parser = _OneLineErrors(prog="python -m training.quickstart", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/quickstart"))
-    parser.add_argument("--seed", type=int, default=0, help="run.seed of the (first) run")
-    parser.add_argument("--seeds", type=seed_list, default=[-1],
-                        help="a count N (seeds SEED .. SEED+N-1) or a list of distinct seeds (0,2,4); more than one "
-                        "seed runs each into OUT/seed-K and reports each and the spread")
-    parser.add_argument("--recompute", type=Path, metavar="RUN_DIR",
-                        help="recompute a finished run's intervals and checks from its saved trajectories and "
-                             "compare them with its summary.json (runs nothing)")
-    parser.add_argument("--train-tasks", type=int, default=16, help="training tasks (half lookup, half arithmetic)")
-    parser.add_argument("--eval-tasks", type=int, default=64,
-                        help="held-out tasks (each evaluated under every preference, its paraphrase and the "
-                             "unseen tools; the checks' intervals resample these tasks)")
-    parser.add_argument("--warmup-tasks", type=int, default=16, help="extra tasks demonstrated in the warm-up")
-    parser.add_argument("--eval-temperature", type=float, default=0.6, help="paper: 0.6 for validation")
-    parser.add_argument("--eval-samples", type=int, default=1,
-                        help="episodes per held-out task (sampling seeds differ; a task's episodes are resampled "
-                             "together)")
-    parser.add_argument("--eval-concurrency", type=int, default=32,
-                        help="held-out episodes at once (their policy turns batch in the engine)")
-    parser.add_argument("--favour-boost", type=float, default=0.5,
-                        help="warm-up: share of each favour answer turn's alias target moved onto the alias its "
-                             "line names (0: the prompted model's choice alone)")
-    parser.add_argument("--policy", choices=["tiny", "smollm2"], default="tiny",
-                        help="the policy trained: a tiny random Llama (the CPU quickstart) or the shipped "
-                             "SmolLM2-135M-Instruct, pretrained (`make example-pretrained`; a GPU: --device cuda)")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                        help="where the policy runs: warm-up, evaluations, GRPO (run.device)")
-    parser.add_argument("--hidden", type=int, default=128, help="tiny policy width")
-    parser.add_argument("--layers", type=int, default=2, help="tiny policy depth")
-    parser.add_argument("--local-window", type=int, default=64,
-                        help="tiny policy: every layer but the last attends to this many previous tokens only "
-                             "(0: all layers see the whole prompt)")
-    _warmup_args(parser)
-    parser.add_argument("--favour-aliases", type=lambda t: t.split(","), default=list(FAVOUR_TRAIN_ALIASES),
-                        help="the answer aliases training favour lines name, in turn (comma-separated; must "
-                             f"include {FAVOURED_ALIAS}, the held-out tasks' favoured alias)")
-    parser.add_argument("--warmup-only", action="store_true",
-                        help="stop after the warm-up and its favour-line reading (training/quickstart/reading.py)")
-    parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
-    return _checked(parser, parser.parse_args(argv))
-
-
-def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    """Values argparse's types do not check: one line naming the flag."""
-    if args.alias_weight <= 0:
-        parser.error(f"--alias-weight {args.alias_weight}: a loss weight, must be > 0")
-    unknown = [a for a in args.favour_aliases if a not in ANSWER_ALIASES]
-    if unknown or FAVOURED_ALIAS not in args.favour_aliases:
-        parser.error(f"--favour-aliases {','.join(args.favour_aliases)}: each one of {', '.join(ANSWER_ALIASES)}, "
-                     f"and {FAVOURED_ALIAS} among them")
-    if args.favour_weight <= 0:
-        parser.error(f"--favour-weight {args.favour_weight}: a loss weight, must be > 0")
-    if not 0 <= args.favour_boost <= 1:
-        parser.error(f"--favour-boost {args.favour_boost}: a share, must be in [0, 1]")
-    for flag in ("eval_tasks", "eval_samples", "eval_concurrency", "train_tasks"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be at least 1")
-    return args
 
 
 def run_seed(args, seed: int, out: Path) -> dict:
