@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 # Packages are installed with uv (pinned, bootstrapped with pip into the venv): the same packages
-# and versions as pip picks, in about half the time (docs/testing.md, "Building the venv").  uv
+# and versions as pip picks, on both cores (docs/testing.md, "CI's budget, second round").  uv
 # reads none of pip's settings, so it is handed those pip is configured with here (`pip config
 # list`: the folders of local wheels, extra indexes, constraints); --index-strategy
 # unsafe-best-match takes the newest version over all indexes, as pip does.
