@@ -115,6 +115,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--favour-aliases", type=lambda t: t.split(","), default=list(FAVOUR_TRAIN_ALIASES),
                         help="the answer aliases training favour lines name, in turn (comma-separated; must "
                              f"include {FAVOURED_ALIAS}, the held-out tasks' favoured alias)")
+    parser.add_argument("--warmup-tries", type=int, default=3,
+                        help="tiny policy: warm-ups tried (each from another initialisation) until the start tells "
+                             "the favour line from the others on the warm-up's own tasks (1: no retry)")
+    parser.add_argument("--warmup-separation", type=float, default=0.25,
+                        help="the separation a warm-up must reach: P(answer-4) under favour minus the larger of "
+                             "cost's and accuracy's, at the answer alias decision (training/quickstart/reading.py)")
     parser.add_argument("--warmup-only", action="store_true",
                         help="stop after the warm-up and its favour-line reading (training/quickstart/reading.py)")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
@@ -131,6 +137,10 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
                      f"and {FAVOURED_ALIAS} among them")
     if args.favour_weight <= 0:
         parser.error(f"--favour-weight {args.favour_weight}: a loss weight, must be > 0")
+    if args.warmup_tries < 1:
+        parser.error(f"--warmup-tries {args.warmup_tries}: the number of warm-ups to try, must be >= 1")
+    if not -1 <= args.warmup_separation <= 1:
+        parser.error(f"--warmup-separation {args.warmup_separation}: a difference of probabilities, must be in [-1, 1]")
     if not 0 <= args.favour_boost <= 1:
         parser.error(f"--favour-boost {args.favour_boost}: a share, must be in [0, 1]")
     for flag in ("eval_tasks", "eval_samples", "eval_concurrency", "train_tasks"):

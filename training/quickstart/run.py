@@ -69,6 +69,7 @@ from training.rollouts import collect_rollouts
 from training.tasks import load_tasks
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+RETRY_SEED_STEP = 10_007       # a warm-up try's seed: run.seed + RETRY_SEED_STEP x attempt
 EVAL_STEP = 1_000_000          # sampling seeds of the evaluations (same for initial and final)
 console = Console()
 
@@ -93,10 +94,18 @@ def prepare_world(out: Path, cfg: TrainConfig, args) -> dict[str, Path]:
 def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task], args) -> tuple[Path, dict]:
     """Tiny random policy with SmolLM2's tokenizer, then the supervised warm-up.
 
-    Returns the warmed-up folder and the alias distribution it was taught (per tool)."""
+    A tiny policy's warm-up is tried again from another initialisation (seed + RETRY_SEED_STEP x
+    attempt, up to `--warmup-tries`) while its start does not tell the favour line from the others
+    on the warm-up's own tasks (`reading.separation` below `--warmup-separation`): the warm-up either
+    forms that circuit or settles without it (docs/quickstart.md), and GRPO amplifies what it finds.
+    Held-out tasks play no part in the choice.
+
+    Returns the warmed-up folder and {"taught": the alias distribution taught (per tool),
+    "tries": each try's seed, reading and separation}."""
     from transformers import AutoTokenizer
 
     from orchestrator.embedded import smollm2_path
+    from training.quickstart.reading import favour_reading, separation
     from training.quickstart.warmup import (
         _alias_positions,
         demonstrations,
@@ -110,6 +119,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
     from training.tiny_policy import build_tiny_policy
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+    probe = demo_tasks[:16]         # training tasks: the warm-up's own, never held-out ones
     demo_tasks = demonstrated_tasks(demo_tasks, args.demo_presets, cfg.run.seed, args.favour_aliases)
     if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
         init = smollm2_path()
@@ -134,10 +144,25 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
               for tool, by in taught.items()}
     console.print(f"warm-up: {len(demos)} demonstrated turns from {len(demo_tasks)} tasks; "
                   f"alias distribution taught ({args.alias_prior}): {taught}; other tools: {args.tool_spread}")
-    warm = supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
-                             batch_size=args.warmup_batch, seed=cfg.run.seed, alias_weight=args.alias_weight,
-                             favour_weight=args.favour_weight, device=cfg.run.device, log=console.print)
-    return warm, taught
+    tries = []
+    for attempt in range(args.warmup_tries if args.policy == "tiny" else 1):
+        seed = cfg.run.seed + RETRY_SEED_STEP * attempt      # attempt 0: the run's own seed
+        if attempt:
+            init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
+                                     heads=4, seed=seed, local_window=args.local_window or None)
+        warm = supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
+                                 batch_size=args.warmup_batch, seed=seed, alias_weight=args.alias_weight,
+                                 favour_weight=args.favour_weight, device=cfg.run.device, log=console.print)
+        reading = favour_reading(warm, probe, runtime, topk=runtime.qa.retrieval.topk,
+                                 budgets=Budgets(context_tokens=cfg.rollout.context_tokens), device=cfg.run.device,
+                                 lines=("favour", "cost", "accuracy"))
+        tries.append({"seed": seed, "reading": reading, "separation": separation(reading)})
+        console.print(f"warm-up try {attempt + 1} (seed {seed}): on training tasks P({FAVOURED_ALIAS}) "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in reading.items())
+                      + f"; separation {tries[-1]['separation']:+.2f} (needs >= {args.warmup_separation})")
+        if tries[-1]["separation"] >= args.warmup_separation:
+            break
+    return warm, {"taught": taught, "tries": tries}
 
 
 def read_favour_line(model_dir: Path, eval_tasks: list[Task], runtime, cfg: TrainConfig) -> dict[str, float]:
@@ -428,11 +453,12 @@ def run_seed(args, seed: int, out: Path) -> dict:
     judge = train_judge(cfg)
     stage("world", t0)
     t0 = time.monotonic()
-    warm, taught = prepare_policy(out, cfg, eval_runtime, demo_tasks, args)
+    warm, warmup = prepare_policy(out, cfg, eval_runtime, demo_tasks, args)
     reading = {"warm": read_favour_line(warm, eval_tasks, eval_runtime, cfg)}
     stage("warm-up", t0)
     if args.warmup_only:
-        summary = {"seed": seed, "reading": reading, "stage_seconds": stages, "machine": machine_load()}
+        summary = {"seed": seed, "reading": reading, "warmup_tries": warmup["tries"], "stage_seconds": stages,
+                   "machine": machine_load()}
         (out / "warmup.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
     t0 = time.monotonic()
@@ -454,13 +480,14 @@ def run_seed(args, seed: int, out: Path) -> dict:
     headline = {k: final[MAIN_PRESET][k] for k in ("accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task")}
     summary = {**headline, "seed": seed, "initial": initial, "final": final, "checks": result, "intervals": ci,
                "checks_holding": f"{sum(result.values())} of {len(result)}", "reading": reading,
+               "warmup_tries": warmup["tries"],
                "preference_scores": preference_scores(out), "favoured_alias": FAVOURED_ALIAS,
                "presets": {k: v[0] for k, v in PRESETS.items()}, "wordings": WORDINGS, "paraphrases": PARAPHRASES,
                "main_preset": MAIN_PRESET, "train_mix": TRAIN_MIX,
                "unseen_tools": UNSEEN_TOOLS, "eval_temperature": args.eval_temperature,
                "warmup_alias_distribution": {"source": args.alias_prior, "floor": args.alias_floor,
                                              "loss_weight": args.alias_weight,
-                                             "per_tool": taught, "tool_spread": args.tool_spread,
+                                             "per_tool": warmup["taught"], "tool_spread": args.tool_spread,
                                              "spread_to": args.spread_to},
                "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,
                "config": str(Path(cfg.run.dir) / "config.yaml"), "stage_seconds": stages,
