@@ -248,7 +248,7 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
     """`make quickstart`'s stages, shrunk: world, warm-up, initial evals, one GRPO step, final evals,
     summary.json with `initial`/`final` rows per preference over the same held-out tasks, and the PNG."""
     from training.quickstart.reading import separation
-    from training.quickstart.run import EVAL_RUNS, RETRY_SEED_STEP, eval_runs, main
+    from training.quickstart.run import EVAL_RUNS, eval_runs, main
 
     out = tmp_path / "qs"
     assert main(["--out", str(out), "--train-tasks", "4", "--eval-tasks", "2", "--warmup-tasks", "2",
@@ -284,10 +284,10 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
     assert all(set(r) == {"favour", "favour_paraphrase", "favour_other_alias", "cost", "cost_paraphrase", "accuracy",
                           "accuracy_paraphrase"}
                and all(0 < p < 1 for p in r.values()) for r in summary["reading"].values())
-    # the warm-up tried again (another initialisation) while its start did not tell the lines apart
-    # on the warm-up's own tasks: seeds run.seed + k x RETRY_SEED_STEP, stopping at the first that does
+    # the warm-up tried again while its start did not tell the lines apart on the warm-up's own
+    # tasks: the same initialisation with the retry's favour boost, stopping at the first that does
     tries = summary["warmup_tries"]
-    assert [t["seed"] for t in tries] == [k * RETRY_SEED_STEP for k in range(len(tries))] and 1 <= len(tries) <= 2
+    assert [(t["seed"], t["favour_boost"]) for t in tries] == [(0, 0.5), (0, 0.8)][:len(tries)]
     assert all(t["separation"] < 0.25 for t in tries[:-1]) and (len(tries) == 2 or tries[-1]["separation"] >= 0.25)
     assert all(t["separation"] == separation(t["reading"]) and set(t["reading"]) == {"favour", "cost", "accuracy"}
                for t in tries)
@@ -513,7 +513,8 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
     (["--eval-tasks", "0"], "--eval-tasks 0: must be at least 1"),
     (["--favour-boost", "2"], "--favour-boost 2.0: a share"),
     (["--warmup-tries", "0"], "--warmup-tries 0: the number of warm-ups to try, must be >= 1"),
-    (["--warmup-separation", "1.5"], "--warmup-separation 1.5: a difference of probabilities")])
+    (["--warmup-separation", "1.5"], "--warmup-separation 1.5: a difference of probabilities"),
+    (["--retry-favour-boost", "-0.1"], "--retry-favour-boost -0.1: a share")])
 def test_bad_flags_get_one_line_naming_the_flag(flags, message, capsys):
     from training.quickstart.cli import _args
 
@@ -620,6 +621,21 @@ def test_reading_is_the_favoured_alias_probability_at_the_answer_decision(world,
             assert four in options
             probs.append(logits[options].softmax(-1)[options.index(four)].item())
         assert len(probs) == 2 and reading[name] == pytest.approx(sum(probs) / len(probs), abs=2e-4)
+
+
+@pytest.mark.parametrize("flags, tries", [
+    ([], [(0, 0.5), (0, 0.8), (10_007, 0.8)]),
+    (["--warmup-tries", "1"], [(0, 0.5)]),
+    (["--warmup-tries", "4", "--favour-boost", "0.3", "--retry-favour-boost", "0.9"],
+     [(0, 0.3), (0, 0.9), (10_007, 0.9), (20_014, 0.9)]),
+    (["--policy", "smollm2"], [(0, 0.5)])])
+def test_warmup_retries_teach_the_favoured_alias_harder_then_change_the_initialisation(flags, tries):
+    """(seed offset, favour boost) per try: the run's own seed and boost first, then the same
+    initialisation with the retry boost, then other initialisations; a pretrained policy once."""
+    from training.quickstart.cli import _args
+    from training.quickstart.run import RETRY_SEED_STEP, warmup_tries
+
+    assert RETRY_SEED_STEP == 10_007 and warmup_tries(_args(flags)) == tries
 
 
 def test_separation_is_the_favour_lines_lift_over_the_larger_other_line():
