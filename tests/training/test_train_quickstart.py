@@ -432,10 +432,14 @@ def test_favour_boost_moves_the_answer_alias_target_onto_the_named_alias():
 
     named, other, plain = demo("answer-math-2"), demo("answer-1", tool="search"), demo(None)
     assert _alias_positions(named) == [pos]
-    with_favoured_boost([named, other, plain], tok, 0.5)
+    boosted = with_favoured_boost([named, other, plain], tok, 0.5)
     want = {t: 1 / 6 + (0.5 if a == "answer-math-2" else 0) for t, a in zip(tokens, ANSWER_ALIASES)}
-    assert named.targets[pos] == pytest.approx(want)
-    assert other.targets[pos] == plain.targets[pos] == {t: 1 / 3 for t in tokens}
+    assert boosted[0].targets[pos] == pytest.approx(want)
+    assert boosted[1].targets[pos] == boosted[2].targets[pos] == {t: 1 / 3 for t in tokens}
+    # the input is left as it was: a retry boosts the same demonstrations by 0.8, not 0.8 on top of 0.5
+    assert named.targets[pos] == {t: 1 / 3 for t in tokens}
+    again = with_favoured_boost([named], tok, 0.8)[0].targets[pos]
+    assert again == pytest.approx({t: 0.2 / 3 + (0.8 if a == "answer-math-2" else 0) for t, a in zip(tokens, ANSWER_ALIASES)})
 
 
 def test_warmup_loss_reads_the_shared_prefix_once_with_the_whole_rows_loss_and_gradients(tmp_path):
