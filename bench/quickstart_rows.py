@@ -35,6 +35,8 @@ def row(run: Path) -> tuple[str, int, int]:
     ci, m = s["intervals"], s["machine"]
     reading = s.get("reading", {})
     read = " -> ".join(f"{reading[k]['favour']:.2f}/{reading[k]['cost']:.2f}" for k in ("warm", "final") if k in reading)
+    tries = len(s.get("warmup_tries", [])) or 1
+    read += f" (warm-up try {tries})" if read and tries > 1 else ""
     held = sum(s["checks"].values())
     cells = (run.name, str(s["seed"]), kernels(m),
              f"{s['initial']['cost']['accuracy']:.2f} -> {s['final']['cost']['accuracy']:.2f}",

@@ -44,6 +44,15 @@ def test_a_row_per_run_with_intervals_kernels_reading_and_the_count(tmp_path, ca
     assert lines[-1] == "7 of 8 checks hold over 2 runs."
 
 
+def test_a_run_whose_warm_up_was_tried_again_says_which_try_it_kept(tmp_path, capsys):
+    run = run_dir(tmp_path / "seed-3-native", forced=None, favour_low=0.1)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["warmup_tries"] = [{"seed": 3, "separation": 0.01}, {"seed": 10010, "separation": 0.4}]
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert main([str(run)]) == 0
+    assert "| 0.50/0.07 -> 0.90/0.01 (warm-up try 2) |" in capsys.readouterr().out.splitlines()[2]
+
+
 def test_a_folder_without_summary_is_named(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
     assert f"no summary.json in {tmp_path}" in capsys.readouterr().err

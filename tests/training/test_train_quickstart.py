@@ -247,11 +247,12 @@ def test_the_world_is_the_data_synthesis_people_domain(tmp_path):
 def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
     """`make quickstart`'s stages, shrunk: world, warm-up, initial evals, one GRPO step, final evals,
     summary.json with `initial`/`final` rows per preference over the same held-out tasks, and the PNG."""
+    from training.quickstart.reading import separation
     from training.quickstart.run import EVAL_RUNS, eval_runs, main
 
     out = tmp_path / "qs"
     assert main(["--out", str(out), "--train-tasks", "4", "--eval-tasks", "2", "--warmup-tasks", "2",
-                 "--warmup-epochs", "1", "--eval-concurrency", "2", "--eval-samples", "2", "trainer.total_steps=1",
+                 "--warmup-epochs", "1", "--warmup-tries", "2", "--eval-concurrency", "2", "--eval-samples", "2", "trainer.total_steps=1",
                  "rollout.tasks_per_step=2", "rollout.rollouts_per_task=2", "logging.wandb=disabled"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     for block in ("initial", "final"):          # one row per test-time preference + the unseen tools
@@ -280,8 +281,16 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
     assert main(["--recompute", str(out)]) == 0
     # the favour line's reading after the warm-up and after GRPO: probabilities, per line read
     assert set(summary["reading"]) == {"warm", "final"}
-    assert all(set(r) == {"favour", "favour_paraphrase", "favour_other_alias", "cost", "accuracy"}
+    assert all(set(r) == {"favour", "favour_paraphrase", "favour_other_alias", "cost", "cost_paraphrase", "accuracy",
+                          "accuracy_paraphrase"}
                and all(0 < p < 1 for p in r.values()) for r in summary["reading"].values())
+    # the warm-up tried again while its start did not tell the lines apart on the warm-up's own
+    # tasks: the same initialisation with the retry's favour boost, stopping at the first that does
+    tries = summary["warmup_tries"]
+    assert [(t["seed"], t["favour_boost"]) for t in tries] == [(0, 0.5), (0, 0.8)][:len(tries)]
+    assert all(t["separation"] < 0.25 for t in tries[:-1]) and (len(tries) == 2 or tries[-1]["separation"] >= 0.25)
+    assert all(t["separation"] == separation(t["reading"]) and set(t["reading"]) == {"favour", "cost", "accuracy"}
+               for t in tries)
     assert (out / summary["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "train" / "metrics.jsonl").read_text().count("\n") == 1
     import torch
@@ -423,10 +432,14 @@ def test_favour_boost_moves_the_answer_alias_target_onto_the_named_alias():
 
     named, other, plain = demo("answer-math-2"), demo("answer-1", tool="search"), demo(None)
     assert _alias_positions(named) == [pos]
-    with_favoured_boost([named, other, plain], tok, 0.5)
+    boosted = with_favoured_boost([named, other, plain], tok, 0.5)
     want = {t: 1 / 6 + (0.5 if a == "answer-math-2" else 0) for t, a in zip(tokens, ANSWER_ALIASES)}
-    assert named.targets[pos] == pytest.approx(want)
-    assert other.targets[pos] == plain.targets[pos] == {t: 1 / 3 for t in tokens}
+    assert boosted[0].targets[pos] == pytest.approx(want)
+    assert boosted[1].targets[pos] == boosted[2].targets[pos] == {t: 1 / 3 for t in tokens}
+    # the input is left as it was: a retry boosts the same demonstrations by 0.8, not 0.8 on top of 0.5
+    assert named.targets[pos] == {t: 1 / 3 for t in tokens}
+    again = with_favoured_boost([named], tok, 0.8)[0].targets[pos]
+    assert again == pytest.approx({t: 0.2 / 3 + (0.8 if a == "answer-math-2" else 0) for t, a in zip(tokens, ANSWER_ALIASES)})
 
 
 def test_warmup_loss_reads_the_shared_prefix_once_with_the_whole_rows_loss_and_gradients(tmp_path):
@@ -502,7 +515,10 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
     (["--seeds", "0,1,1"], "argument --seeds: '0,1,1': seed 1 is listed more than once"),
     (["--seeds", "1,-2"], "argument --seeds: '1,-2': expected a count"),
     (["--eval-tasks", "0"], "--eval-tasks 0: must be at least 1"),
-    (["--favour-boost", "2"], "--favour-boost 2.0: a share")])
+    (["--favour-boost", "2"], "--favour-boost 2.0: a share"),
+    (["--warmup-tries", "0"], "--warmup-tries 0: the number of warm-ups to try, must be >= 1"),
+    (["--warmup-separation", "1.5"], "--warmup-separation 1.5: a difference of probabilities"),
+    (["--retry-favour-boost", "-0.1"], "--retry-favour-boost -0.1: a share")])
 def test_bad_flags_get_one_line_naming_the_flag(flags, message, capsys):
     from training.quickstart.cli import _args
 
@@ -524,8 +540,10 @@ def test_every_preference_line_has_a_token_found_nowhere_else_in_the_policys_con
     """The policy tells the presets apart only by their lines' tokens.  "Preference: accuracy
     only." had one token of its own, " only", and it ends every arithmetic question ("Answer
     with the number only."), so on half the tasks the accuracy line looked like the question
-    (docs/history.md, seventh round).  Each line must keep a token that occurs in no other
-    line, no question of any split and no part of the orchestrator's prompt."""
+    (docs/history.md, seventh round).  Each accuracy and cost line must keep a token that occurs
+    in no other line, no question of any split and no part of the orchestrator's prompt; a favour
+    line is told apart by the alias it names (only favour lines name one): some share every other
+    word with an accuracy or cost line on purpose, so that the alias is what sets them apart."""
     from transformers import AutoTokenizer
 
     from orchestrator.embedded import smollm2_path
@@ -544,6 +562,8 @@ def test_every_preference_line_has_a_token_found_nowhere_else_in_the_policys_con
     lines = {name: [preference_words(name, k, a) for k in range(len(WORDINGS[name])) for a in ANSWER_ALIASES]
              for name in WORDINGS}
     for name, words in lines.items():
+        if name == "favour":
+            continue
         others = set().union(*(ids(w) for n, ws in lines.items() if n != name for w in ws))
         for line in words:
             own = ids(line) - others - elsewhere
@@ -605,3 +625,27 @@ def test_reading_is_the_favoured_alias_probability_at_the_answer_decision(world,
             assert four in options
             probs.append(logits[options].softmax(-1)[options.index(four)].item())
         assert len(probs) == 2 and reading[name] == pytest.approx(sum(probs) / len(probs), abs=2e-4)
+
+
+@pytest.mark.parametrize("flags, tries", [
+    ([], [(0, 0.5), (0, 0.8), (10_007, 0.8)]),
+    (["--warmup-tries", "1"], [(0, 0.5)]),
+    (["--warmup-tries", "4", "--favour-boost", "0.3", "--retry-favour-boost", "0.9"],
+     [(0, 0.3), (0, 0.9), (10_007, 0.9), (20_014, 0.9)]),
+    (["--policy", "smollm2"], [(0, 0.5)])])
+def test_warmup_retries_teach_the_favoured_alias_harder_then_change_the_initialisation(flags, tries):
+    """(seed offset, favour boost) per try: the run's own seed and boost first, then the same
+    initialisation with the retry boost, then other initialisations; a pretrained policy once."""
+    from training.quickstart.cli import _args
+    from training.quickstart.run import RETRY_SEED_STEP, warmup_tries
+
+    assert RETRY_SEED_STEP == 10_007 and warmup_tries(_args(flags)) == tries
+
+
+def test_separation_is_the_favour_lines_lift_over_the_larger_other_line():
+    """P(favour) - max(P(cost), P(accuracy)): 0.56 - max(0.12, 0.31) = 0.25; negative where the
+    favour line gives answer-4 less than another line does."""
+    from training.quickstart.reading import separation
+
+    assert separation({"favour": 0.56, "cost": 0.12, "accuracy": 0.31, "favour_paraphrase": 0.9}) == 0.25
+    assert separation({"favour": 0.2, "cost": 0.45, "accuracy": 0.1}) == -0.25

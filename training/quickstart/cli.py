@@ -115,6 +115,16 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--favour-aliases", type=lambda t: t.split(","), default=list(FAVOUR_TRAIN_ALIASES),
                         help="the answer aliases training favour lines name, in turn (comma-separated; must "
                              f"include {FAVOURED_ALIAS}, the held-out tasks' favoured alias)")
+    parser.add_argument("--warmup-tries", type=int, default=3,
+                        help="tiny policy: warm-ups tried until the start tells the favour line from the others on "
+                             "the warm-up's own tasks (1: no retry; the second with --retry-favour-boost, the "
+                             "third on from other initialisations too)")
+    parser.add_argument("--retry-favour-boost", type=float, default=0.8,
+                        help="--favour-boost of the warm-up's retries (a larger gap between the favour turns' "
+                             "alias target and the others', so the line is easier to find)")
+    parser.add_argument("--warmup-separation", type=float, default=0.25,
+                        help="the separation a warm-up must reach: P(answer-4) under favour minus the larger of "
+                             "cost's and accuracy's, at the answer alias decision (training/quickstart/reading.py)")
     parser.add_argument("--warmup-only", action="store_true",
                         help="stop after the warm-up and its favour-line reading (training/quickstart/reading.py)")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
@@ -131,8 +141,13 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
                      f"and {FAVOURED_ALIAS} among them")
     if args.favour_weight <= 0:
         parser.error(f"--favour-weight {args.favour_weight}: a loss weight, must be > 0")
-    if not 0 <= args.favour_boost <= 1:
-        parser.error(f"--favour-boost {args.favour_boost}: a share, must be in [0, 1]")
+    if args.warmup_tries < 1:
+        parser.error(f"--warmup-tries {args.warmup_tries}: the number of warm-ups to try, must be >= 1")
+    if not -1 <= args.warmup_separation <= 1:
+        parser.error(f"--warmup-separation {args.warmup_separation}: a difference of probabilities, must be in [-1, 1]")
+    for flag in ("favour_boost", "retry_favour_boost"):
+        if not 0 <= getattr(args, flag) <= 1:
+            parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: a share, must be in [0, 1]")
     for flag in ("eval_tasks", "eval_samples", "eval_concurrency", "train_tasks"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be at least 1")

@@ -8,10 +8,13 @@ mean probability of `FAVOURED_ALIAS` there.  A policy that reads the line gives 
 reads *which* alias the line names (training lines name answer-4 alone by default, so it need not).
 
     reading = favour_reading(model_dir, tasks, runtime, budgets=..., topk=...)
-    # {"favour": 0.56, "favour_paraphrase": 0.56, "favour_other_alias": 0.52, "cost": 0.12, "accuracy": 0.12}
+    # {"favour": 0.57, "favour_paraphrase": 0.57, "favour_other_alias": 0.57, "cost": 0.13,
+    #  "cost_paraphrase": ..., "accuracy": 0.12, "accuracy_paraphrase": ...}
+    separation(reading)   # 0.44: favour's lift over the larger of cost and accuracy
 
 The quickstart logs it after the warm-up and after GRPO (summary.json `reading`): the warm-up
-either builds this circuit or not, and GRPO amplifies what it finds (docs/quickstart.md).
+either builds this circuit or not, and GRPO amplifies what it finds (docs/quickstart.md); on the
+warm-up's own tasks, `separation` decides whether the warm-up is tried again (run.prepare_policy).
 """
 from __future__ import annotations
 
@@ -29,26 +32,30 @@ OTHER_ALIAS = next(a for a in ANSWER_ALIASES if a != FAVOURED_ALIAS)    # answer
 
 def reading_lines(tasks: list[Task]) -> dict[str, list[Task]]:
     """The tasks under each line the probe reads: `favour` in its training words (in turn) naming
-    FAVOURED_ALIAS, its held-out paraphrase, `favour` naming another answer alias (OTHER_ALIAS), `cost`,
-    `accuracy`."""
+    FAVOURED_ALIAS, its held-out paraphrase, `favour` naming another answer alias (OTHER_ALIAS), `cost`
+    and `accuracy` in their training words and in their paraphrases."""
     def under(preset: str, wording, favoured: str = FAVOURED_ALIAS) -> list[Task]:
         return [with_preference(t, preset, wording=(i % len(WORDINGS[preset])) if wording is None else wording,
                                 favoured=favoured) for i, t in enumerate(tasks)]
 
     return {"favour": under("favour", None), "favour_paraphrase": under("favour", "paraphrase"),
             "favour_other_alias": under("favour", None, OTHER_ALIAS),
-            "cost": under("cost", None), "accuracy": under("accuracy", None)}
+            "cost": under("cost", None), "cost_paraphrase": under("cost", "paraphrase"),
+            "accuracy": under("accuracy", None), "accuracy_paraphrase": under("accuracy", "paraphrase")}
 
 
 def favour_reading(model_dir: Path, tasks: list[Task], runtime, *, budgets: Budgets, topk: int,
-                   device: str = "cpu") -> dict[str, float]:
-    """{line: mean probability of FAVOURED_ALIAS at the answer alias decision} over `tasks`."""
+                   device: str = "cpu", lines: tuple[str, ...] | None = None) -> dict[str, float]:
+    """{line: mean probability of FAVOURED_ALIAS at the answer alias decision} over `tasks`, for
+    every line of `reading_lines` (or those named in `lines`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer   # lazy: torch/transformers, optional at import
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval().to(device)
     out = {}
     for name, line_tasks in reading_lines(tasks).items():
+        if lines is not None and name not in lines:
+            continue
         demos = [d for d in demonstrations(line_tasks, tokenizer, runtime.catalog, runtime.retriever,
                                            prompts=runtime.prompts, budgets=budgets, topk=topk)
                  if d.tool == "answer" and _alias_positions(d)]
@@ -62,3 +69,9 @@ def favour_reading(model_dir: Path, tasks: list[Task], runtime, *, budgets: Budg
             probs.append(float(dist[options.index(favoured[p])]))
         out[name] = round(sum(probs) / max(1, len(probs)), 4)
     return out
+
+
+def separation(reading: dict[str, float]) -> float:
+    """How far the favour line lifts FAVOURED_ALIAS above the other preferences' lines:
+    P(favour) - max(P(cost), P(accuracy)), training words."""
+    return round(reading["favour"] - max(reading["cost"], reading["accuracy"]), 4)

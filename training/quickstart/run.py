@@ -69,6 +69,7 @@ from training.rollouts import collect_rollouts
 from training.tasks import load_tasks
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+RETRY_SEED_STEP = 10_007       # a warm-up try's seed: run.seed + RETRY_SEED_STEP x attempt
 EVAL_STEP = 1_000_000          # sampling seeds of the evaluations (same for initial and final)
 console = Console()
 
@@ -91,31 +92,24 @@ def prepare_world(out: Path, cfg: TrainConfig, args) -> dict[str, Path]:
 
 
 def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task], args) -> tuple[Path, dict]:
-    """Tiny random policy with SmolLM2's tokenizer, then the supervised warm-up.
+    """Tiny random policy with SmolLM2's tokenizer, then the supervised warm-up (`warm_up`).
 
-    Returns the warmed-up folder and the alias distribution it was taught (per tool)."""
+    Returns the warmed-up folder and {"taught": the alias distribution taught (per tool), "tries":
+    each warm-up try's seed, favour boost, reading and separation}."""
     from transformers import AutoTokenizer
 
     from orchestrator.embedded import smollm2_path
     from training.quickstart.warmup import (
-        _alias_positions,
         demonstrations,
         prompted_alias_choices,
         prompted_alias_prior,
-        supervised_warmup,
         with_alias_prior,
-        with_favoured_boost,
         with_own_alias_choices,
     )
-    from training.tiny_policy import build_tiny_policy
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+    probe = demo_tasks[:16]         # training tasks: the warm-up's own, never held-out ones
     demo_tasks = demonstrated_tasks(demo_tasks, args.demo_presets, cfg.run.seed, args.favour_aliases)
-    if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
-        init = smollm2_path()
-    else:
-        init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
-                                 heads=4, seed=cfg.run.seed, local_window=args.local_window or None)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
                            budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=runtime.qa.retrieval.topk,
                            tool_spread=args.tool_spread, spread_to=args.spread_to)
@@ -123,21 +117,68 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
         demos = with_own_alias_choices(demos, prompted_alias_choices(demos), floor=args.alias_floor)
     elif args.alias_prior == "pooled":
         demos = with_alias_prior(demos, prompted_alias_prior(demos), floor=args.alias_floor)
-    demos = with_favoured_boost(demos, tokenizer, args.favour_boost)
-    taught: dict = {}           # tool -> preset -> mean alias distribution taught
+    return warm_up(out, cfg, runtime, demos, probe, tokenizer, args)
+
+
+def warmup_tries(args) -> list[tuple[int, float]]:
+    """(seed offset, favour boost) of each warm-up try: the run's own seed with `--favour-boost`,
+    then the same initialisation with `--retry-favour-boost`, then other initialisations with it
+    (seed + RETRY_SEED_STEP x k); the pretrained policy is warmed up once."""
+    n = args.warmup_tries if args.policy == "tiny" else 1
+    return [(0, args.favour_boost)] + [(RETRY_SEED_STEP * (k - 1), args.retry_favour_boost) for k in range(1, n)]
+
+
+def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task], tokenizer, args) -> tuple[Path, dict]:
+    """The supervised warm-up, tried again while its start does not tell the favour line from the
+    others on the warm-up's own tasks (`reading.separation` below `--warmup-separation`; held-out
+    tasks play no part): the 2-layer warm-up either forms the circuit that reads the line or settles
+    without it, and GRPO amplifies what it finds (docs/quickstart.md).  A retry teaches the favoured
+    alias harder (`--retry-favour-boost`: a larger gap between the favour turns' alias target and
+    the others'), from the same initialisation first, then from others (`warmup_tries`)."""
+    from orchestrator.embedded import smollm2_path
+    from training.quickstart.reading import favour_reading, separation
+    from training.quickstart.warmup import supervised_warmup, with_favoured_boost
+    from training.tiny_policy import build_tiny_policy
+
+    tries = []
+    for offset, boost in warmup_tries(args):
+        seed = cfg.run.seed + offset
+        if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
+            init = smollm2_path()
+        else:
+            init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
+                                     heads=4, seed=seed, local_window=args.local_window or None)
+        boosted = with_favoured_boost(demos, tokenizer, boost)
+        warm = supervised_warmup(init, out / "policy-warm", boosted, epochs=args.warmup_epochs, lr=args.warmup_lr,
+                                 batch_size=args.warmup_batch, seed=seed, alias_weight=args.alias_weight,
+                                 favour_weight=args.favour_weight, device=cfg.run.device, log=console.print)
+        reading = favour_reading(warm, probe, runtime, topk=runtime.qa.retrieval.topk,
+                                 budgets=Budgets(context_tokens=cfg.rollout.context_tokens), device=cfg.run.device,
+                                 lines=("favour", "cost", "accuracy"))
+        tries.append({"seed": seed, "favour_boost": boost, "reading": reading, "separation": separation(reading)})
+        console.print(f"warm-up try {len(tries)} (seed {seed}, favour boost {boost}): on training tasks "
+                      f"P({FAVOURED_ALIAS}) " + ", ".join(f"{k} {v:.2f}" for k, v in reading.items())
+                      + f"; separation {tries[-1]['separation']:+.2f} (needs >= {args.warmup_separation})")
+        if tries[-1]["separation"] >= args.warmup_separation:
+            break
+    taught = taught_distribution(boosted, tokenizer)
+    console.print(f"warm-up: {len(demos)} demonstrated turns; alias distribution taught ({args.alias_prior}): "
+                  f"{taught}; other tools: {args.tool_spread}")
+    return warm, {"taught": taught, "tries": tries}
+
+
+def taught_distribution(demos: list, tokenizer) -> dict:
+    """tool -> preset -> the mean alias distribution the demonstrations teach."""
+    from training.quickstart.warmup import _alias_positions
+
+    taught: dict = {}
     for d in demos:
         for pos in _alias_positions(d):
             mean = taught.setdefault(d.tool, {}).setdefault(d.preset or "-", {})
             for t, p in d.targets[pos].items():
                 mean.setdefault(tokenizer.decode([t]), []).append(p)
-    taught = {tool: {preset: {a: round(sum(ps) / len(ps), 3) for a, ps in dist.items()} for preset, dist in by.items()}
-              for tool, by in taught.items()}
-    console.print(f"warm-up: {len(demos)} demonstrated turns from {len(demo_tasks)} tasks; "
-                  f"alias distribution taught ({args.alias_prior}): {taught}; other tools: {args.tool_spread}")
-    warm = supervised_warmup(init, out / "policy-warm", demos, epochs=args.warmup_epochs, lr=args.warmup_lr,
-                             batch_size=args.warmup_batch, seed=cfg.run.seed, alias_weight=args.alias_weight,
-                             favour_weight=args.favour_weight, device=cfg.run.device, log=console.print)
-    return warm, taught
+    return {tool: {preset: {a: round(sum(ps) / len(ps), 3) for a, ps in dist.items()} for preset, dist in by.items()}
+            for tool, by in taught.items()}
 
 
 def read_favour_line(model_dir: Path, eval_tasks: list[Task], runtime, cfg: TrainConfig) -> dict[str, float]:
@@ -428,11 +469,12 @@ def run_seed(args, seed: int, out: Path) -> dict:
     judge = train_judge(cfg)
     stage("world", t0)
     t0 = time.monotonic()
-    warm, taught = prepare_policy(out, cfg, eval_runtime, demo_tasks, args)
+    warm, warmup = prepare_policy(out, cfg, eval_runtime, demo_tasks, args)
     reading = {"warm": read_favour_line(warm, eval_tasks, eval_runtime, cfg)}
     stage("warm-up", t0)
     if args.warmup_only:
-        summary = {"seed": seed, "reading": reading, "stage_seconds": stages, "machine": machine_load()}
+        summary = {"seed": seed, "reading": reading, "warmup_tries": warmup["tries"], "stage_seconds": stages,
+                   "machine": machine_load()}
         (out / "warmup.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
     t0 = time.monotonic()
@@ -454,13 +496,14 @@ def run_seed(args, seed: int, out: Path) -> dict:
     headline = {k: final[MAIN_PRESET][k] for k in ("accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task")}
     summary = {**headline, "seed": seed, "initial": initial, "final": final, "checks": result, "intervals": ci,
                "checks_holding": f"{sum(result.values())} of {len(result)}", "reading": reading,
+               "warmup_tries": warmup["tries"],
                "preference_scores": preference_scores(out), "favoured_alias": FAVOURED_ALIAS,
                "presets": {k: v[0] for k, v in PRESETS.items()}, "wordings": WORDINGS, "paraphrases": PARAPHRASES,
                "main_preset": MAIN_PRESET, "train_mix": TRAIN_MIX,
                "unseen_tools": UNSEEN_TOOLS, "eval_temperature": args.eval_temperature,
                "warmup_alias_distribution": {"source": args.alias_prior, "floor": args.alias_floor,
                                              "loss_weight": args.alias_weight,
-                                             "per_tool": taught, "tool_spread": args.tool_spread,
+                                             "per_tool": warmup["taught"], "tool_spread": args.tool_spread,
                                              "spread_to": args.spread_to},
                "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,
                "config": str(Path(cfg.run.dir) / "config.yaml"), "stage_seconds": stages,

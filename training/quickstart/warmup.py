@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -252,23 +252,25 @@ def with_own_alias_choices(demos: list[Demonstration], choices: list[dict[int, f
 
 
 def with_favoured_boost(demos: list[Demonstration], tokenizer, boost: float) -> list[Demonstration]:
-    """Each `favour` answer turn's alias target moved `boost` of the way to the alias its line
-    names: `(1 - boost) * target + boost * onehot(favoured)`.  The favoured alias varies across
-    the demonstrated tasks (and a task is demonstrated naming each answer alias in turn), so the
-    policy can fit these targets only by reading which alias the line names."""
+    """Copies of `demos` where each `favour` answer turn's alias target is moved `boost` of the way
+    to the alias its line names: `(1 - boost) * target + boost * onehot(favoured)` (`demos` is left
+    as it was, so a warm-up retry can boost the same demonstrations again by another amount)."""
     if boost <= 0:
-        return demos
+        return list(demos)
+    out = []
     for demo in demos:
         if demo.favoured is None or demo.tool != "answer":
+            out.append(demo)
             continue
+        targets = dict(demo.targets)
         for pos in _alias_positions(demo)[:1]:
             ids = choice_token_ids(tokenizer, [format_tool_call(demo.tool, {"model": demo.favoured})])[0]
             token = ids[pos]
             if ids[:pos] != demo.response_ids[:pos] or token not in demo.targets[pos]:
                 raise ValueError(f"favoured alias {demo.favoured!r} is not a choice at the answer turn's alias decision")
-            demo.targets[pos] = {t: (1 - boost) * p + (boost if t == token else 0.0)
-                                 for t, p in demo.targets[pos].items()}
-    return demos
+            targets[pos] = {t: (1 - boost) * p + (boost if t == token else 0.0) for t, p in demo.targets[pos].items()}
+        out.append(replace(demo, targets=targets))
+    return out
 
 
 def decision_loss(model, demos: list[Demonstration], pad_id: int, share_prefix: bool = True,
