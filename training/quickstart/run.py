@@ -69,7 +69,7 @@ from training.rollouts import collect_rollouts
 from training.tasks import load_tasks
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
-RETRY_SEED_STEP = 10_007       # a warm-up try's seed: run.seed + RETRY_SEED_STEP x attempt
+RETRY_SEED_STEP = 10_007       # warm-up retries from other initialisations: run.seed + RETRY_SEED_STEP x k
 EVAL_STEP = 1_000_000          # sampling seeds of the evaluations (same for initial and final)
 console = Console()
 
