@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -244,16 +245,18 @@ def test_the_world_is_the_data_synthesis_people_domain(tmp_path):
 
 
 @pytest.mark.slow
-def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path):
+def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path, monkeypatch):
     """`make quickstart`'s stages, shrunk: world, warm-up, initial evals, one GRPO step, final evals,
     summary.json with `initial`/`final` rows per preference over the same held-out tasks, and the PNG."""
     from training.quickstart.reading import separation
     from training.quickstart.run import EVAL_RUNS, eval_runs, main
 
     out = tmp_path / "qs"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")     # a GPU host: the CPU run hides its GPUs
     assert main(["--out", str(out), "--train-tasks", "4", "--eval-tasks", "2", "--warmup-tasks", "2",
                  "--warmup-epochs", "1", "--warmup-tries", "2", "--eval-concurrency", "2", "--eval-samples", "2", "trainer.total_steps=1",
                  "rollout.tasks_per_step=2", "rollout.rollouts_per_task=2", "logging.wandb=disabled"]) == 0
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
     summary = json.loads((out / "summary.json").read_text())
     for block in ("initial", "final"):          # one row per test-time preference + the unseen tools
         for row in summary[block].values():
@@ -649,3 +652,13 @@ def test_separation_is_the_favour_lines_lift_over_the_larger_other_line():
 
     assert separation({"favour": 0.56, "cost": 0.12, "accuracy": 0.31, "favour_paraphrase": 0.9}) == 0.25
     assert separation({"favour": 0.2, "cost": 0.45, "accuracy": 0.1}) == -0.25
+
+
+def test_a_cpu_run_hides_the_gpus_and_a_cuda_run_keeps_them():
+    from training.quickstart.run import hide_gpus_for_a_cpu_run
+
+    env = {"CUDA_VISIBLE_DEVICES": "0,1"}
+    hide_gpus_for_a_cpu_run("cuda", env)
+    assert env == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    hide_gpus_for_a_cpu_run("cpu", env)
+    assert env == {"CUDA_VISIBLE_DEVICES": ""}

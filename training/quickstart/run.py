@@ -545,11 +545,20 @@ def print_seeds(summary: dict) -> None:
     console.print(f"every seed passes: {summary['all_seeds_pass']}")
 
 
+def hide_gpus_for_a_cpu_run(device: str, environ=os.environ) -> None:
+    """`--device cpu`: every stage on the CPU, the world's retrieval encoder included (the searcher
+    and the index build pick a GPU wherever one is present, and encode with torch there instead of
+    ONNX), so a CPU run on a GPU host is the same run as on a CPU box."""
+    if device == "cpu":
+        environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     if args.recompute is not None:
         return recompute(args.recompute)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    hide_gpus_for_a_cpu_run(args.device)
     seeds = seeds_to_run(args)
     if args.warmup_only:
         for seed in seeds:
