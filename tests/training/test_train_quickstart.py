@@ -16,7 +16,8 @@ from orchestrator.records import LLMResponse, Usage
 from orchestrator.runtime import ToolRuntime
 from orchestrator.settings import QASettings, RetrievalSettings
 from orchestrator.toolcall import allowed_call_strings
-from training.quickstart.env import (ANSWER_ALIASES, FAVOUR_TRAIN_ALIASES, FAVOURED_ALIAS, MAIN_PRESET, PARAPHRASES, PRESETS, PROMPTS_DIR,
+from training.quickstart.env import (ANSWER_ALIASES, FAVOUR_TRAIN_ALIASES, FAVOURED_ALIAS, FILLER, MAIN_PRESET, PARAPHRASES,
+                                     PREFERENCE_PREFIX, PRESETS, PROMPTS_DIR,
                                      SEARCH_DEPTH, TOOL_ALIASES, TRAIN_MIX, UNSEEN_TOOLS, WORDINGS, RoutedRuntime,
                                      build_world, preference_vector, preference_words, question_kind,
                                      quickstart_catalog, task_tools, with_preference)
@@ -45,7 +46,10 @@ def test_train_and_held_out_tasks_are_disjoint_and_balanced(world):
         for t in split:
             name, alias = t.metadata["preference_name"], t.metadata["favoured"]
             assert t.preference == preference_vector(name, alias)
-            assert t.question.endswith("\n" + preference_words(name, t.metadata["wording"], alias))
+            filler = t.metadata.get("filler")      # (load_tasks drops null metadata)
+            assert (filler is None) == (split is held_out)       # filler words in training and warm-up lines only
+            assert t.question.endswith("\n" + preference_words(name, t.metadata["wording"], alias,
+                                                                tuple(filler) if filler else None))
             assert t.metadata["wording"] in range(len(WORDINGS[name]))
             assert not any(t.question.endswith(PARAPHRASES[p].format(alias=a)) for p in PARAPHRASES
                            for a in ANSWER_ALIASES)
@@ -390,13 +394,31 @@ def test_favoured_share_is_its_share_of_its_own_tools_calls_and_of_all_calls():
     assert got["favoured_share_of_calls"] == pytest.approx(2 / 9)     # all calls: 2 + 2 + 3 + 2
 
 
+def test_filler_words_go_between_a_wordings_words_and_never_into_a_paraphrase():
+    line = preference_words("favour", 1)                       # "Preference: a right answer, given by answer-4."
+    assert preference_words("favour", 1, filler=None) == line
+    words = line.split(" ")
+    assert not set(words) & set(FILLER)
+    seen = set()
+    for seed in range(40):
+        padded = preference_words("favour", 1, filler=(seed, 3)).split(" ")
+        assert padded[0] == PREFERENCE_PREFIX
+        assert [w for w in padded if w not in FILLER] == words        # the wording's words, in order
+        assert preference_words("favour", 1, filler=(seed, 3)) == " ".join(padded)   # the seed decides
+        seen.add(len(padded) - len(words))
+    assert seen == {0, 1, 2, 3}                               # 0 to n words
+    assert preference_words("favour", "paraphrase", filler=(5, 3)) == preference_words("favour", "paraphrase")
+    paraphrase_words = {w.strip(".;,") for p in PARAPHRASES.values() for w in p.split()}
+    assert not set(FILLER) & paraphrase_words
+
+
 def test_demonstrated_tasks_under_every_preset_differ_only_in_the_preference_line(world):
     from training.quickstart.run import demonstrated_tasks
 
     paths, _ = world
     tasks = load_tasks([str(paths["warmup"])])
     assert demonstrated_tasks(tasks, "own") == tasks
-    every = demonstrated_tasks(tasks, "all", seed=1)
+    every = demonstrated_tasks(tasks, "all", seed=1, line_filler=3)
     per_task = len(PRESETS) - 1 + len(FAVOUR_TRAIN_ALIASES)        # favour once per alias training names
     assert len(every) == len(tasks) * per_task
     for k, task in enumerate(tasks):
@@ -408,10 +430,11 @@ def test_demonstrated_tasks_under_every_preset_differ_only_in_the_preference_lin
                                                  for t in group]
         plain = task.metadata["plain_question"]
         assert [t.question for t in group] == [
-            f"{plain}\n{preference_words(t.metadata['preference_name'], t.metadata['wording'], t.metadata['favoured'])}"
+            f"{plain}\n{preference_words(t.metadata['preference_name'], t.metadata['wording'], t.metadata['favoured'], (t.metadata['filler'][0], 3))}"
             for t in group]
         assert {(t.id, t.answer) for t in group} == {(task.id, task.answer)}
     assert len({t.metadata["wording"] for t in every}) > 1          # the wordings vary
+    assert len({t.metadata["filler"][0] for t in every}) == len(every)    # and each line's filler
     with pytest.raises(ValueError, match="--demo-presets"):
         demonstrated_tasks(tasks, "some")
 
