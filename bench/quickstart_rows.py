@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 COLUMNS = ("run", "seed", "CPU, kernels", "accuracy (cost)", "accuracy gain", "cost after/before",
-           "share rise, favour", "the same, paraphrase", "rise, accuracy / cost", "reading warm -> final",
+           "share rise, favour", "the same, paraphrase", "rise, accuracy / cost (paraphrase)", "reading warm -> final",
            "checks", "CPU-s", "wall (load)")
 
 
@@ -42,7 +42,8 @@ def row(run: Path) -> tuple[str, int, int]:
              f"{s['initial']['cost']['accuracy']:.2f} -> {s['final']['cost']['accuracy']:.2f}",
              _ci(ci["accuracy_gain"]), _ci(ci["cost_ratio"], signed=False), _ci(ci["share_rise_favour"]),
              _ci(ci["share_rise_favour_paraphrase"]),
-             f"{ci['share_rise_accuracy']['estimate']:+.2f} / {ci['share_rise_cost']['estimate']:+.2f}",
+             " / ".join(f"{ci[f'share_rise_{p}']['estimate']:+.2f} ({ci[f'share_rise_{p}_paraphrase']['estimate']:+.2f})"
+                        for p in ("accuracy", "cost")),
              read or "-", f"**{held} of {len(s['checks'])}**" if held == len(s["checks"]) else f"{held} of {len(s['checks'])}",
              f"{m['cpu_seconds']:.0f}", f"{s['wall_seconds'] / 60:.1f} min ({m['load_average_1min']})")
     return "| " + " | ".join(cells) + " |", held, len(s["checks"])

@@ -21,7 +21,8 @@ def run_dir(root: Path, *, forced: str | None, favour_low: float) -> Path:
         "initial": {"cost": {"accuracy": 0.5}}, "final": {"cost": {"accuracy": 0.75}},
         "intervals": {"accuracy_gain": ci(0.25, 0.1, 0.4), "cost_ratio": ci(0.5, 0.45, 0.55),
                       "share_rise_favour": rise, "share_rise_favour_paraphrase": ci(0.1, 0.02, 0.2),
-                      "share_rise_accuracy": ci(-0.01, -0.05, 0.03), "share_rise_cost": ci(0.0, 0.0, 0.0)},
+                      "share_rise_accuracy": ci(-0.01, -0.05, 0.03), "share_rise_cost": ci(0.0, 0.0, 0.0),
+                      "share_rise_accuracy_paraphrase": ci(0.02, -0.04, 0.08), "share_rise_cost_paraphrase": ci(-0.1, -0.2, 0.0)},
         "checks": {"accuracy_up_5_points": True, "cost_at_least_40pct_lower": True,
                    "favoured_share_rises_when_favoured": favour_low > 0, "favoured_share_not_rising_otherwise": True},
         "reading": {"warm": {"favour": 0.5, "cost": 0.07}, "final": {"favour": 0.9, "cost": 0.01}},
@@ -38,7 +39,7 @@ def test_a_row_per_run_with_intervals_kernels_reading_and_the_count(tmp_path, ca
     assert main([str(a), str(b)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == ("| seed-3-native | 3 | Some CPU, AVX512 | 0.50 -> 0.75 | +0.25 [+0.10, +0.40] | 0.50 [0.45, 0.55] "
-                        "| +0.20 [+0.10, +0.30] | +0.10 [+0.02, +0.20] | -0.01 / +0.00 | 0.50/0.07 -> 0.90/0.01 "
+                        "| +0.20 [+0.10, +0.30] | +0.10 [+0.02, +0.20] | -0.01 (+0.02) / +0.00 (-0.10) | 0.50/0.07 -> 0.90/0.01 "
                         "| **4 of 4** | 812 | 10.0 min (1.5) |")
     assert "| Some CPU, AVX2 forced |" in lines[3] and "| 3 of 4 |" in lines[3]
     assert lines[-1] == "7 of 8 checks hold over 2 runs."

@@ -27,7 +27,7 @@ from training.tasks import load_tasks
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     out = tmp_path_factory.mktemp("qs")
-    paths = build_world(out, n_train=12, n_eval=8, n_warmup=6, n_people=40)
+    paths = build_world(out, n_train=12, n_eval=8, n_warmup=6, n_people=40, line_filler=2)   # filler exercised
     return paths, load_catalog(quickstart_catalog(out))
 
 
@@ -163,7 +163,8 @@ def test_checks_hold_only_where_the_interval_clears_the_thresholds_wrong_side():
 
     good = {"accuracy_gain": ci(0.10, 0.02, 0.18), "cost_ratio": ci(0.55, 0.45, 0.7),
             "share_rise_favour": ci(0.4, 0.2, 0.6), "share_rise_favour_paraphrase": ci(0.3, 0.1, 0.5),
-            "share_rise_accuracy": ci(0.05, -0.05, 0.15), "share_rise_cost": ci(-0.2, -0.3, -0.1)}
+            "share_rise_accuracy": ci(0.05, -0.05, 0.15), "share_rise_cost": ci(-0.2, -0.3, -0.1),
+            "share_rise_accuracy_paraphrase": ci(0.0, 0.0, 0.0), "share_rise_cost_paraphrase": ci(0.08, -0.02, 0.18)}
     assert checks(good) == {"accuracy_up_5_points": True, "cost_at_least_40pct_lower": True,
                             "favoured_share_rises_when_favoured": True, "favoured_share_not_rising_otherwise": True}
     bad = {**good, "accuracy_gain": ci(0.10, -0.01, 0.2),          # +10 points, but the interval holds 0
@@ -173,6 +174,10 @@ def test_checks_hold_only_where_the_interval_clears_the_thresholds_wrong_side():
     assert not any(checks(bad).values())
     assert not checks({**good, "cost_ratio": ci(0.55, 0.3, 1.01)})["cost_at_least_40pct_lower"]
     assert not checks({**good, "accuracy_gain": ci(0.04, 0.01, 0.08)})["accuracy_up_5_points"]
+    # every unfamiliar sentence given to the favoured alias: the cost paraphrase's share rises too
+    # (upper bound 0.53 > width 0.25), so the favour paraphrase's rise was not read
+    assert not checks({**good, "share_rise_cost_paraphrase": ci(0.41, 0.28, 0.53)})["favoured_share_not_rising_otherwise"]
+    assert not checks({**good, "share_rise_accuracy_paraphrase": ci(0.3, 0.2, 0.4)})["favoured_share_not_rising_otherwise"]
 
 
 def test_cheap_search_aliases_read_the_shallow_index_and_the_deep_one_the_full_biographies(world):

@@ -117,7 +117,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                              f"include {FAVOURED_ALIAS}, the held-out tasks' favoured alias)")
     parser.add_argument("--line-filler", type=int, default=LINE_FILLER,
                         help="training and warm-up preference lines: up to this many filler words at random places "
-                             "(0: the wordings alone), so the policy reads a line's cue, not its carrier words")
+                             "(default 0: the wordings alone), so the policy reads a line's cue, not its carrier words; docs/quickstart.md")
     parser.add_argument("--warmup-tries", type=int, default=3,
                         help="tiny policy: warm-ups tried until the start tells the favour line from the others on "
                              "the warm-up's own tasks (1: no retry; the second with --retry-favour-boost, the "

@@ -125,14 +125,14 @@ WORDINGS = {
                f"{PREFERENCE_PREFIX} correctness, with {{alias}} answering.",
                f"{PREFERENCE_PREFIX} let {{alias}} reply, and be right."),
 }
-# Filler (`--line-filler`, training and warm-up lines only): up to LINE_FILLER of these words at random
-# places in each line, so that no carrier word or position marks a preset and what tells the lines apart
-# is their cue (the alias a favour line names; cost's words).  Without it the 2-layer policy of some seeds
-# read an unseen sentence by its unfamiliar words (every paraphrase as `favour`, or none: docs/quickstart.md).
-# None of them occurs in a paraphrase.
+# Filler (`--line-filler`, training and warm-up lines only; off by default): up to that many of these words
+# at random places in each line, so that no carrier word or position marks a preset and what tells the
+# lines apart is their cue (the alias a favour line names; cost's words).  Tried against the 2-layer
+# policy's habit of reading an unseen sentence by its unfamiliar words; measured, it moved which seeds
+# read the paraphrases rather than how many (docs/history.md, round 5).  None occurs in a paraphrase.
 FILLER = ("please", "now", "here", "kindly", "then", "also", "again", "just", "so", "all", "for", "this", "task",
           "one", "in", "short", "note", "today", "thanks", "ok")
-LINE_FILLER = 3
+LINE_FILLER = 0
 PARAPHRASES = {
     "accuracy": f"{PREFERENCE_PREFIX} be right; the bill does not matter.",
     "cost": f"{PREFERENCE_PREFIX} be right while keeping the bill small.",

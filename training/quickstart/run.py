@@ -322,13 +322,16 @@ def checks(ci: dict) -> dict:
     under MAIN_PRESET the accuracy gain >= 5 points with its lower bound > 0 and the cost cut >= 40%
     with the after/before ratio's upper bound < 1; the favoured alias's share of the answer calls
     rises under `favour` (lower bound > 0) in the training words *and* in the unseen paraphrase;
-    and does not rise under `accuracy` or `cost` (upper bound <= the interval's width)."""
+    and does not rise under `accuracy` or `cost` (upper bound <= the interval's width), in their
+    training words *and* their paraphrases: a policy that gives any unfamiliar sentence to the
+    favoured alias has not read the favour paraphrase (issue 43 part 3)."""
     return {"accuracy_up_5_points": accuracy_check(ci["accuracy_gain"]),
             "cost_at_least_40pct_lower": cost_check(ci["cost_ratio"]),
             "favoured_share_rises_when_favoured": rises(ci["share_rise_favour"])
             and rises(ci["share_rise_favour_paraphrase"]),
-            "favoured_share_not_rising_otherwise": all(does_not_rise(ci[f"share_rise_{p}"])
-                                                       for p in PRESETS if p != "favour")}
+            "favoured_share_not_rising_otherwise": all(does_not_rise(ci[f"share_rise_{p}{words}"])
+                                                       for p in PRESETS if p != "favour"
+                                                       for words in ("", "_paraphrase"))}
 
 
 def recompute(run_dir: Path) -> int:
@@ -424,8 +427,8 @@ CHECK_ROWS = (("accuracy_gain", "accuracy gain, cost", "accuracy_up_5_points"),
               ("share_rise_favour_paraphrase", "  the same, new words", "favoured_share_rises_when_favoured"),
               ("share_rise_accuracy", "  rise, accuracy", "favoured_share_not_rising_otherwise"),
               ("share_rise_cost", "  rise, cost", "favoured_share_not_rising_otherwise"),
-              ("share_rise_accuracy_paraphrase", "  rise, accuracy new words", None),
-              ("share_rise_cost_paraphrase", "  rise, cost new words", None))
+              ("share_rise_accuracy_paraphrase", "  rise, accuracy new words", "favoured_share_not_rising_otherwise"),
+              ("share_rise_cost_paraphrase", "  rise, cost new words", "favoured_share_not_rising_otherwise"))
 
 
 def print_checks(ci: dict, result: dict) -> None:
