@@ -21,6 +21,7 @@ from training.quickstart.env import (ANSWER_ALIASES, FAVOUR_TRAIN_ALIASES, FAVOU
                                      SEARCH_DEPTH, TOOL_ALIASES, TRAIN_MIX, UNSEEN_TOOLS, WORDINGS, RoutedRuntime,
                                      build_world, preference_vector, preference_words, question_kind,
                                      quickstart_catalog, task_tools, with_preference)
+from training.quickstart.machine import KERNEL_FLAGS, cpu_flags
 from training.tasks import load_tasks
 
 
@@ -311,6 +312,15 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path, monkeyp
     assert packages["torch"] == torch.__version__ and packages["transformers"] == transformers.__version__
     assert summary["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()   # AVX2 vs AVX512 runs differ
     assert summary["machine"]["cpu_model"]
+    assert set(summary["machine"]["cpu_flags"]) <= set(KERNEL_FLAGS)
+
+
+def test_cpu_flags_are_the_kernel_flags_of_the_first_processor(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f amx_tile avx512_bf16\n\n"
+                    "processor\t: 1\nflags\t\t: fpu avx2 avx512_vnni\n")
+    assert cpu_flags(str(info)) == ["avx2", "avx512f", "avx512_bf16", "amx_tile"]    # KERNEL_FLAGS' order
+    assert cpu_flags(str(tmp_path / "missing")) == []
 
 
 def test_experts_run_alone_and_without_a_busy_machine_timeout():

@@ -20,7 +20,7 @@ def machine_load() -> dict:
     used = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
                for f in ("ru_utime", "ru_stime"))
     return {"cpu_seconds": round(used, 1), "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 1),
-            "cpu_model": _cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_model": _cpu_model(), "cpu_flags": cpu_flags(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "kernel_env": {k: os.environ.get(k) for k in KERNEL_ENV}, "packages": installed_packages()}
 
 
@@ -37,6 +37,22 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# the instruction-set flags that pick oneDNN's and MKL's kernels beyond ATen's AVX2 / AVX512: a
+# virtualised "Intel(R) Xeon(R) Processor" names no generation, and two of them gave one seed
+# different expert replies (docs/history.md, issue 43 round 5)
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """The `KERNEL_FLAGS` the CPU has (the first processor's `flags` line; [] where unreadable)."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as info:
+            flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
+    except OSError:
+        return []
+    return [f for f in KERNEL_FLAGS if f in flags]
 
 
 def installed_packages() -> dict[str, str]:
