@@ -700,3 +700,34 @@ def test_a_cpu_run_hides_the_gpus_and_a_cuda_run_keeps_them():
     assert env == {"CUDA_VISIBLE_DEVICES": "0,1"}
     hide_gpus_for_a_cpu_run("cpu", env)
     assert env == {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_each_warm_up_try_is_taught_the_demonstrations_boosted_by_its_own_favour_boost(monkeypatch, tmp_path):
+    """run.warm_up: try k trains on with_favoured_boost(demos, boost of try k), from the original
+    demonstrations each time, and stops at the first try whose reading separates the lines."""
+    import training.quickstart.reading as reading
+    import training.quickstart.warmup as warmup
+    import training.tiny_policy as tiny_policy
+    from training.quickstart import run
+
+    taught, inits = [], []
+    monkeypatch.setattr(tiny_policy, "build_tiny_policy", lambda out, tok, seed, **kw: inits.append(seed) or out)
+    monkeypatch.setattr(warmup, "with_favoured_boost", lambda demos, tok, boost: [(boost, d) for d in demos])
+    monkeypatch.setattr(warmup, "supervised_warmup", lambda init, out, demos, **kw: taught.append(demos) or out)
+    readings = iter([{"favour": 0.45, "cost": 0.45, "accuracy": 0.44},      # reads no line
+                     {"favour": 0.52, "cost": 0.40, "accuracy": 0.31},      # separation 0.12 < 0.25
+                     {"favour": 0.84, "cost": 0.22, "accuracy": 0.21}])     # 0.62: kept
+    monkeypatch.setattr(reading, "favour_reading", lambda *a, **k: next(readings))
+    monkeypatch.setattr(run, "taught_distribution", lambda demos, tok: {"demos": demos})
+    cfg = SimpleNamespace(run=SimpleNamespace(seed=7, device="cpu"), rollout=SimpleNamespace(context_tokens=2048))
+    runtime = SimpleNamespace(qa=SimpleNamespace(retrieval=SimpleNamespace(topk=1)))
+    args = SimpleNamespace(policy="tiny", warmup_tries=3, favour_boost=0.5, retry_favour_boost=0.8, hidden=8, layers=1,
+                           local_window=0, warmup_epochs=1, warmup_lr=1e-3, warmup_batch=2, alias_weight=1.0,
+                           favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3)
+    demos = ["d1", "d2"]
+    _, result = run.warm_up(tmp_path, cfg, runtime, demos, [], None, args)
+    assert taught == [[(0.5, "d1"), (0.5, "d2")], [(0.8, "d1"), (0.8, "d2")], [(0.8, "d1"), (0.8, "d2")]]
+    assert inits == [7, 7, 7 + run.RETRY_SEED_STEP]
+    assert [t["favour_boost"] for t in result["tries"]] == [0.5, 0.8, 0.8]
+    assert result["taught"] == {"demos": taught[-1]}          # the kept try's distribution is reported
+    assert demos == ["d1", "d2"]
