@@ -74,11 +74,10 @@ quickstart: $(VENV)/.core
 
 # The same recipe with the shipped SmolLM2-135M-Instruct as the policy (pretrained), seeds 0-2, on a GPU
 # (DEVICE=cuda; DEVICE=cpu runs, slowly): runs/quickstart-pretrained/seed-K/summary.json each + the
-# spread; the learning rates are a pretrained model's (docs/training.md, "A pretrained policy").
+# spread; the learning rates are a pretrained model's (training/quickstart/cli.py POLICY_DEFAULTS).
 DEVICE ?= cuda
 example-pretrained: $(VENV)/.core
-	$(PY) -m training.quickstart --out runs/quickstart-pretrained --policy smollm2 --device $(DEVICE) --seeds 0,1,2 \
-	  --warmup-epochs 4 --warmup-lr 1e-4 optim.lr=2e-5
+	$(PY) -m training.quickstart --out runs/quickstart-pretrained --policy smollm2 --device $(DEVICE) --seeds 0,1,2
 
 # The loop alone, SmolLM2 as orchestrator and every expert (evaluation/quickstart_loop.py;
 # runs/quickstart-loop/summary.json + trajectories.jsonl).

@@ -559,7 +559,9 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
     (["--favour-boost", "2"], "--favour-boost 2.0: a share"),
     (["--warmup-tries", "0"], "--warmup-tries 0: the number of warm-ups to try, must be >= 1"),
     (["--warmup-separation", "1.5"], "--warmup-separation 1.5: a difference of probabilities"),
-    (["--retry-favour-boost", "-0.1"], "--retry-favour-boost -0.1: a share")])
+    (["--retry-favour-boost", "-0.1"], "--retry-favour-boost -0.1: a share"),
+    (["--warmup-lr", "0"], "--warmup-lr 0.0: a learning rate, must be > 0"),
+    (["--policy", "smollm2", "--warmup-epochs", "0"], "--warmup-epochs 0: must be at least 1")])
 def test_bad_flags_get_one_line_naming_the_flag(flags, message, capsys):
     from training.quickstart.cli import _args
 
@@ -567,6 +569,17 @@ def test_bad_flags_get_one_line_naming_the_flag(flags, message, capsys):
         _args(flags)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and message in err and err.count("\n") == 1
+
+
+def test_each_policy_gets_its_own_learning_rates_unless_the_command_line_sets_them():
+    from training.quickstart.cli import _args
+
+    tiny = _args(["x=1"])
+    assert (tiny.warmup_epochs, tiny.warmup_lr, tiny.overrides) == (24, 5e-3, ["x=1"])   # GRPO's lr: the YAML's
+    pre = _args(["--policy", "smollm2", "x=1"])
+    assert (pre.warmup_epochs, pre.warmup_lr, pre.overrides) == (4, 1e-4, ["optim.lr=2e-05", "x=1"])
+    mine = _args(["--policy", "smollm2", "--warmup-epochs", "2", "--warmup-lr", "3e-4", "optim.lr=1e-6"])
+    assert (mine.warmup_epochs, mine.warmup_lr, mine.overrides) == (2, 3e-4, ["optim.lr=1e-6"])
 
 
 @pytest.mark.parametrize("flags, seeds", [([], [0]), (["--seeds", "3"], [0, 1, 2]), (["--seed", "3"], [3]),
