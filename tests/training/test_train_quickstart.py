@@ -259,7 +259,7 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path, monkeyp
     """`make quickstart`'s stages, shrunk: world, warm-up, initial evals, one GRPO step, final evals,
     summary.json with `initial`/`final` rows per preference over the same held-out tasks, and the PNG."""
     from training.quickstart.reading import separation
-    from training.quickstart.run import EVAL_RUNS, eval_runs, main
+    from training.quickstart.run import EVAL_RUNS, PROBE_LINES, eval_runs, main
 
     out = tmp_path / "qs"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")     # a GPU host: the CPU run hides its GPUs
@@ -295,14 +295,15 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path, monkeyp
     # the favour line's reading after the warm-up and after GRPO: probabilities, per line read
     assert set(summary["reading"]) == {"warm", "final"}
     assert all(set(r) == {"favour", "favour_paraphrase", "favour_other_alias", "cost", "cost_paraphrase", "accuracy",
-                          "accuracy_paraphrase"}
+                          "accuracy_paraphrase", *PROBE_LINES}
                and all(0 < p < 1 for p in r.values()) for r in summary["reading"].values())
     # the warm-up tried again while its start did not tell the lines apart on the warm-up's own
     # tasks: the same initialisation with the retry's favour boost, stopping at the first that does
     tries = summary["warmup_tries"]
     assert [(t["seed"], t["favour_boost"]) for t in tries] == [(0, 0.5), (0, 0.8)][:len(tries)]
     assert all(t["separation"] < 0.25 for t in tries[:-1]) and (len(tries) == 2 or tries[-1]["separation"] >= 0.25)
-    assert all(t["separation"] == separation(t["reading"]) and set(t["reading"]) == {"favour", "cost", "accuracy"}
+    assert sum(t["kept"] for t in tries) == 1 and not list(out.glob("policy-warm-try*"))
+    assert all(t["separation"] == separation(t["reading"]) and set(t["reading"]) == set(PROBE_LINES)
                for t in tries)
     assert (out / summary["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "train" / "metrics.jsonl").read_text().count("\n") == 1
@@ -425,6 +426,21 @@ def test_filler_words_go_between_a_wordings_words_and_never_into_a_paraphrase():
     assert preference_words("favour", "paraphrase", filler=(5, 3)) == preference_words("favour", "paraphrase")
     paraphrase_words = {w.strip(".;,") for p in PARAPHRASES.values() for w in p.split()}
     assert not set(FILLER) & paraphrase_words
+
+
+def test_validation_lines_share_no_word_with_the_held_out_paraphrases_and_are_no_training_wording():
+    from training.quickstart.env import VALIDATION_LINES
+
+    def words(line):
+        return {w.strip(".;,").lower() for w in line.format(alias=FAVOURED_ALIAS).split()} - {"preference:", FAVOURED_ALIAS}
+
+    paraphrase_words = set().union(*(words(p) for p in PARAPHRASES.values()))
+    assert set(VALIDATION_LINES) == set(PARAPHRASES) == set(WORDINGS)
+    for preset, line in VALIDATION_LINES.items():
+        assert not words(line) & paraphrase_words, line
+        assert preference_words(preset, "validation") == line.format(alias=FAVOURED_ALIAS)
+        assert line not in WORDINGS[preset] and ("{alias}" in line) == (preset == "favour")
+        assert preference_words(preset, "validation", filler=(1, 3)) == preference_words(preset, "validation")
 
 
 def test_demonstrated_tasks_under_every_preset_differ_only_in_the_preference_line(world):
@@ -726,7 +742,13 @@ def test_each_warm_up_try_is_taught_the_demonstrations_boosted_by_its_own_favour
     taught, inits = [], []
     monkeypatch.setattr(tiny_policy, "build_tiny_policy", lambda out, tok, seed, **kw: inits.append(seed) or out)
     monkeypatch.setattr(warmup, "with_favoured_boost", lambda demos, tok, boost: [(boost, d) for d in demos])
-    monkeypatch.setattr(warmup, "supervised_warmup", lambda init, out, demos, **kw: taught.append(demos) or out)
+    def supervised_warmup(init, out, demos, **kw):
+        taught.append(demos)
+        out.mkdir()
+        (out / "weights").write_text(str(len(taught)))
+        return out
+
+    monkeypatch.setattr(warmup, "supervised_warmup", supervised_warmup)
     readings = iter([{"favour": 0.45, "cost": 0.45, "accuracy": 0.44},      # reads no line
                      {"favour": 0.52, "cost": 0.40, "accuracy": 0.31},      # separation 0.12 < 0.25
                      {"favour": 0.84, "cost": 0.22, "accuracy": 0.21}])     # 0.62: kept
@@ -738,9 +760,50 @@ def test_each_warm_up_try_is_taught_the_demonstrations_boosted_by_its_own_favour
                            local_window=0, warmup_epochs=1, warmup_lr=1e-3, warmup_batch=2, alias_weight=1.0,
                            favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3)
     demos = ["d1", "d2"]
-    _, result = run.warm_up(tmp_path, cfg, runtime, demos, [], None, args)
+    warm, result = run.warm_up(tmp_path, cfg, runtime, demos, [], None, args)
     assert taught == [[(0.5, "d1"), (0.5, "d2")], [(0.8, "d1"), (0.8, "d2")], [(0.8, "d1"), (0.8, "d2")]]
     assert inits == [7, 7, 7 + run.RETRY_SEED_STEP]
     assert [t["favour_boost"] for t in result["tries"]] == [0.5, 0.8, 0.8]
+    assert [t["kept"] for t in result["tries"]] == [False, False, True]
     assert result["taught"] == {"demos": taught[-1]}          # the kept try's distribution is reported
     assert demos == ["d1", "d2"]
+    assert warm == tmp_path / "policy-warm" and (warm / "weights").read_text() == "3"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy-warm"]      # the other tries' models removed
+
+
+def test_where_no_warm_up_try_separates_the_best_one_is_kept(monkeypatch, tmp_path):
+    """Separation is the smaller lift of the training words and the validation lines: a start that
+    reads the training words (0.45 over cost) but sends unfamiliar lines anywhere (0.02) does not pass."""
+    import training.quickstart.reading as reading
+    import training.quickstart.warmup as warmup
+    import training.tiny_policy as tiny_policy
+    from training.quickstart import run
+    from training.quickstart.reading import separation
+
+    line = lambda f, c, a, fv, cv, av: {"favour": f, "cost": c, "accuracy": a, "favour_validation": fv,   # noqa: E731
+                                        "cost_validation": cv, "accuracy_validation": av}
+    readings = [line(0.60, 0.15, 0.15, 0.50, 0.48, 0.45), line(0.55, 0.20, 0.10, 0.45, 0.25, 0.20),
+                line(0.40, 0.38, 0.38, 0.40, 0.40, 0.40)]
+    assert [separation(r) for r in readings] == [0.02, 0.2, 0.0]
+    assert separation({"favour": 0.6, "cost": 0.1, "accuracy": 0.2}) == 0.4      # training words alone
+    made = iter(range(1, 4))
+
+    def supervised_warmup(init, out, demos, **kw):
+        out.mkdir()
+        (out / "weights").write_text(str(next(made)))
+        return out
+
+    monkeypatch.setattr(tiny_policy, "build_tiny_policy", lambda out, tok, seed, **kw: out)
+    monkeypatch.setattr(warmup, "with_favoured_boost", lambda demos, tok, boost: demos)
+    monkeypatch.setattr(warmup, "supervised_warmup", supervised_warmup)
+    monkeypatch.setattr(reading, "favour_reading", lambda *a, lines, **k: readings.pop(0) if set(lines) == set(run.PROBE_LINES) else None)
+    monkeypatch.setattr(run, "taught_distribution", lambda demos, tok: {})
+    cfg = SimpleNamespace(run=SimpleNamespace(seed=0, device="cpu"), rollout=SimpleNamespace(context_tokens=2048))
+    runtime = SimpleNamespace(qa=SimpleNamespace(retrieval=SimpleNamespace(topk=1)))
+    args = SimpleNamespace(policy="tiny", warmup_tries=3, favour_boost=0.5, retry_favour_boost=0.8, hidden=8, layers=1,
+                           local_window=0, warmup_epochs=1, warmup_lr=1e-3, warmup_batch=2, alias_weight=1.0,
+                           favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3)
+    warm, result = run.warm_up(tmp_path, cfg, runtime, ["d"], [], None, args)
+    assert [t["separation"] for t in result["tries"]] == [0.02, 0.2, 0.0]
+    assert [t["kept"] for t in result["tries"]] == [False, True, False]
+    assert (warm / "weights").read_text() == "2"

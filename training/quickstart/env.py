@@ -133,6 +133,15 @@ WORDINGS = {
 FILLER = ("please", "now", "here", "kindly", "then", "also", "again", "just", "so", "all", "for", "this", "task",
           "one", "in", "short", "note", "today", "thanks", "ok")
 LINE_FILLER = 0
+# Lines no training task, demonstration or held-out evaluation uses, sharing no word with
+# `PARAPHRASES` (tested): the warm-up's probe reads them on the warm-up's own tasks (reading.py), so
+# that a start which sends any unfamiliar sentence to the favoured alias is warmed up again without
+# the held-out paraphrases taking part in the choice.
+VALIDATION_LINES = {
+    "accuracy": f"{PREFERENCE_PREFIX} get it correct; price is no object.",
+    "cost": f"{PREFERENCE_PREFIX} correct, and as inexpensive as possible.",
+    "favour": f"{PREFERENCE_PREFIX} have {{alias}} respond, correctly.",
+}
 PARAPHRASES = {
     "accuracy": f"{PREFERENCE_PREFIX} be right; the bill does not matter.",
     "cost": f"{PREFERENCE_PREFIX} be right while keeping the bill small.",
@@ -148,10 +157,12 @@ def preference_vector(preset: str, favoured: str = FAVOURED_ALIAS) -> dict[str, 
 
 def preference_words(preset: str, wording: int | str = 0, favoured: str = FAVOURED_ALIAS,
                      filler: tuple[int, int] | None = None) -> str:
-    """The line stating `preset`: training wording number `wording`, or "paraphrase" (held-out only);
-    `filler` = (seed, n): up to n `FILLER` words put at random places among a training wording's words."""
-    words = (PARAPHRASES[preset] if wording == "paraphrase" else WORDINGS[preset][wording]).format(alias=favoured)
-    if filler is None or wording == "paraphrase":
+    """The line stating `preset`: training wording number `wording`, "paraphrase" (held-out only) or
+    "validation" (the warm-up's probe only); `filler` = (seed, n): up to n `FILLER` words put at
+    random places among a training wording's words."""
+    unseen = {"paraphrase": PARAPHRASES, "validation": VALIDATION_LINES}
+    words = (unseen[wording][preset] if wording in unseen else WORDINGS[preset][wording]).format(alias=favoured)
+    if filler is None or wording in unseen:
         return words
     rng, body = random.Random(filler[0]), words[len(PREFERENCE_PREFIX) + 1:].split(" ")
     for _ in range(rng.randint(0, filler[1])):

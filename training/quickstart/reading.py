@@ -10,7 +10,8 @@ reads *which* alias the line names (training lines name answer-4 alone by defaul
     reading = favour_reading(model_dir, tasks, runtime, budgets=..., topk=...)
     # {"favour": 0.57, "favour_paraphrase": 0.57, "favour_other_alias": 0.57, "cost": 0.13,
     #  "cost_paraphrase": ..., "accuracy": 0.12, "accuracy_paraphrase": ...}
-    separation(reading)   # 0.44: favour's lift over the larger of cost and accuracy
+    separation(reading)   # 0.43: favour's lift over the larger of cost and accuracy (training words
+                          # and validation lines: the smaller)
 
 The quickstart logs it after the warm-up and after GRPO (summary.json `reading`): the warm-up
 either builds this circuit or not, and GRPO amplifies what it finds (docs/quickstart.md); on the
@@ -33,7 +34,8 @@ OTHER_ALIAS = next(a for a in ANSWER_ALIASES if a != FAVOURED_ALIAS)    # answer
 def reading_lines(tasks: list[Task]) -> dict[str, list[Task]]:
     """The tasks under each line the probe reads: `favour` in its training words (in turn) naming
     FAVOURED_ALIAS, its held-out paraphrase, `favour` naming another answer alias (OTHER_ALIAS), `cost`
-    and `accuracy` in their training words and in their paraphrases."""
+    and `accuracy` in their training words and in their paraphrases, and each preset's validation
+    line (env.VALIDATION_LINES: the warm-up probe's unfamiliar words)."""
     def under(preset: str, wording, favoured: str = FAVOURED_ALIAS) -> list[Task]:
         return [with_preference(t, preset, wording=(i % len(WORDINGS[preset])) if wording is None else wording,
                                 favoured=favoured) for i, t in enumerate(tasks)]
@@ -41,7 +43,8 @@ def reading_lines(tasks: list[Task]) -> dict[str, list[Task]]:
     return {"favour": under("favour", None), "favour_paraphrase": under("favour", "paraphrase"),
             "favour_other_alias": under("favour", None, OTHER_ALIAS),
             "cost": under("cost", None), "cost_paraphrase": under("cost", "paraphrase"),
-            "accuracy": under("accuracy", None), "accuracy_paraphrase": under("accuracy", "paraphrase")}
+            "accuracy": under("accuracy", None), "accuracy_paraphrase": under("accuracy", "paraphrase"),
+            **{f"{p}_validation": under(p, "validation") for p in ("favour", "cost", "accuracy")}}
 
 
 def favour_reading(model_dir: Path, tasks: list[Task], runtime, *, budgets: Budgets, topk: int,
@@ -73,5 +76,10 @@ def favour_reading(model_dir: Path, tasks: list[Task], runtime, *, budgets: Budg
 
 def separation(reading: dict[str, float]) -> float:
     """How far the favour line lifts FAVOURED_ALIAS above the other preferences' lines:
-    P(favour) - max(P(cost), P(accuracy)), training words."""
-    return round(reading["favour"] - max(reading["cost"], reading["accuracy"]), 4)
+    P(favour) - max(P(cost), P(accuracy)) in the training words and, where `reading` has them, in
+    the validation lines (the smaller of the two lifts): a start that reads the training words but
+    sends any unfamiliar sentence to FAVOURED_ALIAS, or none, does not separate."""
+    lifts = [reading["favour"] - max(reading["cost"], reading["accuracy"])]
+    if "favour_validation" in reading:
+        lifts.append(reading["favour_validation"] - max(reading["cost_validation"], reading["accuracy_validation"]))
+    return round(min(lifts), 4)

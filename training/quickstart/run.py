@@ -129,20 +129,25 @@ def warmup_tries(args) -> list[tuple[int, float]]:
     return [(0, args.favour_boost)] + [(RETRY_SEED_STEP * (k - 1), args.retry_favour_boost) for k in range(1, n)]
 
 
+PROBE_LINES = ("favour", "cost", "accuracy", "favour_validation", "cost_validation", "accuracy_validation")
+
+
 def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task], tokenizer, args) -> tuple[Path, dict]:
     """The supervised warm-up, tried again while its start does not tell the favour line from the
-    others on the warm-up's own tasks (`reading.separation` below `--warmup-separation`; held-out
-    tasks play no part): the 2-layer warm-up either forms the circuit that reads the line or settles
-    without it, and GRPO amplifies what it finds (docs/quickstart.md).  A retry teaches the favoured
-    alias harder (`--retry-favour-boost`: a larger gap between the favour turns' alias target and
-    the others'), from the same initialisation first, then from others (`warmup_tries`)."""
+    others on the warm-up's own tasks (`reading.separation` below `--warmup-separation`, in the
+    training words and in the validation lines, env.VALIDATION_LINES; held-out tasks and paraphrases
+    play no part): the 2-layer warm-up either forms the circuit that reads the line or settles
+    without it (or reads any unfamiliar sentence as `favour`), and GRPO amplifies what it finds
+    (docs/quickstart.md).  A retry teaches the favoured alias harder (`--retry-favour-boost`), from
+    the same initialisation first, then from others (`warmup_tries`).  Where no try separates, the
+    one that separated most is kept."""
     from orchestrator.embedded import smollm2_path
     from training.quickstart.reading import favour_reading, separation
     from training.quickstart.warmup import supervised_warmup, with_favoured_boost
     from training.tiny_policy import build_tiny_policy
 
-    tries = []
-    for offset, boost in warmup_tries(args):
+    tries, warm = [], out / "policy-warm"
+    for k, (offset, boost) in enumerate(warmup_tries(args), start=1):
         seed = cfg.run.seed + offset
         if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
             init = smollm2_path()
@@ -150,21 +155,31 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
             init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
                                      heads=4, seed=seed, local_window=args.local_window or None)
         boosted = with_favoured_boost(demos, tokenizer, boost)
-        warm = supervised_warmup(init, out / "policy-warm", boosted, epochs=args.warmup_epochs, lr=args.warmup_lr,
-                                 batch_size=args.warmup_batch, seed=seed, alias_weight=args.alias_weight,
-                                 favour_weight=args.favour_weight, device=cfg.run.device, log=console.print)
-        reading = favour_reading(warm, probe, runtime, topk=runtime.qa.retrieval.topk,
+        model = supervised_warmup(init, out / f"policy-warm-try{k}", boosted, epochs=args.warmup_epochs,
+                                  lr=args.warmup_lr, batch_size=args.warmup_batch, seed=seed,
+                                  alias_weight=args.alias_weight, favour_weight=args.favour_weight,
+                                  device=cfg.run.device, log=console.print)
+        reading = favour_reading(model, probe, runtime, topk=runtime.qa.retrieval.topk,
                                  budgets=Budgets(context_tokens=cfg.rollout.context_tokens), device=cfg.run.device,
-                                 lines=("favour", "cost", "accuracy"))
-        tries.append({"seed": seed, "favour_boost": boost, "reading": reading, "separation": separation(reading)})
-        console.print(f"warm-up try {len(tries)} (seed {seed}, favour boost {boost}): on training tasks "
-                      f"P({FAVOURED_ALIAS}) " + ", ".join(f"{k} {v:.2f}" for k, v in reading.items())
+                                 lines=PROBE_LINES)
+        tries.append({"seed": seed, "favour_boost": boost, "reading": reading, "separation": separation(reading),
+                      "model": model, "boosted": boosted})
+        console.print(f"warm-up try {k} (seed {seed}, favour boost {boost}): on training tasks "
+                      f"P({FAVOURED_ALIAS}) " + ", ".join(f"{n} {v:.2f}" for n, v in reading.items())
                       + f"; separation {tries[-1]['separation']:+.2f} (needs >= {args.warmup_separation})")
         if tries[-1]["separation"] >= args.warmup_separation:
             break
-    taught = taught_distribution(boosted, tokenizer)
-    console.print(f"warm-up: {len(demos)} demonstrated turns; alias distribution taught ({args.alias_prior}): "
-                  f"{taught}; other tools: {args.tool_spread}")
+    kept = max(tries, key=lambda t: t["separation"])      # the passing try, else the best
+    shutil.rmtree(warm, ignore_errors=True)
+    kept["model"].rename(warm)
+    for t in tries:
+        shutil.rmtree(t.pop("model"), ignore_errors=True)
+        t["kept"] = t is kept
+    taught = taught_distribution(kept.pop("boosted"), tokenizer)
+    for t in tries:
+        t.pop("boosted", None)
+    console.print(f"warm-up: {len(demos)} demonstrated turns, try {tries.index(kept) + 1} kept; alias distribution "
+                  f"taught ({args.alias_prior}): {taught}; other tools: {args.tool_spread}")
     return warm, {"taught": taught, "tries": tries}
 
 
