@@ -200,16 +200,23 @@ def test_a_front_ends_query_tokenizer_loads_without_transformers_and_tokenises_a
 def piped(service: RetrievalService, limits: Limits | None = None):
     """A front-end app over a real pipe to `serve_connection` (the worker's loop) in this process."""
     front, back = mp.Pipe(duplex=True)
+    # closing `front` from this thread does not wake `remote`'s reader thread blocked in recv on it,
+    # so the socket stays open and the worker loop would not see EOF (the join below waited its 10 s
+    # out); shutting the socket down (through a duplicate of its descriptor) wakes both ends
+    wake = socket.socket(fileno=os.dup(front.fileno()))
     worker = threading.Thread(target=serve_connection, args=(service, back, 0, [0]), daemon=True)
     worker.start()
     remote = RemoteService(front)
     try:
-        with live(create_app(remote, limits or Limits())) as url:     # its shutdown closes `remote`: the worker loop ends
+        with live(create_app(remote, limits or Limits())) as url:     # its shutdown closes `remote`
             yield url
     finally:
         remote.close()
+        wake.shutdown(socket.SHUT_RDWR)
+        wake.close()
         worker.join(10)
         back.close()
+    assert not worker.is_alive(), "the worker loop did not end when its front end closed"
 
 
 def test_worker_errors_reach_the_client_as_one_process_answers_them(index_dir):
