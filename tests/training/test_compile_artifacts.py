@@ -36,6 +36,7 @@ def run_fresh(artifacts: Path, cache: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_second_process_with_empty_caches_loads_the_artifacts_instead_of_compiling(tmp_path):
     artifacts = tmp_path / "compiled.bin"
     first = run_fresh(artifacts, tmp_path / "cache-1")

@@ -80,6 +80,7 @@ def read_rollouts(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_two_steps_with_the_local_user_model_then_run_tau2_evaluates_the_checkpoint(tmp_path, airline, monkeypatch):
     from orchestrator.episodes.tau2_agent import EXPERT_POLICY
     # isort: split

@@ -222,6 +222,7 @@ def test_grammar_constrained_tiny_policy_emits_valid_calls_and_trains_only_its_o
     assert checked, "no tool result long enough to check was executed"
 
 
+@pytest.mark.slow
 def test_mixed_qa_and_tau2_run_trains_and_logs_tau2_rewards(world, tiny_policy, tmp_path):
     from training.checkpoint import list_checkpoints
     from training.config import load_config

@@ -45,6 +45,7 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fuse", [False, True])
 def test_regional_and_whole_compiles_give_the_eager_tokens_and_logprobs(folders, fresh_dynamo, fuse):  # noqa: F811
     """Same sampled tokens (seeded rows) and log-probs within float32 rounding in every mode, with

@@ -470,6 +470,7 @@ def test_bwrap_code_reaches_no_kernel_keyring():
         assert "caller-secret" not in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", _level_params())
 def test_deep_read_only_tree_is_cleaned_up_with_a_result(run, level, scratch_root):
     code = ("import os\n"
