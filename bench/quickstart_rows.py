@@ -35,8 +35,9 @@ def row(run: Path) -> tuple[str, int, int]:
     ci, m = s["intervals"], s["machine"]
     reading = s.get("reading", {})
     read = " -> ".join(f"{reading[k]['favour']:.2f}/{reading[k]['cost']:.2f}" for k in ("warm", "final") if k in reading)
-    tries = len(s.get("warmup_tries", [])) or 1
-    read += f" (warm-up try {tries})" if read and tries > 1 else ""
+    tries = s.get("warmup_tries", [])
+    kept = next((k for k, t in enumerate(tries, start=1) if t.get("kept")), len(tries))   # before "kept": the last
+    read += f" (warm-up try {kept})" if read and kept > 1 else ""
     held = sum(s["checks"].values())
     cells = (run.name, str(s["seed"]), kernels(m),
              f"{s['initial']['cost']['accuracy']:.2f} -> {s['final']['cost']['accuracy']:.2f}",

@@ -52,6 +52,11 @@ def test_a_run_whose_warm_up_was_tried_again_says_which_try_it_kept(tmp_path, ca
     (run / "summary.json").write_text(json.dumps(summary))
     assert main([str(run)]) == 0
     assert "| 0.50/0.07 -> 0.90/0.01 (warm-up try 2) |" in capsys.readouterr().out.splitlines()[2]
+    summary["warmup_tries"] = [{"separation": 0.01, "kept": False}, {"separation": 0.2, "kept": True},
+                               {"separation": 0.1, "kept": False}]          # none passed: the best kept
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert main([str(run)]) == 0
+    assert "| 0.50/0.07 -> 0.90/0.01 (warm-up try 2) |" in capsys.readouterr().out.splitlines()[2]
 
 
 def test_a_folder_without_summary_is_named(tmp_path, capsys):

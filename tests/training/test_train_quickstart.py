@@ -303,7 +303,7 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path, monkeyp
     assert [(t["seed"], t["favour_boost"]) for t in tries] == [(0, 0.5), (0, 0.8)][:len(tries)]
     assert all(t["separation"] < 0.25 for t in tries[:-1]) and (len(tries) == 2 or tries[-1]["separation"] >= 0.25)
     assert sum(t["kept"] for t in tries) == 1 and not list(out.glob("policy-warm-try*"))
-    assert all(t["separation"] == separation(t["reading"]) and set(t["reading"]) == set(PROBE_LINES)
+    assert all(t["separation"] == separation(t["reading"], validation=False) and set(t["reading"]) == set(PROBE_LINES)
                for t in tries)
     assert (out / summary["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "train" / "metrics.jsonl").read_text().count("\n") == 1
@@ -758,7 +758,8 @@ def test_each_warm_up_try_is_taught_the_demonstrations_boosted_by_its_own_favour
     runtime = SimpleNamespace(qa=SimpleNamespace(retrieval=SimpleNamespace(topk=1)))
     args = SimpleNamespace(policy="tiny", warmup_tries=3, favour_boost=0.5, retry_favour_boost=0.8, hidden=8, layers=1,
                            local_window=0, warmup_epochs=1, warmup_lr=1e-3, warmup_batch=2, alias_weight=1.0,
-                           favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3)
+                           favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3,
+                           warmup_validation=False)
     demos = ["d1", "d2"]
     warm, result = run.warm_up(tmp_path, cfg, runtime, demos, [], None, args)
     assert taught == [[(0.5, "d1"), (0.5, "d2")], [(0.8, "d1"), (0.8, "d2")], [(0.8, "d1"), (0.8, "d2")]]
@@ -786,6 +787,7 @@ def test_where_no_warm_up_try_separates_the_best_one_is_kept(monkeypatch, tmp_pa
                 line(0.40, 0.38, 0.38, 0.40, 0.40, 0.40)]
     assert [separation(r) for r in readings] == [0.02, 0.2, 0.0]
     assert separation({"favour": 0.6, "cost": 0.1, "accuracy": 0.2}) == 0.4      # training words alone
+    assert separation(readings[0], validation=False) == 0.45                     # --warmup-validation off
     made = iter(range(1, 4))
 
     def supervised_warmup(init, out, demos, **kw):
@@ -802,7 +804,8 @@ def test_where_no_warm_up_try_separates_the_best_one_is_kept(monkeypatch, tmp_pa
     runtime = SimpleNamespace(qa=SimpleNamespace(retrieval=SimpleNamespace(topk=1)))
     args = SimpleNamespace(policy="tiny", warmup_tries=3, favour_boost=0.5, retry_favour_boost=0.8, hidden=8, layers=1,
                            local_window=0, warmup_epochs=1, warmup_lr=1e-3, warmup_batch=2, alias_weight=1.0,
-                           favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3)
+                           favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3,
+                           warmup_validation=True)
     warm, result = run.warm_up(tmp_path, cfg, runtime, ["d"], [], None, args)
     assert [t["separation"] for t in result["tries"]] == [0.02, 0.2, 0.0]
     assert [t["kept"] for t in result["tries"]] == [False, True, False]

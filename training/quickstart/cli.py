@@ -147,6 +147,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup-separation", type=float, default=0.25,
                         help="the separation a warm-up must reach: P(answer-4) under favour minus the larger of "
                              "cost's and accuracy's, at the answer alias decision (training/quickstart/reading.py)")
+    parser.add_argument("--warmup-validation", action="store_true",
+                        help="the separation must also hold in the validation lines (env.VALIDATION_LINES: unfamiliar "
+                             "words): a start that sends any unfamiliar sentence to answer-4 is tried again (off: "
+                             "measured, the retries did not find a reading start where it failed; docs/quickstart.md)")
     parser.add_argument("--warmup-only", action="store_true",
                         help="stop after the warm-up and its favour-line reading (training/quickstart/reading.py)")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")

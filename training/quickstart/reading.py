@@ -74,12 +74,12 @@ def favour_reading(model_dir: Path, tasks: list[Task], runtime, *, budgets: Budg
     return out
 
 
-def separation(reading: dict[str, float]) -> float:
+def separation(reading: dict[str, float], validation: bool = True) -> float:
     """How far the favour line lifts FAVOURED_ALIAS above the other preferences' lines:
-    P(favour) - max(P(cost), P(accuracy)) in the training words and, where `reading` has them, in
-    the validation lines (the smaller of the two lifts): a start that reads the training words but
-    sends any unfamiliar sentence to FAVOURED_ALIAS, or none, does not separate."""
+    P(favour) - max(P(cost), P(accuracy)) in the training words and, with `validation` where
+    `reading` has them, in the validation lines (the smaller of the two lifts): a start that reads
+    the training words but sends any unfamiliar sentence to FAVOURED_ALIAS, or none, does not separate."""
     lifts = [reading["favour"] - max(reading["cost"], reading["accuracy"])]
-    if "favour_validation" in reading:
+    if validation and "favour_validation" in reading:
         lifts.append(reading["favour_validation"] - max(reading["cost_validation"], reading["accuracy_validation"]))
     return round(min(lifts), 4)

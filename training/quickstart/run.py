@@ -135,8 +135,8 @@ PROBE_LINES = ("favour", "cost", "accuracy", "favour_validation", "cost_validati
 def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task], tokenizer, args) -> tuple[Path, dict]:
     """The supervised warm-up, tried again while its start does not tell the favour line from the
     others on the warm-up's own tasks (`reading.separation` below `--warmup-separation`, in the
-    training words and in the validation lines, env.VALIDATION_LINES; held-out tasks and paraphrases
-    play no part): the 2-layer warm-up either forms the circuit that reads the line or settles
+    training words and, with `--warmup-validation`, in the validation lines, env.VALIDATION_LINES,
+    which the probe reads either way; held-out tasks and paraphrases play no part): the 2-layer warm-up either forms the circuit that reads the line or settles
     without it (or reads any unfamiliar sentence as `favour`), and GRPO amplifies what it finds
     (docs/quickstart.md).  A retry teaches the favoured alias harder (`--retry-favour-boost`), from
     the same initialisation first, then from others (`warmup_tries`).  Where no try separates, the
@@ -162,7 +162,8 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
         reading = favour_reading(model, probe, runtime, topk=runtime.qa.retrieval.topk,
                                  budgets=Budgets(context_tokens=cfg.rollout.context_tokens), device=cfg.run.device,
                                  lines=PROBE_LINES)
-        tries.append({"seed": seed, "favour_boost": boost, "reading": reading, "separation": separation(reading),
+        tries.append({"seed": seed, "favour_boost": boost, "reading": reading,
+                      "separation": separation(reading, args.warmup_validation),
                       "model": model, "boosted": boosted})
         console.print(f"warm-up try {k} (seed {seed}, favour boost {boost}): on training tasks "
                       f"P({FAVOURED_ALIAS}) " + ", ".join(f"{n} {v:.2f}" for n, v in reading.items())
