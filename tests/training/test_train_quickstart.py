@@ -781,8 +781,10 @@ def test_where_no_warm_up_try_separates_the_best_one_is_kept(monkeypatch, tmp_pa
     from training.quickstart import run
     from training.quickstart.reading import separation
 
-    line = lambda f, c, a, fv, cv, av: {"favour": f, "cost": c, "accuracy": a, "favour_validation": fv,   # noqa: E731
-                                        "cost_validation": cv, "accuracy_validation": av}
+    def line(f, c, a, fv, cv, av):
+        return {"favour": f, "cost": c, "accuracy": a, "favour_validation": fv, "cost_validation": cv,
+                "accuracy_validation": av}
+
     readings = [line(0.60, 0.15, 0.15, 0.50, 0.48, 0.45), line(0.55, 0.20, 0.10, 0.45, 0.25, 0.20),
                 line(0.40, 0.38, 0.38, 0.40, 0.40, 0.40)]
     assert [separation(r) for r in readings] == [0.02, 0.2, 0.0]
