@@ -731,6 +731,19 @@ def test_a_cpu_run_hides_the_gpus_and_a_cuda_run_keeps_them():
     assert env == {"CUDA_VISIBLE_DEVICES": ""}
 
 
+def _warm_up(out, demos, *, seed: int, warmup_validation: bool):
+    """run.warm_up with three tries (boost 0.5, then 0.8) over `demos`, on stand-in config and runtime."""
+    from training.quickstart import run
+
+    cfg = SimpleNamespace(run=SimpleNamespace(seed=seed, device="cpu"), rollout=SimpleNamespace(context_tokens=2048))
+    runtime = SimpleNamespace(qa=SimpleNamespace(retrieval=SimpleNamespace(topk=1)))
+    args = SimpleNamespace(policy="tiny", warmup_tries=3, favour_boost=0.5, retry_favour_boost=0.8, hidden=8, layers=1,
+                           local_window=0, warmup_epochs=1, warmup_lr=1e-3, warmup_batch=2, alias_weight=1.0,
+                           favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3,
+                           warmup_validation=warmup_validation)
+    return run.warm_up(out, cfg, runtime, demos, [], None, args)
+
+
 def test_each_warm_up_try_is_taught_the_demonstrations_boosted_by_its_own_favour_boost(monkeypatch, tmp_path):
     """run.warm_up: try k trains on with_favoured_boost(demos, boost of try k), from the original
     demonstrations each time, and stops at the first try whose reading separates the lines."""
@@ -754,14 +767,8 @@ def test_each_warm_up_try_is_taught_the_demonstrations_boosted_by_its_own_favour
                      {"favour": 0.84, "cost": 0.22, "accuracy": 0.21}])     # 0.62: kept
     monkeypatch.setattr(reading, "favour_reading", lambda *a, **k: next(readings))
     monkeypatch.setattr(run, "taught_distribution", lambda demos, tok: {"demos": demos})
-    cfg = SimpleNamespace(run=SimpleNamespace(seed=7, device="cpu"), rollout=SimpleNamespace(context_tokens=2048))
-    runtime = SimpleNamespace(qa=SimpleNamespace(retrieval=SimpleNamespace(topk=1)))
-    args = SimpleNamespace(policy="tiny", warmup_tries=3, favour_boost=0.5, retry_favour_boost=0.8, hidden=8, layers=1,
-                           local_window=0, warmup_epochs=1, warmup_lr=1e-3, warmup_batch=2, alias_weight=1.0,
-                           favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3,
-                           warmup_validation=False)
     demos = ["d1", "d2"]
-    warm, result = run.warm_up(tmp_path, cfg, runtime, demos, [], None, args)
+    warm, result = _warm_up(tmp_path, demos, seed=7, warmup_validation=False)
     assert taught == [[(0.5, "d1"), (0.5, "d2")], [(0.8, "d1"), (0.8, "d2")], [(0.8, "d1"), (0.8, "d2")]]
     assert inits == [7, 7, 7 + run.RETRY_SEED_STEP]
     assert [t["favour_boost"] for t in result["tries"]] == [0.5, 0.8, 0.8]
@@ -802,13 +809,7 @@ def test_where_no_warm_up_try_separates_the_best_one_is_kept(monkeypatch, tmp_pa
     monkeypatch.setattr(warmup, "supervised_warmup", supervised_warmup)
     monkeypatch.setattr(reading, "favour_reading", lambda *a, lines, **k: readings.pop(0) if set(lines) == set(run.PROBE_LINES) else None)
     monkeypatch.setattr(run, "taught_distribution", lambda demos, tok: {})
-    cfg = SimpleNamespace(run=SimpleNamespace(seed=0, device="cpu"), rollout=SimpleNamespace(context_tokens=2048))
-    runtime = SimpleNamespace(qa=SimpleNamespace(retrieval=SimpleNamespace(topk=1)))
-    args = SimpleNamespace(policy="tiny", warmup_tries=3, favour_boost=0.5, retry_favour_boost=0.8, hidden=8, layers=1,
-                           local_window=0, warmup_epochs=1, warmup_lr=1e-3, warmup_batch=2, alias_weight=1.0,
-                           favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3,
-                           warmup_validation=True)
-    warm, result = run.warm_up(tmp_path, cfg, runtime, ["d"], [], None, args)
+    warm, result = _warm_up(tmp_path, ["d"], seed=0, warmup_validation=True)
     assert [t["separation"] for t in result["tries"]] == [0.02, 0.2, 0.0]
     assert [t["kept"] for t in result["tries"]] == [False, True, False]
     assert (warm / "weights").read_text() == "2"
