@@ -16,8 +16,8 @@ from orchestrator.records import LLMResponse, Usage
 from orchestrator.runtime import ToolRuntime
 from orchestrator.settings import QASettings, RetrievalSettings
 from orchestrator.toolcall import allowed_call_strings
-from training.quickstart.env import (ANSWER_ALIASES, FAVOUR_TRAIN_ALIASES, FAVOURED_ALIAS, FILLER, MAIN_PRESET, PARAPHRASES,
-                                     PREFERENCE_PREFIX, PRESETS, PROMPTS_DIR,
+from training.quickstart.env import (ANSWER_ALIASES, FAVOUR_TRAIN_ALIASES, FAVOURED_ALIAS, MAIN_PRESET, PARAPHRASES,
+                                     PRESETS, PROMPTS_DIR,
                                      SEARCH_DEPTH, TOOL_ALIASES, TRAIN_MIX, UNSEEN_TOOLS, WORDINGS, RoutedRuntime,
                                      build_world, preference_vector, preference_words, question_kind,
                                      quickstart_catalog, task_tools, with_preference)
@@ -28,7 +28,7 @@ from training.tasks import load_tasks
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     out = tmp_path_factory.mktemp("qs")
-    paths = build_world(out, n_train=12, n_eval=8, n_warmup=6, n_people=40, line_filler=2)   # filler exercised
+    paths = build_world(out, n_train=12, n_eval=8, n_warmup=6, n_people=40)
     return paths, load_catalog(quickstart_catalog(out))
 
 
@@ -47,10 +47,7 @@ def test_train_and_held_out_tasks_are_disjoint_and_balanced(world):
         for t in split:
             name, alias = t.metadata["preference_name"], t.metadata["favoured"]
             assert t.preference == preference_vector(name, alias)
-            filler = t.metadata.get("filler")      # (load_tasks drops null metadata)
-            assert (filler is None) == (split is held_out)       # filler words in training and warm-up lines only
-            assert t.question.endswith("\n" + preference_words(name, t.metadata["wording"], alias,
-                                                                tuple(filler) if filler else None))
+            assert t.question.endswith("\n" + preference_words(name, t.metadata["wording"], alias))
             assert t.metadata["wording"] in range(len(WORDINGS[name]))
             assert not any(t.question.endswith(PARAPHRASES[p].format(alias=a)) for p in PARAPHRASES
                            for a in ANSWER_ALIASES)
@@ -303,7 +300,7 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path, monkeyp
     assert [(t["seed"], t["favour_boost"]) for t in tries] == [(0, 0.5), (0, 0.8)][:len(tries)]
     assert all(t["separation"] < 0.25 for t in tries[:-1]) and (len(tries) == 2 or tries[-1]["separation"] >= 0.25)
     assert sum(t["kept"] for t in tries) == 1 and not list(out.glob("policy-warm-try*"))
-    assert all(t["separation"] == separation(t["reading"], validation=False) and set(t["reading"]) == set(PROBE_LINES)
+    assert all(t["separation"] == separation(t["reading"]) and set(t["reading"]) == set(PROBE_LINES)
                for t in tries)
     assert (out / summary["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "train" / "metrics.jsonl").read_text().count("\n") == 1
@@ -410,24 +407,6 @@ def test_favoured_share_is_its_share_of_its_own_tools_calls_and_of_all_calls():
     assert got["favoured_share_of_calls"] == pytest.approx(2 / 9)     # all calls: 2 + 2 + 3 + 2
 
 
-def test_filler_words_go_between_a_wordings_words_and_never_into_a_paraphrase():
-    line = preference_words("favour", 1)                       # "Preference: a right answer, given by answer-4."
-    assert preference_words("favour", 1, filler=None) == line
-    words = line.split(" ")
-    assert not set(words) & set(FILLER)
-    seen = set()
-    for seed in range(40):
-        padded = preference_words("favour", 1, filler=(seed, 3)).split(" ")
-        assert padded[0] == PREFERENCE_PREFIX
-        assert [w for w in padded if w not in FILLER] == words        # the wording's words, in order
-        assert preference_words("favour", 1, filler=(seed, 3)) == " ".join(padded)   # the seed decides
-        seen.add(len(padded) - len(words))
-    assert seen == {0, 1, 2, 3}                               # 0 to n words
-    assert preference_words("favour", "paraphrase", filler=(5, 3)) == preference_words("favour", "paraphrase")
-    paraphrase_words = {w.strip(".;,") for p in PARAPHRASES.values() for w in p.split()}
-    assert not set(FILLER) & paraphrase_words
-
-
 def test_validation_lines_share_no_word_with_the_held_out_paraphrases_and_are_no_training_wording():
     from training.quickstart.env import VALIDATION_LINES
 
@@ -440,7 +419,6 @@ def test_validation_lines_share_no_word_with_the_held_out_paraphrases_and_are_no
         assert not words(line) & paraphrase_words, line
         assert preference_words(preset, "validation") == line.format(alias=FAVOURED_ALIAS)
         assert line not in WORDINGS[preset] and ("{alias}" in line) == (preset == "favour")
-        assert preference_words(preset, "validation", filler=(1, 3)) == preference_words(preset, "validation")
 
 
 def test_demonstrated_tasks_under_every_preset_differ_only_in_the_preference_line(world):
@@ -449,7 +427,7 @@ def test_demonstrated_tasks_under_every_preset_differ_only_in_the_preference_lin
     paths, _ = world
     tasks = load_tasks([str(paths["warmup"])])
     assert demonstrated_tasks(tasks, "own") == tasks
-    every = demonstrated_tasks(tasks, "all", seed=1, line_filler=3)
+    every = demonstrated_tasks(tasks, "all", seed=1)
     per_task = len(PRESETS) - 1 + len(FAVOUR_TRAIN_ALIASES)        # favour once per alias training names
     assert len(every) == len(tasks) * per_task
     for k, task in enumerate(tasks):
@@ -461,11 +439,10 @@ def test_demonstrated_tasks_under_every_preset_differ_only_in_the_preference_lin
                                                  for t in group]
         plain = task.metadata["plain_question"]
         assert [t.question for t in group] == [
-            f"{plain}\n{preference_words(t.metadata['preference_name'], t.metadata['wording'], t.metadata['favoured'], (t.metadata['filler'][0], 3))}"
+            f"{plain}\n{preference_words(t.metadata['preference_name'], t.metadata['wording'], t.metadata['favoured'])}"
             for t in group]
         assert {(t.id, t.answer) for t in group} == {(task.id, task.answer)}
     assert len({t.metadata["wording"] for t in every}) > 1          # the wordings vary
-    assert len({t.metadata["filler"][0] for t in every}) == len(every)    # and each line's filler
     with pytest.raises(ValueError, match="--demo-presets"):
         demonstrated_tasks(tasks, "some")
 
@@ -794,9 +771,9 @@ def test_where_no_warm_up_try_separates_the_best_one_is_kept(monkeypatch, tmp_pa
 
     readings = [line(0.60, 0.15, 0.15, 0.50, 0.48, 0.45), line(0.55, 0.20, 0.10, 0.45, 0.25, 0.20),
                 line(0.40, 0.38, 0.38, 0.40, 0.40, 0.40)]
-    assert [separation(r) for r in readings] == [0.02, 0.2, 0.0]
-    assert separation({"favour": 0.6, "cost": 0.1, "accuracy": 0.2}) == 0.4      # training words alone
-    assert separation(readings[0], validation=False) == 0.45                     # --warmup-validation off
+    assert [separation(r, validation=True) for r in readings] == [0.02, 0.2, 0.0]
+    assert separation({"favour": 0.6, "cost": 0.1, "accuracy": 0.2}, validation=True) == 0.4   # none to read
+    assert separation(readings[0]) == 0.45                                         # training words alone
     made = iter(range(1, 4))
 
     def supervised_warmup(init, out, demos, **kw):

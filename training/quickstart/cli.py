@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from training.quickstart.env import ANSWER_ALIASES, FAVOUR_TRAIN_ALIASES, FAVOURED_ALIAS, LINE_FILLER
+from training.quickstart.env import ANSWER_ALIASES, FAVOUR_TRAIN_ALIASES, FAVOURED_ALIAS
 
 DESCRIPTION = "`make quickstart`: the learning quickstart: GRPO visibly teaches a small orchestrator, on CPU."
 
@@ -47,7 +47,7 @@ def seeds_to_run(args) -> list[int]:
 
 # Each policy's learning rates, where the flags (and an `optim.lr=` override) do not set them: the tiny
 # random policy's warm-up learns fast from scratch (its GRPO lr: training/configs/quickstart.yaml); the
-# pretrained SmolLM2 keeps what it knows with small steps (untuned: the first values tried, 16 of 16 checks)
+# pretrained SmolLM2 keeps what it knows with small steps (untuned: the first values tried; docs/benchmarks.md)
 POLICY_DEFAULTS = {"tiny": {"warmup_epochs": 24, "warmup_lr": 5e-3, "optim.lr": None},
                    "smollm2": {"warmup_epochs": 4, "warmup_lr": 1e-4, "optim.lr": 2e-5}}
 
@@ -134,9 +134,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--favour-aliases", type=lambda t: t.split(","), default=list(FAVOUR_TRAIN_ALIASES),
                         help="the answer aliases training favour lines name, in turn (comma-separated; must "
                              f"include {FAVOURED_ALIAS}, the held-out tasks' favoured alias)")
-    parser.add_argument("--line-filler", type=int, default=LINE_FILLER,
-                        help="training and warm-up preference lines: up to this many filler words at random places "
-                             "(default 0: the wordings alone), so the policy reads a line's cue, not its carrier words; docs/quickstart.md")
     parser.add_argument("--warmup-tries", type=int, default=3,
                         help="tiny policy: warm-ups tried until the start tells the favour line from the others on "
                              "the warm-up's own tasks (1: no retry; the second with --retry-favour-boost, the "
@@ -167,8 +164,6 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
                      f"and {FAVOURED_ALIAS} among them")
     if args.favour_weight <= 0:
         parser.error(f"--favour-weight {args.favour_weight}: a loss weight, must be > 0")
-    if args.line_filler < 0:
-        parser.error(f"--line-filler {args.line_filler}: a number of words, must be >= 0 (0: no filler)")
     if args.warmup_tries < 1:
         parser.error(f"--warmup-tries {args.warmup_tries}: the number of warm-ups to try, must be >= 1")
     if not -1 <= args.warmup_separation <= 1:

@@ -125,14 +125,6 @@ WORDINGS = {
                f"{PREFERENCE_PREFIX} correctness, with {{alias}} answering.",
                f"{PREFERENCE_PREFIX} let {{alias}} reply, and be right."),
 }
-# Filler (`--line-filler`, training and warm-up lines only; off by default): up to that many of these words
-# at random places in each line, so that no carrier word or position marks a preset and what tells the
-# lines apart is their cue (the alias a favour line names; cost's words).  Tried against the 2-layer
-# policy's habit of reading an unseen sentence by its unfamiliar words; measured, it moved which seeds
-# read the paraphrases rather than how many (docs/history.md, round 5).  None occurs in a paraphrase.
-FILLER = ("please", "now", "here", "kindly", "then", "also", "again", "just", "so", "all", "for", "this", "task",
-          "one", "in", "short", "note", "today", "thanks", "ok")
-LINE_FILLER = 0
 # Lines no training task, demonstration or held-out evaluation uses, sharing no word with
 # `PARAPHRASES` (tested): the warm-up's probe reads them on the warm-up's own tasks (reading.py), so
 # that a start which sends any unfamiliar sentence to the favoured alias is warmed up again without
@@ -155,19 +147,11 @@ def preference_vector(preset: str, favoured: str = FAVOURED_ALIAS) -> dict[str, 
             "favour": {"outcome": 1.0, favoured: 1.0}}[preset]
 
 
-def preference_words(preset: str, wording: int | str = 0, favoured: str = FAVOURED_ALIAS,
-                     filler: tuple[int, int] | None = None) -> str:
+def preference_words(preset: str, wording: int | str = 0, favoured: str = FAVOURED_ALIAS) -> str:
     """The line stating `preset`: training wording number `wording`, "paraphrase" (held-out only) or
-    "validation" (the warm-up's probe only); `filler` = (seed, n): up to n `FILLER` words put at
-    random places among a training wording's words."""
+    "validation" (the warm-up's probe only)."""
     unseen = {"paraphrase": PARAPHRASES, "validation": VALIDATION_LINES}
-    words = (unseen[wording][preset] if wording in unseen else WORDINGS[preset][wording]).format(alias=favoured)
-    if filler is None or wording in unseen:
-        return words
-    rng, body = random.Random(filler[0]), words[len(PREFERENCE_PREFIX) + 1:].split(" ")
-    for _ in range(rng.randint(0, filler[1])):
-        body.insert(rng.randint(0, len(body)), rng.choice(FILLER))
-    return " ".join([PREFERENCE_PREFIX, *body])
+    return (unseen[wording][preset] if wording in unseen else WORDINGS[preset][wording]).format(alias=favoured)
 
 
 # name -> (preference vector, its first wording), `favour` naming the held-out tasks' alias
@@ -218,28 +202,26 @@ def task_tools() -> dict[str, dict[str, str]]:
 
 
 def with_preference(task: Task, preset: str, tools: dict | None = None, *, wording: int | str = 0,
-                    favoured: str = FAVOURED_ALIAS, filler: tuple[int, int] | None = None) -> Task:
+                    favoured: str = FAVOURED_ALIAS) -> Task:
     """A copy of `task` under preference `preset` (vector + its words on the question's last
-    line: training wording number `wording` or "paraphrase"; `favour` naming `favoured`; `filler`
-    as `preference_words`), optionally with another tool mapping (the unseen catalog)."""
+    line: training wording number `wording` or "paraphrase"; `favour` naming `favoured`),
+    optionally with another tool mapping (the unseen catalog)."""
     question = task.metadata.get("plain_question", task.question)
-    words = preference_words(preset, wording, favoured, filler)
+    words = preference_words(preset, wording, favoured)
     return dataclasses.replace(task, question=f"{question}\n{words}", preference=preference_vector(preset, favoured),
                                tools=tools or task.tools,
                                metadata={**task.metadata, "plain_question": question, "preference_name": preset,
-                                         "favoured": favoured, "wording": wording,
-                                         "filler": list(filler) if filler else None})
+                                         "favoured": favoured, "wording": wording})
 
 
 def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_people: int = 200,
-                seed: int = 0, favour_aliases: list[str] | None = None, line_filler: int = LINE_FILLER) -> dict[str, Path]:
+                seed: int = 0, favour_aliases: list[str] | None = None) -> dict[str, Path]:
     """Write corpus.jsonl (deep), places.jsonl (shallow) and train / eval / warmup .jsonl
     (half lookup, half arithmetic each).
 
     The splits ask about different people and different numbers; `warmup` holds the tasks
     whose demonstrations the starting policy is taught on (never evaluated).  Training tasks
     get a preset drawn from `TRAIN_MIX`; held-out ones `MAIN_PRESET` (evaluations re-set it).
-    Training and warm-up lines carry up to `line_filler` `FILLER` words; held-out ones none.
     """
     out.mkdir(parents=True, exist_ok=True)
     people = build_people(n_people, seed)
@@ -265,8 +247,7 @@ def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_pe
         if name != "eval":      # training words: each task one of its preset's wordings, each favour task its alias
             aliases = _cycle(favour_aliases or FAVOUR_TRAIN_ALIASES, sum(t.metadata["preference_name"] == "favour" for t in split), rng)
             split = [with_preference(t, t.metadata["preference_name"], wording=rng.randrange(len(WORDINGS[p])),
-                                     favoured=next(aliases) if p == "favour" else FAVOURED_ALIAS,
-                                     filler=(rng.getrandbits(32), line_filler) if line_filler else None)
+                                     favoured=next(aliases) if p == "favour" else FAVOURED_ALIAS)
                      for t in split for p in [t.metadata["preference_name"]]]
         rng.shuffle(split)
         rows = [{**asdict(t), "metadata": json.dumps(t.metadata)} for t in split]

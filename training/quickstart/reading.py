@@ -10,8 +10,8 @@ reads *which* alias the line names (training lines name answer-4 alone by defaul
     reading = favour_reading(model_dir, tasks, runtime, budgets=..., topk=...)
     # {"favour": 0.57, "favour_paraphrase": 0.57, "favour_other_alias": 0.57, "cost": 0.13,
     #  "cost_paraphrase": ..., "accuracy": 0.12, "accuracy_paraphrase": ...}
-    separation(reading)   # 0.43: favour's lift over the larger of cost and accuracy (training words
-                          # and validation lines: the smaller)
+    separation(reading)   # 0.44: favour's lift over the larger of cost and accuracy (training words;
+                          # validation=True: the smaller of that and the validation lines' lift)
 
 The quickstart logs it after the warm-up and after GRPO (summary.json `reading`): the warm-up
 either builds this circuit or not, and GRPO amplifies what it finds (docs/quickstart.md); on the
@@ -74,7 +74,7 @@ def favour_reading(model_dir: Path, tasks: list[Task], runtime, *, budgets: Budg
     return out
 
 
-def separation(reading: dict[str, float], validation: bool = True) -> float:
+def separation(reading: dict[str, float], validation: bool = False) -> float:
     """How far the favour line lifts FAVOURED_ALIAS above the other preferences' lines:
     P(favour) - max(P(cost), P(accuracy)) in the training words and, with `validation` where
     `reading` has them, in the validation lines (the smaller of the two lifts): a start that reads

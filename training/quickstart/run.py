@@ -84,8 +84,7 @@ def _paths_overrides(out: Path) -> list[str]:
 
 def prepare_world(out: Path, cfg: TrainConfig, args) -> dict[str, Path]:
     paths = build_world(out / "world", n_train=args.train_tasks, n_eval=args.eval_tasks,
-                        n_warmup=args.warmup_tasks, seed=cfg.run.seed, favour_aliases=args.favour_aliases,
-                        line_filler=args.line_filler)
+                        n_warmup=args.warmup_tasks, seed=cfg.run.seed, favour_aliases=args.favour_aliases)
     quickstart_catalog(out / "world")
     paths["index"] = build_index(paths["corpus"], out / "world" / "index")
     paths["index-shallow"] = build_index(paths["places"], out / "world" / "index-shallow")
@@ -110,7 +109,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     probe = demo_tasks[:16]         # training tasks: the warm-up's own, never held-out ones
-    demo_tasks = demonstrated_tasks(demo_tasks, args.demo_presets, cfg.run.seed, args.favour_aliases, args.line_filler)
+    demo_tasks = demonstrated_tasks(demo_tasks, args.demo_presets, cfg.run.seed, args.favour_aliases)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
                            budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=runtime.qa.retrieval.topk,
                            tool_spread=args.tool_spread, spread_to=args.spread_to)
@@ -217,17 +216,16 @@ def warmup_tasks(world: dict[str, Path], train_tasks: list[Task], args) -> list[
 
 
 def demonstrated_tasks(tasks: list[Task], presets: str, seed: int = 0,
-                       favour_aliases: list[str] | None = None, line_filler: int = 0) -> list[Task]:
+                       favour_aliases: list[str] | None = None) -> list[Task]:
     """The warm-up's tasks: each under its own preset (`own`), or each under every preset in turn
     (`all`), `favour` once per alias training lines name (`FAVOUR_TRAIN_ALIASES`): prompts that differ only in the
-    preference line (its wording drawn among the training wordings, with up to `line_filler` filler
-    words), so that the policy can only fit their different alias targets by reading it."""
+    preference line (its wording drawn among the training wordings), so that the policy can only
+    fit their different alias targets by reading it."""
     if presets == "own":
         return list(tasks)
     if presets == "all":
         rng = random.Random(seed)
-        return [with_preference(t, preset, wording=rng.randrange(len(WORDINGS[preset])), favoured=alias,
-                                filler=(rng.getrandbits(32), line_filler) if line_filler else None)
+        return [with_preference(t, preset, wording=rng.randrange(len(WORDINGS[preset])), favoured=alias)
                 for t in tasks for preset in PRESETS
                 for alias in ((favour_aliases or FAVOUR_TRAIN_ALIASES) if preset == "favour" else [FAVOURED_ALIAS])]
     raise ValueError(f"--demo-presets {presets!r}: expected 'own' or 'all'")
