@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from types import SimpleNamespace
 
 import pytest
@@ -448,37 +447,6 @@ def test_demonstrated_tasks_under_every_preset_differ_only_in_the_preference_lin
         demonstrated_tasks(tasks, "some")
 
 
-def test_random_lines_say_nothing_but_the_alias_and_alternate_favour_and_accuracy(world):
-    """--random-lines: per task, lines of random words that share no word with any preference
-    statement (training, validation, held-out paraphrase), every other one naming the favoured
-    alias (a favour demonstration) and the rest naming none (accuracy)."""
-    from training.quickstart.env import RANDOM_LINE_WORDS, _statement_words, random_line
-    from training.quickstart.run import demonstrated_tasks
-
-    paths, _ = world
-    tasks = load_tasks([str(paths["warmup"])])[:4]
-    every = demonstrated_tasks(tasks, "all", seed=1)
-    with_random = demonstrated_tasks(tasks, "all", seed=1, random_lines=3)
-    assert with_random[:len(every)] == every                       # the preset lines unchanged
-    extra = with_random[len(every):]
-    assert len(extra) == 3 * len(tasks)
-    statement = _statement_words()
-    assert statement >= {"bill", "inexpensive", "write", "cheap"} and not statement & set(RANDOM_LINE_WORDS)
-    for k, t in enumerate(extra):
-        task, favour = tasks[k // 3], k % 3 != 1
-        plain, line = t.question.rsplit("\n", 1)
-        assert plain == task.metadata["plain_question"] and (t.id, t.answer) == (task.id, task.answer)
-        assert t.metadata["wording"] == "random"
-        assert t.metadata["preference_name"] == ("favour" if favour else "accuracy")
-        assert t.preference == preference_vector(t.metadata["preference_name"], FAVOURED_ALIAS)
-        words = line.removeprefix("Preference: ").rstrip(".").split()
-        assert (FAVOURED_ALIAS in words) == favour and not set(words) & statement
-        assert set(words) - {FAVOURED_ALIAS} <= set(RANDOM_LINE_WORDS) and 3 <= len(words) - favour <= 8
-    assert len({t.question for t in extra}) == len(extra)           # drawn, not repeated
-    rng = random.Random(0)
-    assert random_line(rng, None) != random_line(rng, None)
-
-
 def test_favour_boost_moves_the_answer_alias_target_onto_the_named_alias():
     from transformers import AutoTokenizer
 
@@ -583,7 +551,6 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
     (["--eval-tasks", "0"], "--eval-tasks 0: must be at least 1"),
     (["--favour-boost", "2"], "--favour-boost 2.0: a share"),
     (["--warmup-tries", "0"], "--warmup-tries 0: the number of warm-ups to try, must be >= 1"),
-    (["--random-lines", "-1"], "--random-lines -1: a count of demonstrations per task, must be >= 0"),
     (["--warmup-separation", "1.5"], "--warmup-separation 1.5: a difference of probabilities"),
     (["--retry-favour-boost", "-0.1"], "--retry-favour-boost -0.1: a share"),
     (["--warmup-lr", "0"], "--warmup-lr 0.0: a learning rate, must be > 0"),

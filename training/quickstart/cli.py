@@ -80,10 +80,6 @@ def _warmup_args(parser: argparse.ArgumentParser) -> None:
                         help="warm-up demonstrations of each task under its own preset only, or under every preset "
                              "(the prompted model's choice under each: prompts that differ only in the preference "
                              "line, so the policy learns to read that line rather than the question)")
-    parser.add_argument("--random-lines", type=int, default=0,
-                        help="per warm-up task, this many more demonstrations under a line of random common words, "
-                             "in turn with the favoured alias among them (favour) and without (accuracy): the alias's "
-                             "name alone tells them apart")
     parser.add_argument("--warmup-epochs", type=int, default=None,
                         help="passes over the demonstrated turns (default: POLICY_DEFAULTS, 24 for the tiny policy: 8 "
                              "left the tool decision unlearned in one run; 12, 24 and 32 did not make the start read the "
@@ -175,8 +171,6 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
     for flag in ("favour_boost", "retry_favour_boost"):
         if not 0 <= getattr(args, flag) <= 1:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: a share, must be in [0, 1]")
-    if args.random_lines < 0:
-        parser.error(f"--random-lines {args.random_lines}: a count of demonstrations per task, must be >= 0")
     if args.warmup_lr <= 0:
         parser.error(f"--warmup-lr {args.warmup_lr}: a learning rate, must be > 0")
     for flag in ("eval_tasks", "eval_samples", "eval_concurrency", "train_tasks", "warmup_epochs"):

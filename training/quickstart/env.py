@@ -141,37 +141,6 @@ PARAPHRASES = {
 }
 
 
-
-
-def _statement_words() -> set[str]:
-    """Every word of every line that states a preference (training, validation and held-out)."""
-    lines = [w for ws in WORDINGS.values() for w in ws] + list(VALIDATION_LINES.values()) + list(PARAPHRASES.values())
-    return {w.strip(".,;:'").lower() for line in lines for w in line.format(alias="").split()}
-
-
-def _random_line_words() -> list[str]:
-    """Faker's common English words, less every word a preference statement uses (`_statement_words`),
-    the tools' and the questions' words: words that say nothing about a preference or a task."""
-    from faker.providers.lorem.en_US import Provider
-
-    banned = _statement_words() | {"answer", "tool", "tools", "reply", "cost", "price", "cheap", "expensive",
-                                   "year", "city", "born", "number", "which", "what", "was", "is"}   # + the questions
-    return sorted({w for w in Provider.word_list if w.isalpha() and w not in banned})
-
-
-RANDOM_LINE_WORDS = _random_line_words()
-
-
-def random_line(rng: random.Random, favoured: str | None, n_words: tuple[int, int] = (3, 8)) -> str:
-    """A preference line of `RANDOM_LINE_WORDS` drawn by `rng` (3-8 of them), with `favoured` (an
-    answer alias) at a random place when given: the warm-up's random lines (`--random-lines`), where
-    the alias's name is the only thing that sets a favour line apart."""
-    words = rng.sample(RANDOM_LINE_WORDS, rng.randint(*n_words))
-    if favoured is not None:
-        words.insert(rng.randint(0, len(words)), favoured)
-    return f"{PREFERENCE_PREFIX} {' '.join(words)}."
-
-
 def preference_vector(preset: str, favoured: str = FAVOURED_ALIAS) -> dict[str, float]:
     """The reward's weights for `preset` (`favour`: accuracy + the named answer alias)."""
     return {"accuracy": {"outcome": 1.0}, "cost": {"outcome": 1.0, "cost": 1.0},
@@ -233,13 +202,12 @@ def task_tools() -> dict[str, dict[str, str]]:
 
 
 def with_preference(task: Task, preset: str, tools: dict | None = None, *, wording: int | str = 0,
-                    favoured: str = FAVOURED_ALIAS, line: str | None = None) -> Task:
+                    favoured: str = FAVOURED_ALIAS) -> Task:
     """A copy of `task` under preference `preset` (vector + its words on the question's last
-    line: training wording number `wording` or "paraphrase"; `favour` naming `favoured`; or
-    `line` itself, `wording` then naming where it came from, e.g. "random"), optionally with
-    another tool mapping (the unseen catalog)."""
+    line: training wording number `wording` or "paraphrase"; `favour` naming `favoured`),
+    optionally with another tool mapping (the unseen catalog)."""
     question = task.metadata.get("plain_question", task.question)
-    words = line if line is not None else preference_words(preset, wording, favoured)
+    words = preference_words(preset, wording, favoured)
     return dataclasses.replace(task, question=f"{question}\n{words}", preference=preference_vector(preset, favoured),
                                tools=tools or task.tools,
                                metadata={**task.metadata, "plain_question": question, "preference_name": preset,

@@ -50,7 +50,6 @@ from training.quickstart.env import (
     build_index,
     build_world,
     quickstart_catalog,
-    random_line,
     routed_runtime,
     with_preference,
 )
@@ -110,8 +109,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     probe = demo_tasks[:16]         # training tasks: the warm-up's own, never held-out ones
-    demo_tasks = demonstrated_tasks(demo_tasks, args.demo_presets, cfg.run.seed, args.favour_aliases,
-                                    args.random_lines)
+    demo_tasks = demonstrated_tasks(demo_tasks, args.demo_presets, cfg.run.seed, args.favour_aliases)
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
                            budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=runtime.qa.retrieval.topk,
                            tool_spread=args.tool_spread, spread_to=args.spread_to)
@@ -218,28 +216,19 @@ def warmup_tasks(world: dict[str, Path], train_tasks: list[Task], args) -> list[
 
 
 def demonstrated_tasks(tasks: list[Task], presets: str, seed: int = 0,
-                       favour_aliases: list[str] | None = None, random_lines: int = 0) -> list[Task]:
+                       favour_aliases: list[str] | None = None) -> list[Task]:
     """The warm-up's tasks: each under its own preset (`own`), or each under every preset in turn
     (`all`), `favour` once per alias training lines name (`FAVOUR_TRAIN_ALIASES`): prompts that differ only in the
     preference line (its wording drawn among the training wordings), so that the policy can only
-    fit their different alias targets by reading it.  Then, `random_lines` times per task, the task
-    under a line of random words (`env.random_line`), in turn with the favoured alias among them
-    (`favour`) and without (`accuracy`): where the words say nothing, the alias's name alone tells
-    the favour line from the others."""
-    if presets not in ("own", "all"):
-        raise ValueError(f"--demo-presets {presets!r}: expected 'own' or 'all'")
-    rng = random.Random(seed)
-    out = list(tasks) if presets == "own" else [
-        with_preference(t, preset, wording=rng.randrange(len(WORDINGS[preset])), favoured=alias)
-        for t in tasks for preset in PRESETS
-        for alias in ((favour_aliases or FAVOUR_TRAIN_ALIASES) if preset == "favour" else [FAVOURED_ALIAS])]
-    aliases = favour_aliases or FAVOUR_TRAIN_ALIASES
-    for t in tasks:
-        for k in range(random_lines):
-            alias = aliases[(k // 2) % len(aliases)] if k % 2 == 0 else None
-            out.append(with_preference(t, "favour" if alias else "accuracy", wording="random",
-                                       favoured=alias or FAVOURED_ALIAS, line=random_line(rng, alias)))
-    return out
+    fit their different alias targets by reading it."""
+    if presets == "own":
+        return list(tasks)
+    if presets == "all":
+        rng = random.Random(seed)
+        return [with_preference(t, preset, wording=rng.randrange(len(WORDINGS[preset])), favoured=alias)
+                for t in tasks for preset in PRESETS
+                for alias in ((favour_aliases or FAVOUR_TRAIN_ALIASES) if preset == "favour" else [FAVOURED_ALIAS])]
+    raise ValueError(f"--demo-presets {presets!r}: expected 'own' or 'all'")
 
 
 def evaluate(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judge, temperature: float,
