@@ -135,7 +135,7 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
     """The supervised warm-up, tried again while its start does not tell the favour line from the
     others on the warm-up's own tasks (`reading.separation` below `--warmup-separation`, in the
     training words and, with `--warmup-validation`, in the validation lines, env.VALIDATION_LINES,
-    which the probe reads either way; held-out tasks and paraphrases play no part): the 2-layer
+    which the probe reads either way; held-out tasks and paraphrases play no part): the
     warm-up either forms the circuit that reads the line or settles without it (or reads any
     unfamiliar sentence as `favour`), and GRPO amplifies what it finds
     (docs/quickstart.md).  A retry teaches the favoured alias harder (`--retry-favour-boost`), from
