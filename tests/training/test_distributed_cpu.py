@@ -323,14 +323,15 @@ def test_impossible_combinations_fail_before_anything_starts():
 
 
 ZERO3_SCRIPT = r'''
-import os, sys, torch
+import glob, os, sys, torch
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
 import deepspeed
 from transformers import LlamaConfig, LlamaForCausalLM
 from training.distributed.update import deepspeed_config
 from training.samples import TurnSample, collate_samples
 from training.ppo import response_logprobs
-deepspeed.init_distributed(dist_backend="gloo")
+from training.distributed.train_worker import init_deepspeed
+init_deepspeed("gloo")
 torch.manual_seed(0)
 cfg = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2)
@@ -341,6 +342,8 @@ engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model
                                   config=deepspeed_config(zero_stage=3, grad_clip=1.0, dtype="float32",
                                                           offload_optimizer=False))
 assert hasattr(engine.module.get_output_embeddings().weight, "ds_id"), "not partitioned: not ZeRO-3"
+from deepspeed.comm import comm as ds_comm                      # its CPU inference all-reduce: not built
+assert ds_comm.cdb.shm_comm_op is None and not glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{sys.argv[1]}_*")
 batch = collate_samples([TurnSample(list(range(5, 15)), list(range(20, 28)), [1] * 8, None, 0.5, "t", 0)])
 got = response_logprobs(engine.module, batch, 0.7)
 want = response_logprobs(ref, batch, 0.7)
@@ -357,7 +360,8 @@ print("ZERO3 OK")
 def test_zero3_partitioned_lm_head_gives_the_same_logprobs_and_trains(tmp_path):
     """Under ZeRO-3 every weight is partitioned (empty outside its module's forward): the
     log-prob path must still equal the plain model's and back-propagate, and the weight-sync
-    plan must describe the full weights."""
+    plan must describe the full weights.  (Set up as the trainer ranks are: without DeepSpeed's
+    CPU shared-memory op, train_worker.init_deepspeed.)"""
     script = tmp_path / "zero3.py"
     script.write_text(ZERO3_SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}

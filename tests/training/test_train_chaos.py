@@ -117,6 +117,20 @@ def _resume(tmp_path, train_world, **extra) -> str:
     return output
 
 
+def _resume_here(tmp_path, train_world, capsys) -> str:
+    """`_resume`'s run (the job's `run` on the same settings, `run.resume: auto`) in this process,
+    as `uninterrupted` runs: its output.  The kill left the checkpoints on disk, and a run reads
+    them from there either way; the first test resumes with the job itself (a new process)."""
+    from training.session import run
+
+    policy, tasks = train_world
+    capsys.readouterr()
+    run(load_config(None, overrides(tmp_path, policy, tasks, **{**SETTINGS, "logging.console": "true"})),
+        runtime=fake_runtime())
+    out = capsys.readouterr()
+    return out.out + out.err
+
+
 def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     last = ckpt.list_checkpoints(run_dir / "checkpoints")[-1]
     assert last.name == f"step-{STEPS:08d}"
@@ -201,7 +215,7 @@ def _babysitter_resubmits(tmp_path, checkpoints: Path, caplog) -> str:
 
 @pytest.mark.parametrize("stage", ["files", "manifest"])
 def test_kill_9_during_a_checkpoint_write_leaves_the_previous_one_and_resumes_bit_exact(
-        tmp_path, train_world, uninterrupted, stage, caplog):
+        tmp_path, train_world, uninterrupted, stage, caplog, capsys):
     proc, chaos = _start(tmp_path, train_world, stage=stage, step=2)
     _wait_for(proc, "the step-2 save to pause half written", (chaos / "paused").exists)
     proc.kill()                           # SIGKILL: Slurm's KillWait ran out mid-save
@@ -212,13 +226,13 @@ def test_kill_9_during_a_checkpoint_write_leaves_the_previous_one_and_resumes_bi
     assert [p.name for p in ckpt.list_checkpoints(root)] == ["step-00000001"]   # the half one is no checkpoint
     ckpt.verify_checkpoint(root / "step-00000001")
     assert "resuming from checkpoint step 1" in _babysitter_resubmits(tmp_path, root, caplog)
-    output = _resume(tmp_path, train_world)
+    output = _resume_here(tmp_path, train_world, capsys)
     assert f"removed {root / half[0]}" in output and "(step 1)" in output, output
     _assert_same_weights(uninterrupted[0], _weights(tmp_path / "run"))
     _same_steps_as(uninterrupted, tmp_path / "run")
 
 
-def test_sigterm_during_rollouts_after_a_save_resumes_bit_exact(tmp_path, train_world, uninterrupted):
+def test_sigterm_during_rollouts_after_a_save_resumes_bit_exact(tmp_path, train_world, uninterrupted, capsys):
     """Pre-empted in step 3's rollouts, right after step 2's periodic save: the step-2 checkpoint
     already holds what a save would write, and the resumed run equals the uninterrupted one."""
     proc, _ = _start(tmp_path, train_world, expert_delay=0.3)
@@ -227,7 +241,7 @@ def test_sigterm_during_rollouts_after_a_save_resumes_bit_exact(tmp_path, train_
     os.kill(proc.pid, signal.SIGTERM)
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == ckpt.PREEMPTED_EXIT_CODE, output
-    output = _resume(tmp_path, train_world)
+    output = _resume_here(tmp_path, train_world, capsys)
     assert "(step 2)" in output, output
     _assert_same_weights(uninterrupted[0], _weights(tmp_path / "run"))
     _same_steps_as(uninterrupted, tmp_path / "run")

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -83,18 +84,33 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _train_subprocess(tmp_path, train_world, registry: Path, *extra) -> subprocess.CompletedProcess:
     """`python -m training.train` on the tiny world (tests/_train_world.py) with `registry` as the models."""
+    env = {**os.environ, "TOOLORCHESTRA_MODELS": str(registry)}
+    return subprocess.run([sys.executable, "-m", "training.train", *_cli_args(tmp_path, train_world, *extra)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _train_cli(tmp_path, train_world, registry: Path, monkeypatch, capsys, *extra) -> SimpleNamespace:
+    """The same command line as `_train_subprocess`, through `training.train.main` in this process
+    (the subprocess's ~5 s of imports saved; the test above runs the real command): its exit code
+    and stderr, as a CompletedProcess has them."""
+    from training.train import main
+
+    monkeypatch.setenv("TOOLORCHESTRA_MODELS", str(registry))
+    capsys.readouterr()
+    code = main(_cli_args(tmp_path, train_world, *extra))
+    return SimpleNamespace(returncode=code, stderr=capsys.readouterr().err)
+
+
+def _cli_args(tmp_path, train_world, *extra) -> list[str]:
     from _train_world import overrides
 
     policy, tasks = train_world
     config = tmp_path / "c.yaml"
     config.write_text("{}\n")
-    env = {**os.environ, "TOOLORCHESTRA_MODELS": str(registry)}
-    return subprocess.run([sys.executable, "-m", "training.train", "--config", str(config),
-                           *overrides(tmp_path, policy, tasks), "tools.profile=paper", *extra],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return ["--config", str(config), *overrides(tmp_path, policy, tasks), "tools.profile=paper", *extra]
 
 
-def _one_error_line(proc: subprocess.CompletedProcess) -> str:
+def _one_error_line(proc: subprocess.CompletedProcess | SimpleNamespace) -> str:
     """The run's error: the last line of stderr, one line, no traceback anywhere."""
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1 and lines and lines[-1].startswith("error: "), (proc.returncode, proc.stderr[-3000:])
@@ -125,14 +141,14 @@ def test_experts_answering_500_html_or_nothing_fail_the_start_up_check_in_one_li
     assert _nothing_trained(tmp_path)
 
 
-def test_expert_calls_failing_in_a_row_stop_the_run_naming_the_endpoint(tmp_path, train_world):
+def test_expert_calls_failing_in_a_row_stop_the_run_naming_the_endpoint(tmp_path, train_world, monkeypatch, capsys):
     """Healthy at start-up (the first 3 requests, one per expert, are answered), then every call
     answers 500: the 3rd failure in a row (tools.max_consecutive_failures=3) stops step 1, exit 1."""
     with FakeServer(["ok", "ok", "ok", "500"]) as srv:
         registry = write_registry(tmp_path / "models.yaml", {n: {"backend": "vllm", "base_url": srv.url,
                                                                      "price_model": "Qwen3-32B", "max_retries": 0}
                                                                  for n in NAMES})
-        proc = _train_subprocess(tmp_path, train_world, registry, "tools.max_consecutive_failures=3")
+        proc = _train_cli(tmp_path, train_world, registry, monkeypatch, capsys, "tools.max_consecutive_failures=3")
     line = _one_error_line(proc)
     assert line.startswith("error: step 1: 3 expert calls in a row failed, stopping"), line
     assert f"at {srv.url}: LLMCallError: after 1 attempt(s): HTTP 500: internal error" in line, line
@@ -167,7 +183,7 @@ def test_the_settings_are_validated(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["empty train file", "misspelt profile"])
-def test_bad_inputs_are_one_line_before_anything_is_written(tmp_path, train_world, case):
+def test_bad_inputs_are_one_line_before_anything_is_written(tmp_path, train_world, case, monkeypatch, capsys):
     """An empty data.train_files JSONL was a 26-line traceback from `datasets`; a misspelt
     tools.profile failed after the run folder was made.  Both are one line now, naming the file or
     the key (with the closest profile name), exit 1, and the run folder is not created."""
@@ -176,10 +192,10 @@ def test_bad_inputs_are_one_line_before_anything_is_written(tmp_path, train_worl
     if case == "empty train file":
         empty = tmp_path / "empty.jsonl"
         empty.write_text("\n")
-        proc = _train_subprocess(tmp_path, train_world, registry, f"data.train_files=[{empty}]")
+        proc = _train_cli(tmp_path, train_world, registry, monkeypatch, capsys, f"data.train_files=[{empty}]")
         expected = f"error: data.train_files: {empty} holds no task records (empty); write one JSON object per line"
     else:
-        proc = _train_subprocess(tmp_path, train_world, registry, "tools.profile=papr")
+        proc = _train_cli(tmp_path, train_world, registry, monkeypatch, capsys, "tools.profile=papr")
         expected = "error: tools.profile: profile "
     line = _one_error_line(proc)
     assert line.startswith(expected), line

@@ -7,6 +7,7 @@ ranks at once unless it says "rank 0".  Devices: a rank sees the one GPU Ray gav
 """
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import time
@@ -22,6 +23,19 @@ from training.logprobs import set_layer_compile
 from training.losses import PPOClipLoss
 from training.policy_setup import make_scheduler
 from training.ppo import check_logprob_path
+
+
+def init_deepspeed(backend: str) -> None:
+    """`deepspeed.init_distributed` without DeepSpeed's shared-memory all-reduce op.  On CPU its
+    torch backend builds that op (a C++ JIT compile: ~50 s of CPU the first time on a machine or
+    venv) and maps a 67 MB /dev/shm buffer it never unlinks, for `inference_all_reduce`
+    (tensor-parallel inference), which training never calls: every collective here goes through
+    torch.distributed.  (DeepSpeed has no setting for it; on GPU no such op is built.)"""
+    import deepspeed  # lazy: optional (distributed extra)
+
+    # by module name: the attribute `deepspeed.comm.torch` is the torch package (comm's star import)
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
 
 
 class TrainWorker:
@@ -55,7 +69,7 @@ class TrainWorker:
 
         os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0", LOCAL_SIZE="1",
                           MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
-        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+        init_deepspeed(backend)
         torch.manual_seed(seed)
         torch_dtype = getattr(torch, dtype)
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).eval()
