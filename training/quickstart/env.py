@@ -158,7 +158,7 @@ def preference_words(preset: str, wording: int | str = 0, favoured: str = FAVOUR
 PRESETS = {name: (preference_vector(name), preference_words(name)) for name in WORDINGS}
 TRAIN_MIX = {"cost": 0.4, "favour": 0.4, "accuracy": 0.2}       # share of training tasks per preset
 # the aliases training favour lines name, in turn (`--favour-aliases`): the held-out one alone.  Naming
-# answer-1 and answer-4 in turn asked the 2-layer policy of that time to copy the alias the line names, a circuit its
+# answer-1 and answer-4 in turn asks the 2-layer policy to copy the alias the line names, a circuit its
 # warm-up formed in 3 of 14 runs (seeds x kernel paths x two CPUs, docs/quickstart.md); a fixed alias
 # asks it to notice that the line names one, which it learned on every run tried
 FAVOUR_TRAIN_ALIASES = [FAVOURED_ALIAS]
