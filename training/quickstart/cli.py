@@ -127,9 +127,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="where the policy runs: warm-up, evaluations, GRPO (run.device)")
     parser.add_argument("--hidden", type=int, default=128, help="tiny policy width")
     parser.add_argument("--layers", type=int, default=2,
-                        help="tiny policy depth (every layer but the last is local; 3 made the warm-up read the "
-                             "unseen paraphrases on 4 of 5 seeds instead of 2, yet held 16 of 20 checks against "
-                             "2 layers' 17: docs/history.md, round 6)")
+                        help="tiny policy depth (every layer but the last is local; 3 measured, not better: "
+                             "docs/history.md, round 6)")
     parser.add_argument("--local-window", type=int, default=64,
                         help="tiny policy: every layer but the last attends to this many previous tokens only "
                              "(0: all layers see the whole prompt)")
