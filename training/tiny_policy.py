@@ -45,7 +45,7 @@ def tiny_tokenizer(texts: list[str], vocab_size: int = 400):
 
 def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4,
                       intermediate: int | None = None, max_positions: int = 4096, seed: int = 0,
-                      local_window: int | None = None) -> Path:
+                      local_window: int | None = None, embeddings: torch.Tensor | None = None) -> Path:
     """Save a randomly initialised Llama-style causal LM (+ `tokenizer`) to `out_dir`.
 
     `local_window`: every layer but the last attends only to the previous `local_window`
@@ -73,8 +73,39 @@ def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layer
         config = LlamaConfig(**common)
     torch.manual_seed(seed)
     model = (Qwen2ForCausalLM if local_window else LlamaForCausalLM)(config)
+    if embeddings is not None:
+        if tuple(embeddings.shape) != (len(tokenizer), hidden):
+            raise ValueError(f"embeddings of shape {tuple(embeddings.shape)}: expected ({len(tokenizer)}, {hidden}), "
+                             "one row per token of the tokenizer, hidden wide")
+        with torch.no_grad():
+            model.get_input_embeddings().weight.copy_(embeddings)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
     return out_dir
+
+
+def projected_embeddings(model_dir: str | Path, hidden: int, std: float = 0.02) -> torch.Tensor:
+    """A pretrained model's input embedding table, projected onto its `hidden` principal directions
+    and scaled to a random init's per-entry `std`: a tiny policy that starts knowing which words are
+    alike (the tokenizer must be the pretrained model's).  Each direction's sign is fixed (its
+    largest-magnitude loading positive), so the result does not depend on the SVD routine's signs."""
+    from safetensors import safe_open  # lazy: only for this init
+
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    table = None
+    for f in files:
+        with safe_open(f, framework="pt") as st:
+            name = next((k for k in st.keys() if k.endswith("embed_tokens.weight")), None)
+            if name:
+                table = st.get_tensor(name).float()
+                break
+    if table is None:
+        raise ValueError(f"{model_dir}: no embed_tokens.weight in its *.safetensors; pass a transformers model folder")
+    centred = table - table.mean(0)
+    _, _, vh = torch.linalg.svd(centred.double(), full_matrices=False)
+    basis = vh[:hidden].T                                     # (d, hidden)
+    basis = basis * torch.sign(basis.gather(0, basis.abs().argmax(0, keepdim=True)))
+    out = (centred.double() @ basis).float()
+    return out * (std / out.std())

@@ -40,3 +40,46 @@ def test_a_window_on_a_one_layer_policy_is_refused_not_ignored(tmp_path):
     with pytest.raises(ValueError, match="local_window=8 needs layers >= 2"):
         build_tiny_policy(tmp_path / "p", tok, hidden=32, layers=1, local_window=8)
     assert not (tmp_path / "p").exists()
+
+
+def _table_folder(tmp_path, table):
+    from safetensors.torch import save_file
+
+    save_file({"model.embed_tokens.weight": table}, tmp_path / "model.safetensors")
+    return tmp_path
+
+
+def test_projected_embeddings_keep_the_tables_main_directions_with_fixed_signs(tmp_path):
+    from training.tiny_policy import projected_embeddings
+
+    # 4 tokens in 3 dims, mean (1, 0, 0); centred rows (±2, 0, 0) and (0, ±1, 0): the first principal
+    # direction is x (variance 8 against 2), the second y, z carries nothing
+    table = torch.tensor([[3.0, 0, 0], [-1, 0, 0], [1, 1, 0], [1, -1, 0]])
+    out = projected_embeddings(_table_folder(tmp_path, table), hidden=2, std=1.0)
+    raw = torch.tensor([[2.0, 0], [-2, 0], [0, 1], [0, -1]])          # coordinates, largest loading positive
+    assert torch.allclose(out, raw / raw.std(), atol=1e-6)
+    assert out.std().item() == pytest.approx(1.0)
+
+
+def test_projected_embeddings_refuse_a_folder_without_an_embedding_table(tmp_path):
+    from safetensors.torch import save_file
+
+    from training.tiny_policy import projected_embeddings
+
+    save_file({"lm_head.weight": torch.zeros(4, 3)}, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match="no embed_tokens.weight"):
+        projected_embeddings(tmp_path, hidden=2)
+
+
+def test_given_embeddings_start_the_policy_and_its_tied_output_head(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    tok = tiny_tokenizer(["alpha beta gamma"], vocab_size=60)
+    table = torch.randn(len(tok), 32, generator=torch.Generator().manual_seed(1)) * 0.02
+    folder = build_tiny_policy(tmp_path / "p", tok, hidden=32, layers=2, local_window=4, embeddings=table)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert torch.equal(model.get_input_embeddings().weight, table)
+    assert torch.equal(model.get_output_embeddings().weight, table)
+    with pytest.raises(ValueError, match=r"expected \(\d+, 16\)"):
+        build_tiny_policy(tmp_path / "q", tok, hidden=16, layers=2, embeddings=table)
+    assert not (tmp_path / "q").exists()

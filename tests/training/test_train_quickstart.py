@@ -708,7 +708,7 @@ def test_a_cpu_run_hides_the_gpus_and_a_cuda_run_keeps_them():
     assert env == {"CUDA_VISIBLE_DEVICES": ""}
 
 
-def _warm_up(out, demos, *, seed: int, warmup_validation: bool):
+def _warm_up(out, demos, *, seed: int, warmup_validation: bool, embeddings: str = "random"):
     """run.warm_up with three tries (boost 0.5, then 0.8) over `demos`, on stand-in config and runtime."""
     from training.quickstart import run
 
@@ -717,7 +717,7 @@ def _warm_up(out, demos, *, seed: int, warmup_validation: bool):
     args = SimpleNamespace(policy="tiny", warmup_tries=3, favour_boost=0.5, retry_favour_boost=0.8, hidden=8, layers=1,
                            local_window=0, warmup_epochs=1, warmup_lr=1e-3, warmup_batch=2, alias_weight=1.0,
                            favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3,
-                           warmup_validation=warmup_validation)
+                           warmup_validation=warmup_validation, embeddings=embeddings)
     return run.warm_up(out, cfg, runtime, demos, [], None, args)
 
 
@@ -729,8 +729,10 @@ def test_each_warm_up_try_is_taught_the_demonstrations_boosted_by_its_own_favour
     import training.tiny_policy as tiny_policy
     from training.quickstart import run
 
-    taught, inits = [], []
-    monkeypatch.setattr(tiny_policy, "build_tiny_policy", lambda out, tok, seed, **kw: inits.append(seed) or out)
+    taught, inits, tables = [], [], []
+    monkeypatch.setattr(tiny_policy, "projected_embeddings", lambda folder, hidden: ("table", hidden))
+    monkeypatch.setattr(tiny_policy, "build_tiny_policy",
+                        lambda out, tok, seed, embeddings, **kw: inits.append(seed) or tables.append(embeddings) or out)
     monkeypatch.setattr(warmup, "with_favoured_boost", lambda demos, tok, boost: [(boost, d) for d in demos])
     def supervised_warmup(init, out, demos, **kw):
         taught.append(demos)
@@ -745,7 +747,8 @@ def test_each_warm_up_try_is_taught_the_demonstrations_boosted_by_its_own_favour
     monkeypatch.setattr(reading, "favour_reading", lambda *a, **k: next(readings))
     monkeypatch.setattr(run, "taught_distribution", lambda demos, tok: {"demos": demos})
     demos = ["d1", "d2"]
-    warm, result = _warm_up(tmp_path, demos, seed=7, warmup_validation=False)
+    warm, result = _warm_up(tmp_path, demos, seed=7, warmup_validation=False, embeddings="smollm2")
+    assert tables == [("table", 8)] * 3             # SmolLM2's table, projected once, starts every try
     assert taught == [[(0.5, "d1"), (0.5, "d2")], [(0.8, "d1"), (0.8, "d2")], [(0.8, "d1"), (0.8, "d2")]]
     assert inits == [7, 7, 7 + run.RETRY_SEED_STEP]
     assert [t["favour_boost"] for t in result["tries"]] == [0.5, 0.8, 0.8]

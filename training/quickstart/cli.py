@@ -132,6 +132,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--local-window", type=int, default=64,
                         help="tiny policy: every layer but the last attends to this many previous tokens only "
                              "(0: all layers see the whole prompt)")
+    parser.add_argument("--embeddings", choices=["random", "smollm2"], default="random",
+                        help="tiny policy: its token embeddings start random, or as SmolLM2's projected onto their "
+                             "--hidden principal directions (words alike start alike)")
     _warmup_args(parser)
     parser.add_argument("--favour-aliases", type=lambda t: t.split(","), default=list(FAVOUR_TRAIN_ALIASES),
                         help="the answer aliases training favour lines name, in turn (comma-separated; must "

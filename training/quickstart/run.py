@@ -144,16 +144,18 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
     from orchestrator.embedded import smollm2_path
     from training.quickstart.reading import favour_reading, separation
     from training.quickstart.warmup import supervised_warmup, with_favoured_boost
-    from training.tiny_policy import build_tiny_policy
+    from training.tiny_policy import build_tiny_policy, projected_embeddings
 
     tries, warm = [], out / "policy-warm"
+    embeddings = projected_embeddings(smollm2_path(), args.hidden) if args.embeddings == "smollm2" else None
     for k, (offset, boost) in enumerate(warmup_tries(args), start=1):
         seed = cfg.run.seed + offset
         if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
             init = smollm2_path()
         else:
             init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
-                                     heads=4, seed=seed, local_window=args.local_window or None)
+                                     heads=4, seed=seed, local_window=args.local_window or None,
+                                     embeddings=embeddings)
         boosted = with_favoured_boost(demos, tokenizer, boost)
         model = supervised_warmup(init, out / f"policy-warm-try{k}", boosted, epochs=args.warmup_epochs,
                                   lr=args.warmup_lr, batch_size=args.warmup_batch, seed=seed,
