@@ -97,7 +97,8 @@ def projected_embeddings(model_dir: str | Path, hidden: int, std: float = 0.02) 
     table = None
     for f in files:
         with safe_open(f, framework="pt") as st:
-            name = next((k for k in st.keys() if k.endswith("embed_tokens.weight")), None)
+            # safe_open is no dict: keys() is its listing
+            name = next((k for k in st.keys() if k.endswith("embed_tokens.weight")), None)  # noqa: SIM118
             if name:
                 table = st.get_tensor(name).float()
                 break

@@ -96,6 +96,26 @@ def _warmup_args(parser: argparse.ArgumentParser) -> None:
                              "left the start unable to read the line in one of two kernel paths of seed 0)")
 
 
+def _policy_args(parser: argparse.ArgumentParser) -> None:
+    """The policy's flags: which model, where it runs, the tiny one's shape and start."""
+    parser.add_argument("--policy", choices=["tiny", "smollm2"], default="tiny",
+                        help="the policy trained: a tiny random Llama (the CPU quickstart) or the shipped "
+                             "SmolLM2-135M-Instruct, pretrained (`make example-pretrained`; a GPU: --device cuda)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the policy runs: warm-up, evaluations, GRPO (run.device)")
+    parser.add_argument("--hidden", type=int, default=128, help="tiny policy width")
+    parser.add_argument("--layers", type=int, default=2,
+                        help="tiny policy depth (every layer but the last is local; 3 measured, not better: "
+                             "docs/history.md, round 6)")
+    parser.add_argument("--local-window", type=int, default=64,
+                        help="tiny policy: every layer but the last attends to this many previous tokens only "
+                             "(0: all layers see the whole prompt)")
+    parser.add_argument("--embeddings", choices=["random", "smollm2"], default="random",
+                        help="tiny policy: its token embeddings start random, or as SmolLM2's projected onto their "
+                             "--hidden principal directions (words alike start alike; measured, not better: "
+                             "docs/history.md, round 7)")
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = _OneLineErrors(prog="python -m training.quickstart", description=DESCRIPTION)
     parser.add_argument("--out", type=Path, default=Path("runs/quickstart"))
@@ -120,21 +140,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--favour-boost", type=float, default=0.5,
                         help="warm-up: share of each favour answer turn's alias target moved onto the alias its "
                              "line names (0: the prompted model's choice alone)")
-    parser.add_argument("--policy", choices=["tiny", "smollm2"], default="tiny",
-                        help="the policy trained: a tiny random Llama (the CPU quickstart) or the shipped "
-                             "SmolLM2-135M-Instruct, pretrained (`make example-pretrained`; a GPU: --device cuda)")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                        help="where the policy runs: warm-up, evaluations, GRPO (run.device)")
-    parser.add_argument("--hidden", type=int, default=128, help="tiny policy width")
-    parser.add_argument("--layers", type=int, default=2,
-                        help="tiny policy depth (every layer but the last is local; 3 measured, not better: "
-                             "docs/history.md, round 6)")
-    parser.add_argument("--local-window", type=int, default=64,
-                        help="tiny policy: every layer but the last attends to this many previous tokens only "
-                             "(0: all layers see the whole prompt)")
-    parser.add_argument("--embeddings", choices=["random", "smollm2"], default="random",
-                        help="tiny policy: its token embeddings start random, or as SmolLM2's projected onto their "
-                             "--hidden principal directions (words alike start alike)")
+    _policy_args(parser)
     _warmup_args(parser)
     parser.add_argument("--favour-aliases", type=lambda t: t.split(","), default=list(FAVOUR_TRAIN_ALIASES),
                         help="the answer aliases training favour lines name, in turn (comma-separated; must "
