@@ -72,8 +72,6 @@ class ModelConfig:
     price_model: str | None = None      # the orchestrator's own tokens are priced as this model (None:
                                         # tools.json's orchestrator_price_model)
     gradient_checkpointing: bool = False
-    freeze_embeddings: bool = False     # the token embedding table (and an output head tied to it) stays as
-                                        # loaded; only the layers learn
     compile_update: bool = True         # CUDA: the training passes' decoder layers through torch.compile
                                         # (training/logprobs.py); false: eager (off anyway with checkpointing)
 

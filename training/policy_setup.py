@@ -30,9 +30,7 @@ def make_optimizer(model, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW over the policy's parameters (float32 for model.dtype bfloat16, see
     training/precision.py); the fused CUDA kernel on a GPU (one launch, not one per tensor)."""
     o = cfg.optim
-    if cfg.model.freeze_embeddings:
-        model.get_input_embeddings().requires_grad_(False)
-    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=o.lr, betas=tuple(o.betas), eps=o.eps,
+    return torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
                              weight_decay=o.weight_decay, fused=torch.device(cfg.run.device).type == "cuda")
 
 

@@ -45,8 +45,7 @@ def tiny_tokenizer(texts: list[str], vocab_size: int = 400):
 
 def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4,
                       intermediate: int | None = None, max_positions: int = 4096, seed: int = 0,
-                      local_window: int | None = None, embeddings: torch.Tensor | None = None,
-                      tied: bool = True) -> Path:
+                      local_window: int | None = None, embeddings: torch.Tensor | None = None) -> Path:
     """Save a randomly initialised Llama-style causal LM (+ `tokenizer`) to `out_dir`.
 
     `local_window`: every layer but the last attends only to the previous `local_window`
@@ -65,7 +64,7 @@ def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layer
     common = dict(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=heads,
                   intermediate_size=intermediate or 4 * hidden, max_position_embeddings=max_positions,
-                  tie_word_embeddings=tied, eos_token_id=tokenizer.eos_token_id,
+                  tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
                   pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     if local_window:
         config = Qwen2Config(**common, use_sliding_window=True, sliding_window=local_window,
@@ -80,8 +79,6 @@ def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layer
                              "one row per token of the tokenizer, hidden wide")
         with torch.no_grad():
             model.get_input_embeddings().weight.copy_(embeddings)
-            if not tied:                    # an output head of its own starts as the same table
-                model.get_output_embeddings().weight.copy_(embeddings)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(out_dir, safe_serialization=True)

@@ -114,10 +114,6 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
                         help="tiny policy: its token embeddings start random, or as SmolLM2's projected onto their "
                              "--hidden principal directions (words alike start alike; measured, not better: "
                              "docs/history.md, round 7)")
-    parser.add_argument("--freeze-embeddings", action="store_true",
-                        help="the input token embeddings stay as they start, in the warm-up and in GRPO "
-                             "(model.freeze_embeddings); the tiny policy then gets an output head of its own, "
-                             "trained, starting as the same table")
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:

@@ -155,13 +155,12 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
         else:
             init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
                                      heads=4, seed=seed, local_window=args.local_window or None,
-                                     embeddings=embeddings, tied=not args.freeze_embeddings)
+                                     embeddings=embeddings)
         boosted = with_favoured_boost(demos, tokenizer, boost)
         model = supervised_warmup(init, out / f"policy-warm-try{k}", boosted, epochs=args.warmup_epochs,
                                   lr=args.warmup_lr, batch_size=args.warmup_batch, seed=seed,
                                   alias_weight=args.alias_weight, favour_weight=args.favour_weight,
-                                  device=cfg.run.device, freeze_embeddings=args.freeze_embeddings,
-                                  log=console.print)
+                                  device=cfg.run.device, log=console.print)
         reading = favour_reading(model, probe, runtime, topk=runtime.qa.retrieval.topk,
                                  budgets=Budgets(context_tokens=cfg.rollout.context_tokens), device=cfg.run.device,
                                  lines=PROBE_LINES)
@@ -468,8 +467,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
     from training.rollouts import MemoizedLLM
 
     started, stages = time.monotonic(), {}
-    cfg = load_config(CONFIG, _paths_overrides(out) + [f"run.seed={seed}", f"run.device={args.device}",
-                                                       f"model.freeze_embeddings={str(args.freeze_embeddings).lower()}"]
+    cfg = load_config(CONFIG, _paths_overrides(out) + [f"run.seed={seed}", f"run.device={args.device}"]
                       + list(args.overrides))
     shutil.rmtree(out / "train", ignore_errors=True)   # a demo: every run starts from scratch
     if cfg.run.threads:            # the evaluations and warm-up run with the trainer's setting too

@@ -317,7 +317,7 @@ def decision_loss(model, demos: list[Demonstration], pad_id: int, share_prefix: 
 
 def supervised_warmup(model_dir: Path, out_dir: Path, demos: list[Demonstration], *, epochs: int, lr: float,
                       batch_size: int, seed: int, alias_weight: float = 1.0, favour_weight: float | None = None,
-                      device: str = "cpu", freeze_embeddings: bool = False, log=print) -> Path:
+                      device: str = "cpu", log=print) -> Path:
     """AdamW on `decision_loss` (alias decisions weighted `alias_weight`, a favour turn's answer
     alias `favour_weight`), lr decaying linearly to 0; saves the policy to `out_dir`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -326,9 +326,7 @@ def supervised_warmup(model_dir: Path, out_dir: Path, demos: list[Demonstration]
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval().to(device)   # eval: no dropout
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     total = epochs * -(-len(demos) // batch_size)
-    if freeze_embeddings:
-        model.get_input_embeddings().requires_grad_(False)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / total)
     rng = random.Random(seed)
     started = time.monotonic()
