@@ -7,7 +7,7 @@ import pytest
 
 from LLM_CALL import LLMCallError, LLMResponse, ToolCall, Usage, get_llm_response
 from orchestrator.catalog import DEFAULT_CATALOG, parse_catalog
-from test_gateway_fakes import FakeServer, write_registry
+from _gateway_fakes import FakeServer, write_registry
 
 MSG = [{"role": "user", "content": "hi"}]
 

@@ -152,7 +152,7 @@ def test_training_start_removes_a_killed_saves_temp_folder(tmp_path, train_world
 def _gateway_errors(tmp_path, monkeypatch) -> dict[str, str]:
     """The gateway's own words for each failure, from real local servers (not hand-written)."""
     sys.path.insert(0, str(REPO / "tests" / "orchestrator" / "gateway"))
-    from test_gateway_fakes import FakeServer, dead_url, write_registry
+    from _gateway_fakes import FakeServer, dead_url, write_registry
 
     from LLM_CALL import get_llm_response
 

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "orchestrator" / "gateway"))
-from test_gateway_fakes import FakeServer, dead_url, write_registry  # noqa: E402
+from _gateway_fakes import FakeServer, dead_url, write_registry  # noqa: E402
 
 KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_OPENAI_API_KEY")
 

@@ -10,7 +10,7 @@ import pytest
 from LLM_CALL import LLMCallError, ToolCall, Usage, get_llm_response
 from orchestrator.gateway.backends.anthropic_backend import convert_messages
 from orchestrator.toolcall import allowed_call_strings
-from test_gateway_fakes import FakeServer, write_registry
+from _gateway_fakes import FakeServer, write_registry
 
 SECRET = "sk-ant-test-SECRET-abcdef0123456789"
 

@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from test_gateway_fakes import write_registry
+from _gateway_fakes import write_registry
 
 from LLM_CALL import LLMCallError, get_llm_response
 from orchestrator.engines.interface import Generation

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_gateway_fakes import FakeServer, elapsed, write_registry
+from _gateway_fakes import FakeServer, elapsed, write_registry
 
 import orchestrator.gateway.backends.openai_compat  # noqa: F401  (imported before timing: SDK import is slow)
 from LLM_CALL import LLMCallError, get_llm_response

@@ -8,7 +8,7 @@ import tracemalloc
 import httpx2
 import pytest
 from provider_emulator import SHAPE_FAULTS, ProviderEmulator
-from test_gateway_fakes import FakeServer, elapsed, write_registry
+from _gateway_fakes import FakeServer, elapsed, write_registry
 
 from LLM_CALL import LLMCallError, get_llm_response
 from orchestrator.gateway.endpoints import register_endpoint

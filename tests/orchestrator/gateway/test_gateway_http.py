@@ -8,7 +8,7 @@ import pytest
 
 from LLM_CALL import LLMCallError, ProviderRejected, get_llm_response
 from orchestrator.gateway.endpoints import register_endpoint
-from test_gateway_fakes import FakeServer, dead_url, elapsed, write_registry
+from _gateway_fakes import FakeServer, dead_url, elapsed, write_registry
 
 MSG = [{"role": "user", "content": "hi"}]
 SECRET = "sk-test-SECRETVALUE-0123456789abcdef"

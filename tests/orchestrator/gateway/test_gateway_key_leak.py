@@ -44,7 +44,7 @@ def test_a_key_echoed_by_the_provider_is_in_no_file_log_or_stream_of_the_run(tmp
 
 
 def test_reply_text_and_tool_arguments_echoing_the_key_are_masked(tmp_path, monkeypatch):
-    from test_gateway_fakes import FakeServer, write_registry
+    from _gateway_fakes import FakeServer, write_registry
 
     from LLM_CALL import get_llm_response
     from orchestrator.redaction import MASK

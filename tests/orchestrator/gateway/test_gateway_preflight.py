@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_gateway_fakes import FakeServer, dead_url, write_registry
+from _gateway_fakes import FakeServer, dead_url, write_registry
 
 from orchestrator.gateway.endpoints import register_endpoint
 from orchestrator.gateway.preflight import PreflightError, check_models
