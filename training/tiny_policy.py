@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
 # ChatML, the format SmolLM2 and Qwen use; tool schemas go into the system message
 # (orchestrator.chat_template.render_prompt does that for templates that ignore `tools`).
@@ -53,7 +54,9 @@ def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layer
     which is Llama's with q/k/v biases), the last layer to the whole context.  A random policy's
     attention starts near uniform, so over the quickstart's ~660-token prompt the ~30 tokens that
     end it (the problem, the preference line) get ~30/660 of a full layer's attention and ~30/64
-    of a 64-token local layer's (arithmetic on uniform weights, not a measurement)."""
+    of a 64-token local layer's (arithmetic on uniform weights, not a measurement).
+    `embeddings`: the token table to start from instead of a random one (`projected_embeddings`),
+    one row per token of `tokenizer`, `hidden` wide; an output head tied to it starts the same."""
     # lazy: heavy (seconds to import)
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
@@ -91,8 +94,6 @@ def projected_embeddings(model_dir: str | Path, hidden: int, std: float = 0.02) 
     and scaled to a random init's per-entry `std`: a tiny policy that starts knowing which words are
     alike (the tokenizer must be the pretrained model's).  Each direction's sign is fixed (its
     largest-magnitude loading positive), so the result does not depend on the SVD routine's signs."""
-    from safetensors import safe_open  # lazy: only for this init
-
     files = sorted(Path(model_dir).glob("*.safetensors"))
     table = None
     for f in files:
