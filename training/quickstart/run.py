@@ -404,7 +404,9 @@ def plot(metrics_file: Path, initial: dict, final: dict, out: Path) -> Path:
     rows = read_metrics(metrics_file)
     steps = [r["step"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    panels = [("reward/mean", "reward (train rollouts)", None),
+    # the paper's reward is min-max normalised within each group: a group whose rollouts are all right
+    # gets no outcome term, so the mean reward falls as training accuracy rises
+    panels = [("reward/mean", "reward (train rollouts)\nmin-max per group: all right = no outcome term", None),
               ("rollout/accuracy", "accuracy", "accuracy"),
               ("rollout/cost", "cost per rollout ($)", "cost_per_task")]
     for ax, (key, title, eval_key) in zip(axes, panels):
