@@ -61,6 +61,23 @@ def test_projected_embeddings_keep_the_tables_main_directions_with_fixed_signs(t
     assert out.std().item() == pytest.approx(1.0)
 
 
+def test_projected_embeddings_do_not_depend_on_the_svd_routines_signs(tmp_path, monkeypatch):
+    from training.tiny_policy import projected_embeddings
+
+    table = torch.randn(50, 6, generator=torch.Generator().manual_seed(2))
+    folder = _table_folder(tmp_path, table)
+    plain = projected_embeddings(folder, hidden=3)
+    svd = torch.linalg.svd
+
+    def flipped(a, **kw):                     # another LAPACK may return any direction negated
+        u, s, vh = svd(a, **kw)
+        signs = torch.tensor([-1.0, 1.0, -1.0, 1.0, -1.0, 1.0], dtype=vh.dtype)[:, None]
+        return u * signs.T, s, vh * signs
+
+    monkeypatch.setattr(torch.linalg, "svd", flipped)
+    assert torch.allclose(projected_embeddings(folder, hidden=3), plain, atol=1e-6)
+
+
 def test_projected_embeddings_refuse_a_folder_without_an_embedding_table(tmp_path):
     from safetensors.torch import save_file
 

@@ -173,6 +173,9 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
     if unknown or FAVOURED_ALIAS not in args.favour_aliases:
         parser.error(f"--favour-aliases {','.join(args.favour_aliases)}: each one of {', '.join(ANSWER_ALIASES)}, "
                      f"and {FAVOURED_ALIAS} among them")
+    if args.embeddings != "random" and args.policy != "tiny":
+        parser.error(f"--embeddings {args.embeddings}: starts the tiny policy's table; --policy {args.policy} "
+                     "brings its own (drop --embeddings)")
     if args.favour_weight <= 0:
         parser.error(f"--favour-weight {args.favour_weight}: a loss weight, must be > 0")
     if args.warmup_tries < 1:

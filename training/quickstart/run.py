@@ -147,7 +147,8 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
     from training.tiny_policy import build_tiny_policy, projected_embeddings
 
     tries, warm = [], out / "policy-warm"
-    embeddings = projected_embeddings(smollm2_path(), args.hidden) if args.embeddings == "smollm2" else None
+    tiny_table = args.policy == "tiny" and args.embeddings == "smollm2"
+    embeddings = projected_embeddings(smollm2_path(), args.hidden) if tiny_table else None
     for k, (offset, boost) in enumerate(warmup_tries(args), start=1):
         seed = cfg.run.seed + offset
         if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
