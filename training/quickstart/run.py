@@ -42,6 +42,7 @@ from training.quickstart.env import (
     FAVOURED_ALIAS,
     MAIN_PRESET,
     PARAPHRASES,
+    PREFERENCE_PREFIX,
     PRESETS,
     SHALLOW,
     TRAIN_MIX,
@@ -49,6 +50,7 @@ from training.quickstart.env import (
     WORDINGS,
     build_index,
     build_world,
+    preference_words,
     quickstart_catalog,
     routed_runtime,
     with_preference,
@@ -143,12 +145,19 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
     one that separated most is kept."""
     from orchestrator.embedded import smollm2_path
     from training.quickstart.reading import favour_reading, separation
-    from training.quickstart.warmup import supervised_warmup, with_favoured_boost
+    from training.quickstart.warmup import line_marks, supervised_warmup, unread_pool, with_favoured_boost
     from training.tiny_policy import build_tiny_policy, projected_embeddings
 
     tries, warm = [], out / "policy-warm"
     tiny_table = args.policy == "tiny" and args.embeddings == "smollm2"
     embeddings = projected_embeddings(smollm2_path(), args.hidden) if tiny_table else None
+    unread = None
+    if args.unread_words:
+        keep_out = [preference_words(p, w) for p in PARAPHRASES for w in ("paraphrase", "validation")]
+        marker, ends, words = line_marks(tokenizer, PREFERENCE_PREFIX)
+        pool = unread_pool(tokenizer, demos, keep_out)
+        unread = (marker, ends, words, pool, args.unread_words)
+        console.print(f"warm-up: {args.unread_words} unread words in every line, from {len(pool)} the warm-up never reads")
     for k, (offset, boost) in enumerate(warmup_tries(args), start=1):
         seed = cfg.run.seed + offset
         if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
@@ -156,12 +165,13 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
         else:
             init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
                                      heads=4, seed=seed, local_window=args.local_window or None,
-                                     embeddings=embeddings)
+                                     embeddings=embeddings, tie_embeddings=args.head == "tied")
         boosted = with_favoured_boost(demos, tokenizer, boost)
         model = supervised_warmup(init, out / f"policy-warm-try{k}", boosted, epochs=args.warmup_epochs,
                                   lr=args.warmup_lr, batch_size=args.warmup_batch, seed=seed,
                                   alias_weight=args.alias_weight, favour_weight=args.favour_weight,
-                                  device=cfg.run.device, log=console.print)
+                                  device=cfg.run.device, constrained=args.warmup_softmax == "allowed",
+                                  unread=unread, log=console.print)
         reading = favour_reading(model, probe, runtime, topk=runtime.qa.retrieval.topk,
                                  budgets=Budgets(context_tokens=cfg.rollout.context_tokens), device=cfg.run.device,
                                  lines=PROBE_LINES)
