@@ -46,8 +46,7 @@ def tiny_tokenizer(texts: list[str], vocab_size: int = 400):
 
 def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4,
                       intermediate: int | None = None, max_positions: int = 4096, seed: int = 0,
-                      local_window: int | None = None, embeddings: torch.Tensor | None = None,
-                      tie_embeddings: bool = True) -> Path:
+                      local_window: int | None = None, embeddings: torch.Tensor | None = None) -> Path:
     """Save a randomly initialised Llama-style causal LM (+ `tokenizer`) to `out_dir`.
 
     `local_window`: every layer but the last attends only to the previous `local_window`
@@ -57,9 +56,7 @@ def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layer
     end it (the problem, the preference line) get ~30/660 of a full layer's attention and ~30/64
     of a 64-token local layer's (arithmetic on uniform weights, not a measurement).
     `embeddings`: the token table to start from instead of a random one (`projected_embeddings`),
-    one row per token of `tokenizer`, `hidden` wide; an output head tied to it starts the same.
-    `tie_embeddings=False`: the output head is a matrix of its own, so a token's input row changes only
-    where the token is read (tied, every step's softmax moves every row of the table)."""
+    one row per token of `tokenizer`, `hidden` wide; an output head tied to it starts the same."""
     # lazy: heavy (seconds to import)
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
@@ -70,7 +67,7 @@ def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layer
     common = dict(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=heads,
                   intermediate_size=intermediate or 4 * hidden, max_position_embeddings=max_positions,
-                  tie_word_embeddings=tie_embeddings, eos_token_id=tokenizer.eos_token_id,
+                  tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
                   pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     if local_window:
         config = Qwen2Config(**common, use_sliding_window=True, sliding_window=local_window,

@@ -90,10 +90,6 @@ def _warmup_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unread-words", type=int, default=0,
                         help="warm-up: this many words the warm-up never reads, drawn afresh every epoch, at random "
                              "places of every preference line")
-    parser.add_argument("--warmup-softmax", choices=["vocab", "allowed"], default="vocab",
-                        help="the warm-up's cross-entropy over the whole vocabulary, or over the tokens the decoding "
-                             "constraint allows at each decision (as the sampler draws; then the table's rows of "
-                             "words the warm-up never reads keep their random start)")
     parser.add_argument("--alias-weight", type=float, default=4.0,
                         help="weight of the alias decisions in the warm-up loss (tool decisions: 1); the answer "
                              "alias's targets are the only ones that differ between preference presets")
@@ -121,9 +117,6 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
                         help="tiny policy: its token embeddings start random, or as SmolLM2's projected onto their "
                              "--hidden principal directions (words alike start alike; measured, not better: "
                              "docs/history.md, round 7)")
-    parser.add_argument("--head", choices=["tied", "untied"], default="tied",
-                        help="tiny policy: its output head tied to the token table, or a matrix of its own (then the "
-                             "rows of words training never reads keep their random start)")
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:

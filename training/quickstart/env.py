@@ -46,10 +46,10 @@ from typing import Any
 
 import yaml
 
+from data_synthesis.toyworld import build_people, build_tasks
 from orchestrator.catalog import load_catalog
 from orchestrator.loop import Task
 from orchestrator.runtime import ToolRuntime
-from data_synthesis.toyworld import build_people, build_tasks
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 # tool -> the aliases of tools.json offered in every quickstart task
@@ -328,10 +328,9 @@ class UnbatchedExpert:
 def routed_runtime(base: ToolRuntime, indexes: dict[str, Path]) -> RoutedRuntime:
     """`base` with each search alias reading its index (`SEARCH_DEPTH`: shallow or deep), and
     its experts unbatched and never timed out (`UnbatchedExpert`; inside the memo if any)."""
+    from orchestrator.setup import build_runtime
     from retrieval.client import RetrievalClient
     from training.rollouts import MemoizedLLM
-
-    from orchestrator.setup import build_runtime
 
     retrievers = {depth: RetrievalClient.in_process(str(path)) for depth, path in indexes.items()}
     llm = base.llm

@@ -24,8 +24,17 @@ from pathlib import Path
 from orchestrator.context import Budgets
 from orchestrator.loop import Task
 from orchestrator.toolcall import format_tool_call
-from training.quickstart.env import ANSWER_ALIASES, FAVOURED_ALIAS, WORDINGS, with_preference
-from training.quickstart.warmup import _alias_positions, demonstrations, next_token_logits
+from training.quickstart.env import (
+    ANSWER_ALIASES,
+    FAVOURED_ALIAS,
+    WORDINGS,
+    with_preference,
+)
+from training.quickstart.warmup import (
+    _alias_positions,
+    demonstrations,
+    next_token_logits,
+)
 from training.rollouts import choice_token_ids
 
 OTHER_ALIAS = next(a for a in ANSWER_ALIASES if a != FAVOURED_ALIAS)    # answer-1
@@ -51,7 +60,10 @@ def favour_reading(model_dir: Path, tasks: list[Task], runtime, *, budgets: Budg
                    device: str = "cpu", lines: tuple[str, ...] | None = None) -> dict[str, float]:
     """{line: mean probability of FAVOURED_ALIAS at the answer alias decision} over `tasks`, for
     every line of `reading_lines` (or those named in `lines`)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer   # lazy: torch/transformers, optional at import
+    from transformers import (  # lazy: torch/transformers, optional at import
+        AutoModelForCausalLM,
+        AutoTokenizer,
+    )
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval().to(device)

@@ -35,6 +35,7 @@ from orchestrator.context import Budgets
 from orchestrator.loop import Task
 from training.checkpoint import list_checkpoints
 from training.config import TrainConfig, load_config
+from training.quickstart.cli import _args, seeds_to_run
 from training.quickstart.env import (
     ANSWER_ALIASES,
     DEEP,
@@ -55,7 +56,6 @@ from training.quickstart.env import (
     routed_runtime,
     with_preference,
 )
-from training.quickstart.cli import _args, seeds_to_run
 from training.quickstart.machine import machine_load
 from training.quickstart.stats import (
     TaskOutcome,
@@ -145,19 +145,22 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
     one that separated most is kept."""
     from orchestrator.embedded import smollm2_path
     from training.quickstart.reading import favour_reading, separation
-    from training.quickstart.warmup import line_marks, supervised_warmup, unread_pool, with_favoured_boost
+    from training.quickstart.warmup import (
+        UnreadWords,
+        supervised_warmup,
+        with_favoured_boost,
+    )
     from training.tiny_policy import build_tiny_policy, projected_embeddings
 
     tries, warm = [], out / "policy-warm"
     tiny_table = args.policy == "tiny" and args.embeddings == "smollm2"
     embeddings = projected_embeddings(smollm2_path(), args.hidden) if tiny_table else None
     unread = None
-    if args.unread_words:
+    if args.unread_words:       # the held-out and validation lines' words stay out of the pool
         keep_out = [preference_words(p, w) for p in PARAPHRASES for w in ("paraphrase", "validation")]
-        marker, ends, words = line_marks(tokenizer, PREFERENCE_PREFIX)
-        pool = unread_pool(tokenizer, demos, keep_out)
-        unread = (marker, ends, words, pool, args.unread_words)
-        console.print(f"warm-up: {args.unread_words} unread words in every line, from {len(pool)} the warm-up never reads")
+        unread = UnreadWords.build(tokenizer, demos, PREFERENCE_PREFIX, keep_out, args.unread_words)
+        console.print(f"warm-up: {args.unread_words} unread words in every preference line, drawn from "
+                      f"{len(unread.pool)} the demonstrations never hold")
     for k, (offset, boost) in enumerate(warmup_tries(args), start=1):
         seed = cfg.run.seed + offset
         if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
@@ -165,13 +168,12 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
         else:
             init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
                                      heads=4, seed=seed, local_window=args.local_window or None,
-                                     embeddings=embeddings, tie_embeddings=args.head == "tied")
+                                     embeddings=embeddings)
         boosted = with_favoured_boost(demos, tokenizer, boost)
         model = supervised_warmup(init, out / f"policy-warm-try{k}", boosted, epochs=args.warmup_epochs,
                                   lr=args.warmup_lr, batch_size=args.warmup_batch, seed=seed,
                                   alias_weight=args.alias_weight, favour_weight=args.favour_weight,
-                                  device=cfg.run.device, constrained=args.warmup_softmax == "allowed",
-                                  unread=unread, log=console.print)
+                                  device=cfg.run.device, unread=unread, log=console.print)
         reading = favour_reading(model, probe, runtime, topk=runtime.qa.retrieval.topk,
                                  budgets=Budgets(context_tokens=cfg.rollout.context_tokens), device=cfg.run.device,
                                  lines=PROBE_LINES)
@@ -476,8 +478,8 @@ def print_checks(ci: dict, result: dict) -> None:
 
 def run_seed(args, seed: int, out: Path) -> dict:
     """The whole quickstart for one seed under `out`; returns its summary (also out/summary.json)."""
-    from training.session import build_runtime, run, train_judge
     from training.rollouts import MemoizedLLM
+    from training.session import build_runtime, run, train_judge
 
     started, stages = time.monotonic(), {}
     cfg = load_config(CONFIG, _paths_overrides(out) + [f"run.seed={seed}", f"run.device={args.device}"]

@@ -15,8 +15,8 @@ Pure: no files, no torch; `recompute` in run.py feeds it the saved trajectories.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -29,12 +29,20 @@ from pathlib import Path
 
 import torch
 
-from orchestrator.context import Budgets, CodeBlock, Document, EpisodeState, Prompts, TokenCounter, build_messages
-from orchestrator.loop import Task, task_catalog
 from orchestrator.chat_template import render_prompt
+from orchestrator.context import (
+    Budgets,
+    CodeBlock,
+    Document,
+    EpisodeState,
+    Prompts,
+    TokenCounter,
+    build_messages,
+)
+from orchestrator.loop import Task, task_catalog
 from orchestrator.toolcall import allowed_call_strings, format_tool_call
-from training.samples import TurnSample, collate_samples
 from training.rollouts import choice_token_ids, decision_mask
+from training.samples import TurnSample, collate_samples
 
 EVIDENCE_TOOL = {"lookup": "search", "arithmetic": "enhance_reasoning"}
 
@@ -50,7 +58,6 @@ class Demonstration:
     tool: str
     preset: str | None = None                     # the task's preference preset (its words end the question)
     favoured: str | None = None                   # under `favour`: the answer alias its words name
-    options: dict[int, list[int]] | None = None   # response position -> the tokens the constraint allows there
 
     def as_sample(self) -> TurnSample:
         mask = [int(i in self.targets) for i in range(len(self.response_ids))]
@@ -98,9 +105,7 @@ def _turn(tokenizer, catalog, prompts, budgets, state, tool: str, preset: str | 
     to = None if spread_tools is None else choice_token_ids(
         tokenizer, [format_tool_call(name, {"model": a}) for name in spread_tools for a in catalog.tool(name).aliases])
     targets = with_tool_spread(_targets(demonstrated[0], choices, demonstrated), demonstrated[0], choices, tool_spread, to)
-    options = {i: sorted({c[i] for c in choices if len(c) > i and c[:i] == demonstrated[0][:i]}) for i in targets}
-    return Demonstration(prompt, demonstrated[0], targets, tool, preset, favoured if preset == "favour" else None,
-                         options)
+    return Demonstration(prompt, demonstrated[0], targets, tool, preset, favoured if preset == "favour" else None)
 
 
 def _evidence(task: Task, state: EpisodeState, retriever, topk: int) -> None:
@@ -254,42 +259,54 @@ def with_own_alias_choices(demos: list[Demonstration], choices: list[dict[int, f
     return demos
 
 
-def unread_pool(tokenizer, demos: list[Demonstration], keep_out: list[str]) -> list[int]:
-    """Word tokens (a space and 3+ lowercase letters) no demonstrated prompt and none of the texts
-    of `keep_out` (the held-out and validation lines) contain: the words the warm-up never reads."""
-    seen = {t for d in demos for t in d.prompt_ids}
-    seen |= {t for text in keep_out for t in tokenizer(text, add_special_tokens=False)["input_ids"]}
-    vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    return [i for i, piece in enumerate(vocab)
-            if i not in seen and piece.startswith("\u0120") and len(piece) > 3 and piece[1:].isalpha() and piece[1:].islower()]
+@dataclass(frozen=True)
+class UnreadWords:
+    """`k` words the warm-up never reads, drawn from `pool`, put at random word boundaries of a
+    demonstration's preference line (from `marker` to the line's end), afresh every epoch.
 
+    Why: with the output head tied to the token table, every step's softmax moves the row of every
+    token the policy is not asked to produce, all by about the same vector, so the words training
+    never reads all become one vector, several times a row's starting norm (docs/history.md, round 8):
+    an unseen paraphrase reads as that vector repeated, and whether that means `favour` is the
+    seed's and the rounding's chance.  Lines holding such words under every preset teach that it
+    does not."""
 
-def line_marks(tokenizer, prefix: str) -> tuple[list[int], set[int], set[int]]:
-    """The token ids of `prefix` (a line's start), the ids that end a line (a newline in the piece,
-    or a special token) and the ids that start a word (a leading space)."""
-    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    ends = {i for i, piece in enumerate(pieces) if "\u010a" in piece} | set(tokenizer.all_special_ids)
-    words = {i for i, piece in enumerate(pieces) if piece.startswith("\u0120")}
-    return tokenizer(prefix, add_special_tokens=False)["input_ids"], ends, words
+    marker: tuple[int, ...]                 # the line's first tokens ("Preference:")
+    ends: frozenset[int]                    # tokens that end a line (a newline in the piece, or a special token)
+    word_starts: frozenset[int]             # tokens that start a word (a leading space)
+    pool: tuple[int, ...]                   # word tokens no demonstration and no kept-out text holds
+    k: int
 
+    @classmethod
+    def build(cls, tokenizer, demos: list[Demonstration], prefix: str, keep_out: list[str], k: int) -> UnreadWords:
+        """The pool: tokens of a space and 3+ lowercase letters that no demonstrated prompt and none
+        of `keep_out` (the held-out and validation lines) contain."""
+        pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        seen = {t for d in demos for t in d.prompt_ids}
+        seen |= {t for text in keep_out for t in tokenizer(text, add_special_tokens=False)["input_ids"]}
+        pool = tuple(i for i, piece in enumerate(pieces) if i not in seen and piece.startswith("\u0120")
+                     and len(piece) > 3 and piece[1:].isalpha() and piece[1:].islower())
+        if not pool:
+            raise ValueError("no word of the tokenizer is left unread by the demonstrations: no unread words to insert")
+        return cls(tuple(tokenizer(prefix, add_special_tokens=False)["input_ids"]),
+                   frozenset(i for i, piece in enumerate(pieces) if "\u010a" in piece) | frozenset(tokenizer.all_special_ids),
+                   frozenset(i for i, piece in enumerate(pieces) if piece.startswith("\u0120")), pool, k)
 
-def with_unread_words(demo: Demonstration, marker: list[int], ends: set[int], words: set[int], pool: list[int],
-                      k: int, rng: random.Random) -> Demonstration:
-    """`demo` with `k` tokens drawn from `pool` at random places of its preference line (the tokens
-    after the last `marker` up to the line's end): words the policy has not read, so that it learns
-    the line's sense does not turn on them.  A prompt without the marker is left as it is."""
-    ids = demo.prompt_ids
-    starts = [i for i in range(len(ids) - len(marker), -1, -1) if ids[i:i + len(marker)] == marker]
-    if not starts or k <= 0:
-        return demo
-    begin = end = starts[0] + len(marker)
-    while end < len(ids) and ids[end] not in ends:
-        end += 1
-    line = ids[begin:end]
-    for _ in range(k):              # before a word of the line, or at its end (never inside `answer-4`)
-        line.insert(rng.choice([j for j in range(len(line) + 1) if j == len(line) or line[j] in words]),
-                    rng.choice(pool))
-    return replace(demo, prompt_ids=ids[:begin] + line + ids[end:])
+    def insert(self, demo: Demonstration, rng: random.Random) -> Demonstration:
+        """`demo` with `k` pool tokens in its (last) preference line, each before a word of the line or
+        at its end, so never inside an alias; a prompt without the line is returned as it is."""
+        ids, m = demo.prompt_ids, list(self.marker)
+        starts = [i for i in range(len(ids) - len(m), -1, -1) if ids[i:i + len(m)] == m]
+        if not starts or self.k <= 0:
+            return demo
+        begin = end = starts[0] + len(m)
+        while end < len(ids) and ids[end] not in self.ends:
+            end += 1
+        line = ids[begin:end]
+        for _ in range(self.k):
+            places = [j for j in range(len(line) + 1) if j == len(line) or line[j] in self.word_starts]
+            line.insert(rng.choice(places), rng.choice(self.pool))
+        return replace(demo, prompt_ids=ids[:begin] + line + ids[end:])
 
 
 def with_favoured_boost(demos: list[Demonstration], tokenizer, boost: float) -> list[Demonstration]:
@@ -315,8 +332,7 @@ def with_favoured_boost(demos: list[Demonstration], tokenizer, boost: float) -> 
 
 
 def decision_loss(model, demos: list[Demonstration], pad_id: int, share_prefix: bool = True,
-                  alias_weight: float = 1.0, favour_weight: float | None = None,
-                  constrained: bool = False) -> torch.Tensor:
+                  alias_weight: float = 1.0, favour_weight: float | None = None) -> torch.Tensor:
     """Mean over decisions of the cross-entropy between the target and the policy. []
 
     `alias_weight`: the alias decisions (`_alias_positions`) weigh this much, the tool decisions 1
@@ -342,13 +358,7 @@ def decision_loss(model, demos: list[Demonstration], pad_id: int, share_prefix: 
                          past_key_values=cache, use_cache=True).last_hidden_state    # [B, L - S, H]
     else:
         hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
-    logits = model.get_output_embeddings()(hidden[rows, cols - 1 - shared]).float()    # [N, V]
-    if constrained:         # the softmax over the tokens the constraint allows, as the sampler draws
-        allowed = torch.zeros_like(logits, dtype=torch.bool)
-        for n, (r, c) in enumerate(zip(rows.tolist(), cols.tolist())):
-            allowed[n, demos[r].options[c - len(demos[r].prompt_ids)]] = True
-        logits = logits.masked_fill(~allowed, float("-inf"))
-    logp = logits.log_softmax(-1)
+    logp = model.get_output_embeddings()(hidden[rows, cols - 1 - shared]).float().log_softmax(-1)   # [N, V]
     target = torch.zeros_like(logp)                                                  # [N, V]
     weight = torch.ones(len(rows), device=logp.device)                               # [N]
     for n, (r, c) in enumerate(zip(rows.tolist(), cols.tolist())):
@@ -360,15 +370,15 @@ def decision_loss(model, demos: list[Demonstration], pad_id: int, share_prefix: 
             reads = favour_weight is not None and d.favoured is not None and d.tool == "answer" \
                 and c - len(d.prompt_ids) == aliases[0]
             weight[n] = favour_weight if reads else alias_weight
-    return (-(target * logp.masked_fill(target == 0, 0.0)).sum(-1) * weight).sum() / weight.sum()
+    return (-(target * logp).sum(-1) * weight).sum() / weight.sum()
 
 
 def supervised_warmup(model_dir: Path, out_dir: Path, demos: list[Demonstration], *, epochs: int, lr: float,
                       batch_size: int, seed: int, alias_weight: float = 1.0, favour_weight: float | None = None,
-                      device: str = "cpu", constrained: bool = False,
-                      unread: tuple | None = None, log=print) -> Path:
+                      device: str = "cpu", unread: UnreadWords | None = None, log=print) -> Path:
     """AdamW on `decision_loss` (alias decisions weighted `alias_weight`, a favour turn's answer
-    alias `favour_weight`), lr decaying linearly to 0; saves the policy to `out_dir`."""
+    alias `favour_weight`), lr decaying linearly to 0; saves the policy to `out_dir`.  `unread`:
+    every epoch, fresh unread words in every demonstration's preference line."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(seed)
@@ -383,11 +393,11 @@ def supervised_warmup(model_dir: Path, out_dir: Path, demos: list[Demonstration]
         order = demos[:]
         rng.shuffle(order)
         losses = []
-        if unread:          # fresh unread words in every line, every epoch (marker, ends, words, pool, k)
-            order = [with_unread_words(d, *unread, rng) for d in order]
+        if unread:
+            order = [unread.insert(d, rng) for d in order]
         for i in range(0, len(order), batch_size):
             loss = decision_loss(model, order[i:i + batch_size], tokenizer.pad_token_id, alias_weight=alias_weight,
-                                 favour_weight=favour_weight, constrained=constrained)
+                                 favour_weight=favour_weight)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
