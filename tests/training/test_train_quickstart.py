@@ -555,7 +555,9 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
     (["--retry-favour-boost", "-0.1"], "--retry-favour-boost -0.1: a share"),
     (["--warmup-lr", "0"], "--warmup-lr 0.0: a learning rate, must be > 0"),
     (["--policy", "smollm2", "--warmup-epochs", "0"], "--warmup-epochs 0: must be at least 1"),
-    (["--policy", "smollm2", "--embeddings", "smollm2"], "--embeddings smollm2: starts the tiny policy's table")])
+    (["--policy", "smollm2", "--embeddings", "smollm2"], "--embeddings smollm2: starts the tiny policy's table"),
+    (["--unread-words", "-1"], "--unread-words -1: words per preference line, must be >= 0"),
+    (["--policy", "smollm2", "--unread-words", "3"], "--unread-words 3: the tiny policy's warm-up only")])
 def test_bad_flags_get_one_line_naming_the_flag(flags, message, capsys):
     from training.quickstart.cli import _args
 

@@ -179,6 +179,11 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
     if args.embeddings != "random" and args.policy != "tiny":
         parser.error(f"--embeddings {args.embeddings}: starts the tiny policy's table; --policy {args.policy} "
                      "brings its own (drop --embeddings)")
+    if args.unread_words < 0:
+        parser.error(f"--unread-words {args.unread_words}: words per preference line, must be >= 0 (0: none)")
+    if args.unread_words and args.policy != "tiny":
+        parser.error(f"--unread-words {args.unread_words}: the tiny policy's warm-up only (its tied table); "
+                     f"--policy {args.policy} has read every word (drop --unread-words)")
     if args.favour_weight <= 0:
         parser.error(f"--favour-weight {args.favour_weight}: a loss weight, must be > 0")
     if args.warmup_tries < 1:
