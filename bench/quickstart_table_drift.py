@@ -30,6 +30,10 @@ def table(folder: Path) -> torch.Tensor:
     raise SystemExit(f"{folder}: no embed_tokens.weight in a *.safetensors; pass a quickstart run folder")
 
 
+def token_ids(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
 def drift(start: torch.Tensor, end: torch.Tensor, rows: torch.Tensor) -> dict[str, float]:
     """Mean |move| of `rows`, |mean move| (the common part), mean |start row|."""
     moved = (end - start)[rows]
@@ -47,9 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for run in args.runs:
         start, tok = table(run / "policy-init"), AutoTokenizer.from_pretrained(run / "policy-warm")
-        ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]   # noqa: E731
-        worded = {t for lines in WORDINGS.values() for line in lines for t in ids(line.format(alias=FAVOURED_ALIAS))}
-        seen = worded | {t for f in (run / "world").glob("*.jsonl") for line in f.open() for t in ids(line)}
+        worded = {t for lines in WORDINGS.values() for line in lines for t in token_ids(tok, line.format(alias=FAVOURED_ALIAS))}
+        seen = worded | {t for f in (run / "world").glob("*.jsonl") for line in f.open() for t in token_ids(tok, line)}
         unread = torch.tensor(sorted(set(range(start.shape[0])) - seen))
         stages = {"warm-up": run / "policy-warm"}
         checkpoints = sorted((run / "train" / "checkpoints").glob("step-*"))
@@ -61,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {stage:11s} mean |move| {d['mean_move']:.3f}, |mean move| {d['common_move']:.3f}, "
                   f"|start row| {d['start_norm']:.3f}")
         for preset, line in PARAPHRASES.items():
-            new = [tok.decode([t]) for t in ids(line.format(alias=FAVOURED_ALIAS)) if t not in worded]
+            new = [tok.decode([t]) for t in token_ids(tok, line.format(alias=FAVOURED_ALIAS))
+                   if t not in worded]
             print(f"  {preset} paraphrase, words no wording holds: {new}")
     return 0
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from quickstart_table_drift import drift, table  # noqa: E402  (bench/ is scripts, not a package)
+from quickstart_table_drift import drift, table  # bench/ is scripts, not a package
 
 
 def test_a_common_move_and_moves_that_cancel_are_told_apart():
