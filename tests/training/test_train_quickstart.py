@@ -261,10 +261,13 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path, monkeyp
     out = tmp_path / "qs"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")     # a GPU host: the CPU run hides its GPUs
     assert main(["--out", str(out), "--train-tasks", "4", "--eval-tasks", "2", "--warmup-tasks", "2",
-                 "--warmup-epochs", "1", "--warmup-tries", "2", "--eval-concurrency", "2", "--eval-samples", "2", "trainer.total_steps=1",
+                 "--warmup-epochs", "1", "--warmup-tries", "2", "--unread-words", "2", "--eval-concurrency", "2",
+                 "--eval-samples", "2", "trainer.total_steps=1",
                  "rollout.tasks_per_step=2", "rollout.rollouts_per_task=2", "logging.wandb=disabled"]) == 0
     assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
     summary = json.loads((out / "summary.json").read_text())
+    # the run's flags, so that two runs' summaries say how their recipes differ
+    assert (summary["flags"]["unread_words"], summary["flags"]["warmup_tries"], summary["flags"]["out"]) == (2, 2, str(out))
     for block in ("initial", "final"):          # one row per test-time preference + the unseen tools
         for row in summary[block].values():
             assert {"accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task", "favoured_share"} <= set(row)
