@@ -133,6 +133,20 @@ def warmup_tries(args) -> list[tuple[int, float]]:
 PROBE_LINES = ("favour", "cost", "accuracy", "favour_validation", "cost_validation", "accuracy_validation")
 
 
+def unread_words(args, tokenizer, demos: list):
+    """`--unread-words`' inserter for the warm-up (None when 0); the held-out and validation lines'
+    words stay out of its pool, so that they are unseen still."""
+    from training.quickstart.warmup import UnreadWords
+
+    if not args.unread_words:
+        return None
+    keep_out = [preference_words(p, w) for p in PARAPHRASES for w in ("paraphrase", "validation")]
+    unread = UnreadWords.build(tokenizer, demos, PREFERENCE_PREFIX, keep_out, args.unread_words)
+    console.print(f"warm-up: {args.unread_words} unread words in every preference line, drawn from "
+                  f"{len(unread.pool)} the demonstrations never hold")
+    return unread
+
+
 def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task], tokenizer, args) -> tuple[Path, dict]:
     """The supervised warm-up, tried again while its start does not tell the favour line from the
     others on the warm-up's own tasks (`reading.separation` below `--warmup-separation`, in the
@@ -145,22 +159,13 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
     one that separated most is kept."""
     from orchestrator.embedded import smollm2_path
     from training.quickstart.reading import favour_reading, separation
-    from training.quickstart.warmup import (
-        UnreadWords,
-        supervised_warmup,
-        with_favoured_boost,
-    )
+    from training.quickstart.warmup import supervised_warmup, with_favoured_boost
     from training.tiny_policy import build_tiny_policy, projected_embeddings
 
     tries, warm = [], out / "policy-warm"
     tiny_table = args.policy == "tiny" and args.embeddings == "smollm2"
     embeddings = projected_embeddings(smollm2_path(), args.hidden) if tiny_table else None
-    unread = None
-    if args.unread_words:       # the held-out and validation lines' words stay out of the pool
-        keep_out = [preference_words(p, w) for p in PARAPHRASES for w in ("paraphrase", "validation")]
-        unread = UnreadWords.build(tokenizer, demos, PREFERENCE_PREFIX, keep_out, args.unread_words)
-        console.print(f"warm-up: {args.unread_words} unread words in every preference line, drawn from "
-                      f"{len(unread.pool)} the demonstrations never hold")
+    unread = unread_words(args, tokenizer, demos)
     for k, (offset, boost) in enumerate(warmup_tries(args), start=1):
         seed = cfg.run.seed + offset
         if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
