@@ -5,8 +5,15 @@ import json
 
 import pytest
 
-from training.quickstart.stats import (TaskOutcome, accuracy_gain, cost_ratio, does_not_rise, paired_bootstrap,
-                                       rises, share_rise)
+from training.quickstart.stats import (
+    TaskOutcome,
+    accuracy_gain,
+    cost_ratio,
+    does_not_rise,
+    paired_bootstrap,
+    rises,
+    share_rise,
+)
 
 
 def task(correct=0, cost=1.0, answers=1, favoured=0, episodes=1):
@@ -90,25 +97,25 @@ def test_recompute_reads_the_saved_trajectories_and_flags_a_changed_one(tmp_path
 
 
 def test_the_terminal_tables_fit_80_columns(capsys):
-    from training.quickstart import run
+    from training.quickstart import report, run
 
     row = {"accuracy": 0.41, "cost_per_task": 7.38e-4, "favoured_share": 0.33}
-    ci = {key: {"estimate": -0.123, "low": -0.456, "high": 0.789, "width": 1.245} for key, _, _ in run.CHECK_ROWS}
+    ci = {key: {"estimate": -0.123, "low": -0.456, "high": 0.789, "width": 1.245} for key, _, _ in report.CHECK_ROWS}
     result = {k: True for k in ("accuracy_up_5_points", "cost_at_least_40pct_lower",
                                 "favoured_share_rises_when_favoured", "favoured_share_not_rising_otherwise")}
-    run.print_table({n: row for n in run.EVAL_RUNS}, {n: row for n in run.EVAL_RUNS}, ci, result)
+    report.print_table({n: row for n in run.EVAL_RUNS}, {n: row for n in run.EVAL_RUNS}, ci, result)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) > 20 and max(len(line) for line in lines) <= 80
 
 
 def test_the_per_seed_table_fits_80_columns_on_one_line_per_seed(capsys):
-    from training.quickstart import run
+    from training.quickstart import report
 
     ci = {"estimate": -0.123, "low": -0.456, "high": 0.789, "width": 1.245}
     summary = {"seeds": [{"seed": k, "accuracy": [0.41, 0.88], "accuracy_gain": ci, "cost_ratio": ci,
                           "favour_share": [0.16, 0.94], "checks_holding": 4} for k in range(5)],
                "all_seeds_pass": {"accuracy_up_5_points": True}}
-    run.print_seeds(summary)
+    report.print_seeds(summary)
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 80
     rows = [line for line in lines if "->" in line]
