@@ -155,11 +155,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--retry-favour-boost", type=float, default=0.8,
                         help="--favour-boost of the warm-up's retries (a larger gap between the favour turns' "
                              "alias target and the others', so the line is easier to find)")
-    parser.add_argument("--early-epochs", type=int, default=0,
-                        help="warm-up: the first this many epochs of every try teach the favour turns with "
-                             "--early-boost, the rest with the try's own boost (0: one boost throughout)")
-    parser.add_argument("--early-boost", type=float, default=0.8,
-                        help="the favour boost of the warm-up's first --early-epochs epochs")
     parser.add_argument("--warmup-separation", type=float, default=0.25,
                         help="the separation a warm-up must reach: P(answer-4) under favour minus the larger of "
                              "cost's and accuracy's, at the answer alias decision (training/quickstart/reading.py)")
@@ -195,10 +190,7 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
         parser.error(f"--warmup-tries {args.warmup_tries}: the number of warm-ups to try, must be >= 1")
     if not -1 <= args.warmup_separation <= 1:
         parser.error(f"--warmup-separation {args.warmup_separation}: a difference of probabilities, must be in [-1, 1]")
-    if not 0 <= args.early_epochs <= args.warmup_epochs:
-        parser.error(f"--early-epochs {args.early_epochs}: epochs of the warm-up's {args.warmup_epochs}, must be in "
-                     f"[0, --warmup-epochs]")
-    for flag in ("favour_boost", "retry_favour_boost", "early_boost"):
+    for flag in ("favour_boost", "retry_favour_boost"):
         if not 0 <= getattr(args, flag) <= 1:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: a share, must be in [0, 1]")
     if args.warmup_lr <= 0:

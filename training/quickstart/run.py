@@ -178,11 +178,10 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
                                      heads=4, seed=seed, local_window=args.local_window or None,
                                      embeddings=embeddings)
         boosted = with_favoured_boost(demos, tokenizer, boost)
-        early = (with_favoured_boost(demos, tokenizer, args.early_boost), args.early_epochs) if args.early_epochs else None
         model = supervised_warmup(init, out / f"policy-warm-try{k}", boosted, epochs=args.warmup_epochs,
                                   lr=args.warmup_lr, batch_size=args.warmup_batch, seed=seed,
                                   alias_weight=args.alias_weight, favour_weight=args.favour_weight,
-                                  device=cfg.run.device, unread=unread, early=early, log=console.print)
+                                  device=cfg.run.device, unread=unread, log=console.print)
         reading = favour_reading(model, probe, runtime, topk=runtime.qa.retrieval.topk,
                                  budgets=Budgets(context_tokens=cfg.rollout.context_tokens), device=cfg.run.device,
                                  lines=PROBE_LINES)

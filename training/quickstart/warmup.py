@@ -375,13 +375,10 @@ def decision_loss(model, demos: list[Demonstration], pad_id: int, share_prefix: 
 
 def supervised_warmup(model_dir: Path, out_dir: Path, demos: list[Demonstration], *, epochs: int, lr: float,
                       batch_size: int, seed: int, alias_weight: float = 1.0, favour_weight: float | None = None,
-                      device: str = "cpu", unread: UnreadWords | None = None,
-                      early: tuple[list[Demonstration], int] | None = None, log=print) -> Path:
+                      device: str = "cpu", unread: UnreadWords | None = None, log=print) -> Path:
     """AdamW on `decision_loss` (alias decisions weighted `alias_weight`, a favour turn's answer
     alias `favour_weight`), lr decaying linearly to 0; saves the policy to `out_dir`.  `unread`:
-    every epoch, fresh unread words in every demonstration's preference line.  `early` =
-    (demonstrations, K): the first K epochs teach those instead of `demos` (the same turns with
-    other targets: a larger favour boost while the circuit forms, then `demos`' own)."""
+    every epoch, fresh unread words in every demonstration's preference line."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(seed)
@@ -392,10 +389,8 @@ def supervised_warmup(model_dir: Path, out_dir: Path, demos: list[Demonstration]
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / total)
     rng = random.Random(seed)
     started = time.monotonic()
-    if early and len(early[0]) != len(demos):
-        raise ValueError(f"early demonstrations: {len(early[0])} turns, expected the {len(demos)} of demos")
     for epoch in range(epochs):
-        order = (early[0] if early and epoch < early[1] else demos)[:]
+        order = demos[:]
         rng.shuffle(order)
         losses = []
         if unread:
