@@ -59,3 +59,9 @@ def test_a_prompt_without_the_line_and_k_zero_are_left_as_they_are(tok):
     assert unread.insert(demo, random.Random(0)) is demo
     lined = _demo(tok, f"{SYSTEM}What is 3+4?\n{LINE}<|im_end|>\n")
     assert UnreadWords.build(tok, [lined], "Preference:", [], k=0).insert(lined, random.Random(0)) is lined
+
+
+def test_a_pool_the_demonstrations_leave_empty_is_an_error_naming_why(tok):
+    every_token = Demonstration(list(range(len(tok))), [5, 6, 0], {1: {6: 1.0}}, "answer")
+    with pytest.raises(ValueError, match="no word of the tokenizer is left unread by the demonstrations"):
+        UnreadWords.build(tok, [every_token], "Preference:", [], k=1)
