@@ -44,6 +44,7 @@ def drift(start: torch.Tensor, end: torch.Tensor, rows: torch.Tensor) -> dict[st
 def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
+    from training.checkpoint import list_checkpoints
     from training.quickstart.env import FAVOURED_ALIAS, PARAPHRASES, WORDINGS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -55,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         seen = worded | {t for f in (run / "world").glob("*.jsonl") for line in f.open() for t in token_ids(tok, line)}
         unread = torch.tensor(sorted(set(range(start.shape[0])) - seen))
         stages = {"warm-up": run / "policy-warm"}
-        checkpoints = sorted((run / "train" / "checkpoints").glob("step-*"))
+        checkpoints = list_checkpoints(run / "train" / "checkpoints")      # complete ones, oldest first
         if checkpoints:
-            stages["after GRPO"] = checkpoints[-1]
+            stages["after GRPO"] = checkpoints[-1] / "model"
         print(f"{run}: {len(unread)} rows of unread tokens")
         for stage, folder in stages.items():
             d = drift(start, table(folder), unread)
