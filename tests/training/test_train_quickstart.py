@@ -268,6 +268,7 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path, monkeyp
     summary = json.loads((out / "summary.json").read_text())
     # the run's flags, so that two runs' summaries say how their recipes differ
     assert (summary["flags"]["unread_words"], summary["flags"]["warmup_tries"], summary["flags"]["out"]) == (2, 2, str(out))
+    assert summary["flags"]["seeds"] == [0]             # the seeds run, not the parser's count marker ([-1])
     for block in ("initial", "final"):          # one row per test-time preference + the unseen tools
         for row in summary[block].values():
             assert {"accuracy", "cost_per_task", "latency_per_task", "tool_calls_per_task", "favoured_share"} <= set(row)

@@ -484,7 +484,8 @@ def run_seed(args, seed: int, out: Path) -> dict:
                "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "plot": png.name,
                "config": str(Path(cfg.run.dir) / "config.yaml"), "stage_seconds": stages,
                "machine": machine_load(), "threads": cfg.run.threads,
-               "flags": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+               "flags": {**{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                         "seeds": seeds_to_run(args)},           # resolved (the parser marks a count negative)
                "wall_seconds": round(time.monotonic() - started, 1)}
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n")
