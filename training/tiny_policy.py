@@ -46,12 +46,14 @@ def tiny_tokenizer(texts: list[str], vocab_size: int = 400):
 
 def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4,
                       intermediate: int | None = None, max_positions: int = 4096, seed: int = 0,
-                      local_window: int | None = None, embeddings: torch.Tensor | None = None) -> Path:
+                      local_window: int | None = None, embeddings: torch.Tensor | None = None,
+                      global_layers: int = 1) -> Path:
     """Save a randomly initialised Llama-style causal LM (+ `tokenizer`) to `out_dir`.
 
-    `local_window`: every layer but the last attends only to the previous `local_window`
-    tokens (sliding-window attention, as Mistral / Qwen2 / Gemma local layers; a Qwen2 config,
-    which is Llama's with q/k/v biases), the last layer to the whole context.  A random policy's
+    `local_window`: every layer but the last `global_layers` attends only to the previous
+    `local_window` tokens (sliding-window attention, as Mistral / Qwen2 / Gemma local layers; a
+    Qwen2 config, which is Llama's with q/k/v biases), those last ones to the whole context
+    (`global_layers=0`: every layer local, as Mistral 7B's sliding window in all layers).  A random policy's
     attention starts near uniform, so over the quickstart's ~660-token prompt the ~30 tokens that
     end it (the problem, the preference line) get ~30/660 of a full layer's attention and ~30/64
     of a 64-token local layer's (arithmetic on uniform weights, not a measurement).
@@ -60,9 +62,9 @@ def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layer
     # lazy: heavy (seconds to import)
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    if local_window and layers < 2:
-        raise ValueError(f"local_window={local_window} needs layers >= 2: the last layer always reads the "
-                         f"whole context, so with layers={layers} no layer would be local")
+    if local_window and not 0 <= global_layers < layers:
+        raise ValueError(f"local_window={local_window} with layers={layers} and global_layers={global_layers}: "
+                         f"global_layers must be 0 .. layers - 1, so that at least one layer is local")
     out_dir = Path(out_dir)
     common = dict(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=heads,
@@ -71,7 +73,7 @@ def build_tiny_policy(out_dir: str | Path, tokenizer, *, hidden: int = 64, layer
                   pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     if local_window:
         config = Qwen2Config(**common, use_sliding_window=True, sliding_window=local_window,
-                             layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"])
+                             layer_types=["sliding_attention"] * (layers - global_layers) + ["full_attention"] * global_layers)
     else:
         config = LlamaConfig(**common)
     torch.manual_seed(seed)

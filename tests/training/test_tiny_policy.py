@@ -37,9 +37,21 @@ def test_without_a_window_every_layer_reads_the_whole_prompt(tmp_path):
 
 def test_a_window_on_a_one_layer_policy_is_refused_not_ignored(tmp_path):
     tok = tiny_tokenizer(["alpha beta gamma"], vocab_size=60)
-    with pytest.raises(ValueError, match="local_window=8 needs layers >= 2"):
+    with pytest.raises(ValueError, match="local_window=8 with layers=1 and global_layers=1: global_layers must be"):
         build_tiny_policy(tmp_path / "p", tok, hidden=32, layers=1, local_window=8)
     assert not (tmp_path / "p").exists()
+
+
+def test_with_no_global_layer_every_layer_is_local(tmp_path):
+    tok = tiny_tokenizer(["alpha beta gamma delta epsilon zeta eta theta"], vocab_size=60)
+    ids = list(range(5, 25))
+    changed = [(i + 1) % 50 + 5 for i in ids[:10]] + ids[10:]          # the first 10 tokens differ
+    folder = build_tiny_policy(tmp_path / "p", tok, hidden=32, layers=2, local_window=4, global_layers=0)
+    a, b = _hidden(folder, ids), _hidden(folder, changed)
+    # two 4-token layers: position 19 reads positions 13-19 (16-19, each of which read 3 back), 15 reads 9-15
+    assert torch.allclose(a[2][19], b[2][19]) and not torch.allclose(a[2][15], b[2][15])
+    with pytest.raises(ValueError, match="global_layers must be 0 .. layers - 1"):
+        build_tiny_policy(tmp_path / "q", tok, hidden=32, layers=2, local_window=4, global_layers=2)
 
 
 def _table_folder(tmp_path, table):

@@ -561,6 +561,8 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
     (["--policy", "smollm2", "--warmup-epochs", "0"], "--warmup-epochs 0: must be at least 1"),
     (["--policy", "smollm2", "--embeddings", "smollm2"], "--embeddings smollm2: starts the tiny policy's table"),
     (["--unread-words", "-1"], "--unread-words -1: words per preference line, must be >= 0"),
+    (["--global-layers", "2"], "--global-layers 2: 0 .. --layers - 1 (1)"),
+    (["--global-layers", "-1"], "--global-layers -1: 0 .. --layers - 1"),
     (["--policy", "smollm2", "--unread-words", "3"], "--unread-words 3: the tiny policy's warm-up only")])
 def test_bad_flags_get_one_line_naming_the_flag(flags, message, capsys):
     from training.quickstart.cli import _args

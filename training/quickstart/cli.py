@@ -113,6 +113,9 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--local-window", type=int, default=64,
                         help="tiny policy: every layer but the last attends to this many previous tokens only "
                              "(0: all layers see the whole prompt)")
+    parser.add_argument("--global-layers", type=int, default=1,
+                        help="tiny policy: how many last layers read the whole prompt (0: every layer local; the "
+                             "answer decision's preference line is 42-51 tokens back, inside a 64-token window)")
     parser.add_argument("--embeddings", choices=["random", "smollm2"], default="random",
                         help="tiny policy: its token embeddings start random, or as SmolLM2's projected onto their "
                              "--hidden principal directions (words alike start alike; measured, not better: "
@@ -179,6 +182,9 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
     if args.embeddings != "random" and args.policy != "tiny":
         parser.error(f"--embeddings {args.embeddings}: starts the tiny policy's table; --policy {args.policy} "
                      "brings its own (drop --embeddings)")
+    if not 0 <= args.global_layers < args.layers and args.local_window:
+        parser.error(f"--global-layers {args.global_layers}: 0 .. --layers - 1 ({args.layers - 1}), so that a layer "
+                     "is local (--local-window 0: every layer reads the whole prompt already)")
     if args.unread_words < 0:
         parser.error(f"--unread-words {args.unread_words}: words per preference line, must be >= 0 (0: none)")
     if args.unread_words and args.policy != "tiny":
