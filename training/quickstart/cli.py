@@ -48,14 +48,14 @@ def seeds_to_run(args) -> list[int]:
 # Each policy's learning rates, where the flags (and an `optim.lr=` override) do not set them: the tiny
 # random policy's warm-up learns fast from scratch (its GRPO lr: training/configs/quickstart.yaml); the
 # pretrained SmolLM2 keeps what it knows with small steps (untuned: the first values tried; docs/benchmarks.md)
-POLICY_DEFAULTS = {"tiny": {"warmup_epochs": 24, "warmup_lr": 5e-3, "optim.lr": None},
-                   "smollm2": {"warmup_epochs": 4, "warmup_lr": 1e-4, "optim.lr": 2e-5}}
+POLICY_DEFAULTS = {"tiny": {"warmup_epochs": 24, "warmup_lr": 5e-3, "unread_words": 3, "optim.lr": None},
+                   "smollm2": {"warmup_epochs": 4, "warmup_lr": 1e-4, "unread_words": 0, "optim.lr": 2e-5}}
 
 
 def with_policy_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with POLICY_DEFAULTS[args.policy] where the command line left them unset."""
     defaults = POLICY_DEFAULTS[args.policy]
-    for flag in ("warmup_epochs", "warmup_lr"):
+    for flag in ("warmup_epochs", "warmup_lr", "unread_words"):
         if getattr(args, flag) is None:
             setattr(args, flag, defaults[flag])
     if defaults["optim.lr"] is not None and not any(o.startswith("optim.lr=") for o in args.overrides):
@@ -87,9 +87,10 @@ def _warmup_args(parser: argparse.ArgumentParser) -> None:
                              "seventh rounds)")
     parser.add_argument("--warmup-lr", type=float, default=None, help="default: POLICY_DEFAULTS")
     parser.add_argument("--warmup-batch", type=int, default=8)
-    parser.add_argument("--unread-words", type=int, default=0,
+    parser.add_argument("--unread-words", type=int, default=None,
                         help="warm-up: this many words the warm-up never reads, drawn afresh every epoch, at random "
-                             "places of every preference line")
+                             "places of every preference line (default: POLICY_DEFAULTS, 3 for the tiny policy, "
+                             "0 for the pretrained one, which has read every word)")
     parser.add_argument("--alias-weight", type=float, default=4.0,
                         help="weight of the alias decisions in the warm-up loss (tool decisions: 1); the answer "
                              "alias's targets are the only ones that differ between preference presets")
@@ -113,9 +114,10 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--local-window", type=int, default=64,
                         help="tiny policy: every layer but the last attends to this many previous tokens only "
                              "(0: all layers see the whole prompt)")
-    parser.add_argument("--global-layers", type=int, default=1,
-                        help="tiny policy: how many last layers read the whole prompt (0: every layer local; the "
-                             "answer decision's preference line is 42-51 tokens back, inside a 64-token window)")
+    parser.add_argument("--global-layers", type=int, default=0,
+                        help="tiny policy: how many last layers read the whole prompt (0, the default: every layer "
+                             "local; every decision's preference line is 40-53 tokens back, inside a 64-token window; "
+                             "1: the last layer global, the default before round 10, docs/history.md)")
     parser.add_argument("--embeddings", choices=["random", "smollm2"], default="random",
                         help="tiny policy: its token embeddings start random, or as SmolLM2's projected onto their "
                              "--hidden principal directions (words alike start alike; measured, not better: "
@@ -151,20 +153,20 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--favour-aliases", type=lambda t: t.split(","), default=list(FAVOUR_TRAIN_ALIASES),
                         help="the answer aliases training favour lines name, in turn (comma-separated; must "
                              f"include {FAVOURED_ALIAS}, the held-out tasks' favoured alias)")
-    parser.add_argument("--warmup-tries", type=int, default=3,
+    parser.add_argument("--warmup-tries", type=int, default=4,
                         help="tiny policy: warm-ups tried until the start tells the favour line from the others on "
                              "the warm-up's own tasks (1: no retry; the second with --retry-favour-boost, the "
                              "third on from other initialisations too)")
-    parser.add_argument("--retry-favour-boost", type=float, default=0.8,
+    parser.add_argument("--retry-favour-boost", type=float, default=0.65,
                         help="--favour-boost of the warm-up's retries (a larger gap between the favour turns' "
                              "alias target and the others', so the line is easier to find)")
     parser.add_argument("--warmup-separation", type=float, default=0.25,
                         help="the separation a warm-up must reach: P(answer-4) under favour minus the larger of "
                              "cost's and accuracy's, at the answer alias decision (training/quickstart/reading.py)")
-    parser.add_argument("--warmup-validation", action="store_true",
+    parser.add_argument("--warmup-validation", action=argparse.BooleanOptionalAction, default=True,
                         help="the separation must also hold in the validation lines (env.VALIDATION_LINES: unfamiliar "
-                             "words): a start that sends any unfamiliar sentence to answer-4 is tried again (off: "
-                             "measured, the retries did not find a reading start where it failed; docs/quickstart.md)")
+                             "words): a start that sends any unfamiliar sentence to answer-4 is tried again "
+                             "(--no-warmup-validation: the training words alone)")
     parser.add_argument("--warmup-only", action="store_true",
                         help="stop after the warm-up and its favour-line reading (training/quickstart/reading.py)")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
