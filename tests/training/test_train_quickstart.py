@@ -723,8 +723,8 @@ def _warm_up(out, demos, *, seed: int, warmup_validation: bool, embeddings: str 
 
     cfg = SimpleNamespace(run=SimpleNamespace(seed=seed, device="cpu"), rollout=SimpleNamespace(context_tokens=2048))
     runtime = SimpleNamespace(qa=SimpleNamespace(retrieval=SimpleNamespace(topk=1)))
-    args = SimpleNamespace(policy="tiny", warmup_tries=3, favour_boost=0.5, retry_favour_boost=0.8, hidden=8, layers=1, global_layers=1,
-                           local_window=0, warmup_epochs=1, warmup_lr=1e-3, warmup_batch=2, alias_weight=1.0,
+    args = SimpleNamespace(policy="tiny", warmup_tries=3, favour_boost=0.5, retry_favour_boost=0.8, hidden=8, layers=1,
+                           global_layers=1, local_window=0, warmup_epochs=1, warmup_lr=1e-3, warmup_batch=2, alias_weight=1.0,
                            favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3,
                            warmup_validation=warmup_validation, embeddings=embeddings, unread_words=0)
     return run.warm_up(out, cfg, runtime, demos, [], None, args)

@@ -45,9 +45,10 @@ def seeds_to_run(args) -> list[int]:
     return list(args.seeds)
 
 
-# Each policy's learning rates, where the flags (and an `optim.lr=` override) do not set them: the tiny
-# random policy's warm-up learns fast from scratch (its GRPO lr: training/configs/quickstart.yaml); the
-# pretrained SmolLM2 keeps what it knows with small steps (untuned: the first values tried; docs/benchmarks.md)
+# Each policy's learning rates and unread words, where the flags (and an `optim.lr=` override) do not set
+# them: the tiny random policy's warm-up learns fast from scratch (its GRPO lr: training/configs/quickstart.yaml)
+# and is shown words it never reads (its tied table's drift, docs/history.md round 8); the pretrained SmolLM2
+# keeps what it knows with small steps (untuned: the first values tried; docs/benchmarks.md) and has read every word
 POLICY_DEFAULTS = {"tiny": {"warmup_epochs": 24, "warmup_lr": 5e-3, "unread_words": 3, "optim.lr": None},
                    "smollm2": {"warmup_epochs": 4, "warmup_lr": 1e-4, "unread_words": 0, "optim.lr": 2e-5}}
 
@@ -112,8 +113,8 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
                         help="tiny policy depth (every layer but the last is local; 3 measured, not better: "
                              "docs/history.md, round 6)")
     parser.add_argument("--local-window", type=int, default=64,
-                        help="tiny policy: every layer but the last attends to this many previous tokens only "
-                             "(0: all layers see the whole prompt)")
+                        help="tiny policy: every layer but the last --global-layers attends to this many previous "
+                             "tokens only (0: all layers see the whole prompt)")
     parser.add_argument("--global-layers", type=int, default=0,
                         help="tiny policy: how many last layers read the whole prompt (0, the default: every layer "
                              "local; every decision's preference line is 40-53 tokens back, inside a 64-token window; "

@@ -175,8 +175,8 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
             init = smollm2_path()
         else:
             init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
-                                     heads=4, seed=seed, local_window=args.local_window or None, global_layers=args.global_layers,
-                                     embeddings=embeddings)
+                                     heads=4, seed=seed, local_window=args.local_window or None,
+                                     global_layers=args.global_layers, embeddings=embeddings)
         boosted = with_favoured_boost(demos, tokenizer, boost)
         model = supervised_warmup(init, out / f"policy-warm-try{k}", boosted, epochs=args.warmup_epochs,
                                   lr=args.warmup_lr, batch_size=args.warmup_batch, seed=seed,
