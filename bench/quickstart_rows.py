@@ -26,7 +26,7 @@ def _ci(c: dict, signed: bool = True) -> str:
 
 def kernels(machine: dict) -> str:
     forced = machine.get("kernel_env", {}).get("ATEN_CPU_CAPABILITY")
-    return f"{machine.get('cpu_model', '?')}, {'AVX2 forced' if forced else machine.get('cpu_capability', '?')}"
+    return f"{machine.get('cpu_model', '?')}, {f'{forced.upper()} forced' if forced else machine.get('cpu_capability', '?')}"
 
 
 def row(run: Path) -> tuple[str, int, int]:

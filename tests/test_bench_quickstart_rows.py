@@ -43,6 +43,8 @@ def test_a_row_per_run_with_intervals_kernels_reading_and_the_count(tmp_path, ca
                         "| **4 of 4** | 812 | 10.0 min (1.5) |")
     assert "| Some CPU, AVX2 forced |" in lines[3] and "| 3 of 4 |" in lines[3]
     assert lines[-1] == "7 of 8 checks hold over 2 runs."
+    c = run_dir(tmp_path / "seed-3-default", forced="default", favour_low=0.1)   # ATen's scalar kernels
+    assert main([str(c)]) == 0 and "| Some CPU, DEFAULT forced |" in capsys.readouterr().out
 
 
 def test_a_run_whose_warm_up_was_tried_again_says_which_try_it_kept(tmp_path, capsys):
