@@ -110,8 +110,8 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
                         help="where the policy runs: warm-up, evaluations, GRPO (run.device)")
     parser.add_argument("--hidden", type=int, default=128, help="tiny policy width")
     parser.add_argument("--layers", type=int, default=2,
-                        help="tiny policy depth (every layer but the last is local; 3 measured, not better: "
-                             "docs/history.md, round 6)")
+                        help="tiny policy depth (which layers are local: --global-layers; 3 with the last one global "
+                             "measured, not better: docs/history.md, round 6)")
     parser.add_argument("--local-window", type=int, default=64,
                         help="tiny policy: every layer but the last --global-layers attends to this many previous "
                              "tokens only (0: all layers see the whole prompt)")
