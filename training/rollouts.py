@@ -37,6 +37,16 @@ class MemoizedLLM:
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
+    def entries(self) -> dict[str, LLMResponse]:
+        """The cached replies by key, for another process's memo (`preload`)."""
+        with self._lock:
+            return dict(self._cache)
+
+    def preload(self, entries: dict[str, LLMResponse]) -> None:
+        """Adds replies another memo cached (its `entries()`): the same prompts are then hits here."""
+        with self._lock:
+            self._cache.update(entries)
+
     def __call__(self, model, messages, **kwargs) -> LLMResponse:
         if kwargs.get("temperature", 0) != 0:
             return self._llm(model, messages, **kwargs)

@@ -228,6 +228,23 @@ def test_memoized_expert_computes_a_repeated_prompt_once_even_concurrently():
     assert len(calls) == 2
 
 
+def test_a_memo_preloaded_with_another_memos_entries_answers_its_prompts_without_calling():
+    """The quickstart's initial evaluation memoizes in a second process; its replies join the
+    final evaluation's memo (`entries` there, `preload` here) and are hits, not calls."""
+    calls = []
+
+    def expert(model, messages, **kw):
+        calls.append(messages[0]["content"])
+        return LLMResponse(model=model, text=messages[0]["content"].upper(), usage=Usage(5, 1))
+    first, second = MemoizedLLM(expert), MemoizedLLM(expert)
+    ask = [{"role": "user", "content": "seen"}]
+    first("m", ask, temperature=0.0, max_tokens=8)
+    second.preload(first.entries())
+    assert second("m", ask, temperature=0.0, max_tokens=8).text == "SEEN" and calls == ["seen"] and second.hits == 1
+    second("m", [{"role": "user", "content": "new"}], temperature=0.0, max_tokens=8)   # others still call
+    assert calls == ["seen", "new"] and set(first.entries()) < set(second.entries())
+
+
 def test_decision_mask_keeps_only_the_tokens_the_constraint_left_open():
     eos = 9
     choices = [[1, 2, 3, eos], [1, 2, 4, eos], [1, 5, eos]]

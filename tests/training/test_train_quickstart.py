@@ -317,6 +317,39 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path, monkeyp
     assert set(summary["machine"]["cpu_flags"]) <= set(KERNEL_FLAGS)
 
 
+def _without_latencies(row):
+    """A trajectory row less its wall-clock fields (the one thing a second process may change)."""
+    if isinstance(row, dict):
+        return {k: _without_latencies(v) for k, v in row.items() if "latency" not in k}
+    return [_without_latencies(v) for v in row] if isinstance(row, list) else row
+
+
+@pytest.mark.slow
+def test_the_initial_evaluation_beside_grpo_gives_the_trajectories_it_gives_in_turn(tmp_path):
+    """--parallel-eval (the default) runs the initial evaluation in a spawned process while GRPO
+    trains: every held-out episode, before and after GRPO, and the GRPO metrics are what
+    --no-parallel-eval's run in turn gives."""
+    from training.quickstart.run import main
+
+    flags = ["--train-tasks", "4", "--eval-tasks", "2", "--warmup-tasks", "2", "--warmup-epochs", "1",
+             "--warmup-tries", "1", "--eval-concurrency", "2", "trainer.total_steps=1", "rollout.tasks_per_step=2",
+             "rollout.rollouts_per_task=2", "logging.wandb=disabled"]
+    for mode in ("parallel", "no-parallel"):
+        assert main(["--out", str(tmp_path / mode), f"--{mode}-eval", *flags]) == 0
+    files = sorted(p.name for p in (tmp_path / "parallel").glob("eval_*.jsonl"))
+    assert len(files) == 14 and (tmp_path / "parallel" / "eval_initial.log").exists()
+    assert not (tmp_path / "no-parallel" / "eval_initial.log").exists()
+    for name in files:
+        rows = [[_without_latencies(json.loads(line)) for line in (tmp_path / mode / name).read_text().splitlines()]
+                for mode in ("parallel", "no-parallel")]
+        assert rows[0] == rows[1] and rows[0], name
+    metrics = [json.loads((tmp_path / m / "train" / "metrics.jsonl").read_text()) for m in ("parallel", "no-parallel")]
+    assert {k: v for k, v in metrics[0].items() if k.startswith("rollout/accuracy") or k.startswith("train/loss")} \
+        == {k: v for k, v in metrics[1].items() if k.startswith("rollout/accuracy") or k.startswith("train/loss")}
+    stages = [json.loads((tmp_path / m / "summary.json").read_text())["stage_seconds"] for m in ("parallel", "no-parallel")]
+    assert all({"initial evaluation", "GRPO", "final evaluation"} <= set(s) for s in stages)
+
+
 def test_cpu_flags_are_the_kernel_flags_of_the_first_processor(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f amx_tile avx512_bf16\n\n"

@@ -415,10 +415,79 @@ def preference_scores(out: Path) -> dict:
     return scores
 
 
+def evaluation_runtime(cfg: TrainConfig, indexes: dict[str, Path]):
+    """The evaluations' runtime: greedy experts memoized too (one cache for all of them: the same
+    prompt gets the same reply it would get anyway); their latency is then the wall time of cache
+    hits, not the tools'."""
+    from training.rollouts import MemoizedLLM
+    from training.session import build_runtime
+
+    runtime = routed_runtime(build_runtime(cfg), indexes)
+    if not isinstance(runtime.llm, MemoizedLLM):
+        runtime.llm = MemoizedLLM(runtime.llm)
+    return runtime
+
+
+def initial_evaluation(args, cfg: TrainConfig, indexes: dict[str, Path], warm: Path, eval_file: Path, out: Path,
+                       replies: dict) -> tuple[dict, dict, float]:
+    """`evaluate_all(warm, ..., "initial")` as a second process's work (`evaluate_initial_and_train`),
+    its memo started from `replies`, its output to out/eval_initial.log: (summaries, the expert
+    replies memoized, seconds)."""
+    import contextlib
+
+    import torch
+
+    from training.session import train_judge
+
+    t0 = time.monotonic()
+    with (out / "eval_initial.log").open("w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        if cfg.run.threads:
+            torch.set_num_threads(cfg.run.threads)
+        runtime = evaluation_runtime(cfg, indexes)
+        runtime.llm.preload(replies)
+        initial = evaluate_all(warm, load_tasks([str(eval_file)]), runtime, cfg, train_judge(cfg), args, out, "initial")
+    return initial, runtime.llm.entries(), round(time.monotonic() - t0, 1)
+
+
+def evaluate_initial_and_train(args, cfg: TrainConfig, indexes: dict[str, Path], warm: Path, eval_file: Path,
+                               eval_runtime, out: Path) -> tuple[dict, dict[str, float]]:
+    """The initial evaluation and GRPO, both from the warm policy: with `--parallel-eval` the
+    evaluation runs in a second (spawned) process beside GRPO, each on its own `run.threads`, so a
+    2-core box does both at once; its memoized expert replies then join `eval_runtime`'s (the final
+    evaluation's cache hits, as if it had run here).  Greedy experts and seeded sampling make the
+    trajectories the same either way; latencies differ.  Returns (initial summaries, seconds of each)."""
+    import multiprocessing
+
+    from training.session import build_runtime, run, train_judge
+
+    seconds, pool = {}, None
+    if args.parallel_eval:
+        pool = multiprocessing.get_context("spawn").Pool(1)
+        pending = pool.apply_async(initial_evaluation, (args, cfg, indexes, warm, eval_file, out,
+                                                        eval_runtime.llm.entries()))
+        console.print(f"initial evaluation: in a second process beside GRPO (log: {out / 'eval_initial.log'})")
+    else:
+        t0 = time.monotonic()
+        initial = evaluate_all(warm, load_tasks([str(eval_file)]), eval_runtime, cfg, train_judge(cfg), args, out,
+                               "initial")
+        seconds["initial evaluation"] = round(time.monotonic() - t0, 1)
+    try:
+        t0 = time.monotonic()
+        run(cfg, runtime=routed_runtime(build_runtime(cfg), indexes))
+        seconds["GRPO"] = round(time.monotonic() - t0, 1)
+        if pool is not None:
+            initial, replies, seconds["initial evaluation"] = pending.get()
+            eval_runtime.llm.preload(replies)
+    finally:
+        if pool is not None:
+            pool.terminate()      # GRPO failed: the evaluation is of no use; else it has returned
+            pool.join()
+    return initial, seconds
+
+
 def run_seed(args, seed: int, out: Path) -> dict:
     """The whole quickstart for one seed under `out`; returns its summary (also out/summary.json)."""
-    from training.rollouts import MemoizedLLM
-    from training.session import build_runtime, run, train_judge
+    from training.session import train_judge
 
     started, stages = time.monotonic(), {}
     cfg = load_config(CONFIG, _paths_overrides(out) + [f"run.seed={seed}", f"run.device={args.device}"]
@@ -437,11 +506,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
     indexes = {DEEP: world["index"], SHALLOW: world["index-shallow"]}
     train_tasks, eval_tasks = load_tasks([str(world["train"])]), load_tasks([str(world["eval"])])
     demo_tasks = warmup_tasks(world, train_tasks, args)
-    # evaluations: greedy experts memoized too (one cache for all of them: the same prompt gets the
-    # same reply it would get anyway); their latency is then the wall time of cache hits, not the tools'
-    eval_runtime = routed_runtime(build_runtime(cfg), indexes)
-    if not isinstance(eval_runtime.llm, MemoizedLLM):
-        eval_runtime.llm = MemoizedLLM(eval_runtime.llm)
+    eval_runtime = evaluation_runtime(cfg, indexes)
     judge = train_judge(cfg)
     stage("world", t0)
     t0 = time.monotonic()
@@ -453,12 +518,10 @@ def run_seed(args, seed: int, out: Path) -> dict:
                    "machine": machine_load()}
         (out / "warmup.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
-    t0 = time.monotonic()
-    initial = evaluate_all(warm, eval_tasks, eval_runtime, cfg, judge, args, out, "initial")
-    stage("initial evaluation", t0)
-    t0 = time.monotonic()
-    run(cfg, runtime=routed_runtime(build_runtime(cfg), indexes))
-    stage("GRPO", t0)
+    initial, seconds = evaluate_initial_and_train(args, cfg, indexes, warm, world["eval"], eval_runtime, out)
+    for name in ("initial evaluation", "GRPO"):
+        stages[name] = seconds[name]
+        console.print(f"[bold]seed {seed}: {name}[/]: {stages[name]} s")
     t0 = time.monotonic()
     final_model = list_checkpoints(Path(cfg.run.dir) / "checkpoints")[-1] / "model"
     final = evaluate_all(final_model, eval_tasks, eval_runtime, cfg, judge, args, out, "final")
