@@ -456,15 +456,13 @@ def evaluate_initial_and_train(args, cfg: TrainConfig, indexes: dict[str, Path],
     2-core box does both at once; its memoized expert replies then join `eval_runtime`'s (the final
     evaluation's cache hits, as if it had run here).  Greedy experts and seeded sampling make the
     trajectories the same either way; latencies differ.  Returns (initial summaries, seconds of each)."""
-    import multiprocessing
-
+    from training.quickstart.beside import Beside
     from training.session import build_runtime, run, train_judge
 
-    seconds, pool = {}, None
+    seconds, beside = {}, None
     if args.parallel_eval:
-        pool = multiprocessing.get_context("spawn").Pool(1)
-        pending = pool.apply_async(initial_evaluation, (args, cfg, indexes, warm, eval_file, out,
-                                                        eval_runtime.llm.entries()))
+        beside = Beside(initial_evaluation, args, cfg, indexes, warm, eval_file, out, eval_runtime.llm.entries(),
+                        what=f"the initial evaluation's process (log: {out / 'eval_initial.log'})")
         console.print(f"initial evaluation: in a second process beside GRPO (log: {out / 'eval_initial.log'})")
     else:
         t0 = time.monotonic()
@@ -475,13 +473,12 @@ def evaluate_initial_and_train(args, cfg: TrainConfig, indexes: dict[str, Path],
         t0 = time.monotonic()
         run(cfg, runtime=routed_runtime(build_runtime(cfg), indexes))
         seconds["GRPO"] = round(time.monotonic() - t0, 1)
-        if pool is not None:
-            initial, replies, seconds["initial evaluation"] = pending.get()
+        if beside is not None:
+            initial, replies, seconds["initial evaluation"] = beside.result()
             eval_runtime.llm.preload(replies)
     finally:
-        if pool is not None:
-            pool.terminate()      # GRPO failed: the evaluation is of no use; else it has returned
-            pool.join()
+        if beside is not None:
+            beside.stop()       # GRPO failed: the evaluation is of no use (else it has ended)
     return initial, seconds
 
 
