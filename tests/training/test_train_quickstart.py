@@ -428,6 +428,12 @@ def test_each_demonstrated_turn_gets_its_own_prompted_alias_choice_mixed_with_un
     assert favour.targets[0] == {5: 1.0} and answer.targets == {0: {9: 1.0}}
     pooled = with_alias_prior([demo("favour"), demo("cost")], {"search": {7: 0.6, 8: 0.4}}, floor=0.5)
     assert [d.targets[2] for d in pooled] == [pytest.approx({7: 0.55, 8: 0.45})] * 2   # 0.5 * 0.6 + 0.25
+    # --search-alias-floor: the search tool's own floor, the others keep --alias-floor
+    other = Demonstration([1, 2], [5, 6, 7, 0], {0: {5: 1.0}, 2: {7: 0.5, 8: 0.5}}, "answer", "cost")
+    mixed = with_alias_prior([demo("cost"), other], {"search": {7: 0.6, 8: 0.4}, "answer": {7: 1.0, 8: 0.0}},
+                             floor=0.5, floors={"search": 0.8})
+    assert mixed[0].targets[2] == pytest.approx({7: 0.52, 8: 0.48})     # 0.2 * 0.6 + 0.8 / 2
+    assert mixed[1].targets[2] == pytest.approx({7: 0.75, 8: 0.25})     # 0.5 * 1.0 + 0.5 / 2
 
 
 def test_favoured_share_is_its_share_of_its_own_tools_calls_and_of_all_calls():
@@ -590,6 +596,8 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
     (["--warmup-tries", "0"], "--warmup-tries 0: the number of warm-ups to try, must be >= 1"),
     (["--warmup-separation", "1.5"], "--warmup-separation 1.5: a difference of probabilities"),
     (["--retry-favour-boost", "-0.1"], "--retry-favour-boost -0.1: a share"),
+    (["--alias-floor", "1.5"], "--alias-floor 1.5: a share"),
+    (["--search-alias-floor", "-0.2"], "--search-alias-floor -0.2: a share"),
     (["--warmup-lr", "0"], "--warmup-lr 0.0: a learning rate, must be > 0"),
     (["--policy", "smollm2", "--warmup-epochs", "0"], "--warmup-epochs 0: must be at least 1"),
     (["--policy", "smollm2", "--embeddings", "smollm2"], "--embeddings smollm2: starts the tiny policy's table"),

@@ -72,6 +72,9 @@ def _warmup_args(parser: argparse.ArgumentParser) -> None:
                              "turn (it reads the preference line); or uniform")
     parser.add_argument("--alias-floor", type=float, default=0.25,
                         help="prompted prior mixed with uniform by this weight (exploration floor)")
+    parser.add_argument("--search-alias-floor", type=float, default=None,
+                        help="the search tool's floor (default: --alias-floor): the deep search-3, right for year "
+                             "questions, is what GRPO must sample to gain accuracy (docs/history.md round 11)")
     parser.add_argument("--tool-spread", type=float, default=0.3,
                         help="share of the warm-up's tool decision given to the tools a question does not need")
     parser.add_argument("--spread-to", choices=["evidence", "all"], default="evidence",
@@ -202,8 +205,8 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
         parser.error(f"--warmup-tries {args.warmup_tries}: the number of warm-ups to try, must be >= 1")
     if not -1 <= args.warmup_separation <= 1:
         parser.error(f"--warmup-separation {args.warmup_separation}: a difference of probabilities, must be in [-1, 1]")
-    for flag in ("favour_boost", "retry_favour_boost"):
-        if not 0 <= getattr(args, flag) <= 1:
+    for flag in ("favour_boost", "retry_favour_boost", "alias_floor", "search_alias_floor"):
+        if getattr(args, flag) is not None and not 0 <= getattr(args, flag) <= 1:
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: a share, must be in [0, 1]")
     if args.warmup_lr <= 0:
         parser.error(f"--warmup-lr {args.warmup_lr}: a learning rate, must be > 0")

@@ -118,10 +118,11 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
     demos = demonstrations(demo_tasks, tokenizer, runtime.catalog, runtime.retriever, prompts=runtime.prompts,
                            budgets=Budgets(context_tokens=cfg.rollout.context_tokens), topk=runtime.qa.retrieval.topk,
                            tool_spread=args.tool_spread, spread_to=args.spread_to)
+    floors = {} if args.search_alias_floor is None else {"search": args.search_alias_floor}
     if args.alias_prior == "per-turn":
-        demos = with_own_alias_choices(demos, prompted_alias_choices(demos), floor=args.alias_floor)
+        demos = with_own_alias_choices(demos, prompted_alias_choices(demos), floor=args.alias_floor, floors=floors)
     elif args.alias_prior == "pooled":
-        demos = with_alias_prior(demos, prompted_alias_prior(demos), floor=args.alias_floor)
+        demos = with_alias_prior(demos, prompted_alias_prior(demos), floor=args.alias_floor, floors=floors)
     return warm_up(out, cfg, runtime, demos, probe, tokenizer, args)
 
 
@@ -538,6 +539,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
                "main_preset": MAIN_PRESET, "train_mix": TRAIN_MIX,
                "unseen_tools": UNSEEN_TOOLS, "eval_temperature": args.eval_temperature,
                "warmup_alias_distribution": {"source": args.alias_prior, "floor": args.alias_floor,
+                                             "search_floor": args.search_alias_floor,
                                              "loss_weight": args.alias_weight,
                                              "per_tool": warmup["taught"], "tool_spread": args.tool_spread,
                                              "spread_to": args.spread_to},

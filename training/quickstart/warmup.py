@@ -238,24 +238,26 @@ def prompted_alias_prior(demos: list[Demonstration], per_tool: int = 3) -> dict[
 
 
 def with_alias_prior(demos: list[Demonstration], prior: dict[str, dict[int, float]],
-                     floor: float = 0.0) -> list[Demonstration]:
+                     floor: float = 0.0, floors: dict[str, float] | None = None) -> list[Demonstration]:
     """The demonstrations with the alias targets replaced by `(1 - floor) * prior + floor / n`
     (per tool, whatever the preset): with `floor` > 0 every alias keeps at least floor / n of the
-    probability, so GRPO's few samples per task still try the aliases the prompted model neglects."""
-    return with_own_alias_choices(demos, [prior.get(d.tool, {}) for d in demos], floor)
+    probability, so GRPO's few samples per task still try the aliases the prompted model neglects.
+    `floors`: {tool: its own floor} for the tools it names."""
+    return with_own_alias_choices(demos, [prior.get(d.tool, {}) for d in demos], floor, floors)
 
 
 def with_own_alias_choices(demos: list[Demonstration], choices: list[dict[int, float]],
-                           floor: float = 0.0) -> list[Demonstration]:
+                           floor: float = 0.0, floors: dict[str, float] | None = None) -> list[Demonstration]:
     """The demonstrations with each alias target replaced by that turn's own choice
     (`prompted_alias_choices`: it depends on the question and the preference line the turn
-    shows), mixed with uniform: `(1 - floor) * choice + floor / n`; a turn whose choice is empty
-    or over other tokens keeps its targets."""
+    shows), mixed with uniform: `(1 - floor) * choice + floor / n` (`floors[tool]` for a tool it
+    names); a turn whose choice is empty or over other tokens keeps its targets."""
     for demo, choice in zip(demos, choices):
+        mix = (floors or {}).get(demo.tool, floor)
         for pos in _alias_positions(demo):
             if choice and set(choice) == set(demo.targets[pos]):
                 n = len(choice)
-                demo.targets[pos] = {t: (1 - floor) * p + floor / n for t, p in choice.items()}
+                demo.targets[pos] = {t: (1 - mix) * p + mix / n for t, p in choice.items()}
     return demos
 
 
