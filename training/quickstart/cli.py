@@ -74,7 +74,8 @@ def _warmup_args(parser: argparse.ArgumentParser) -> None:
                         help="prompted prior mixed with uniform by this weight (exploration floor)")
     parser.add_argument("--search-alias-floor", type=float, default=None,
                         help="the search tool's floor (default: --alias-floor): the deep search-3, right for year "
-                             "questions, is what GRPO must sample to gain accuracy (docs/history.md round 11)")
+                             "questions, is what GRPO must sample to gain accuracy; 0.75 kept fewer checks "
+                             "(docs/history.md round 11)")
     parser.add_argument("--tool-spread", type=float, default=0.3,
                         help="share of the warm-up's tool decision given to the tools a question does not need")
     parser.add_argument("--spread-to", choices=["evidence", "all"], default="evidence",
