@@ -429,8 +429,8 @@ def evaluation_runtime(cfg: TrainConfig, indexes: dict[str, Path]):
     return runtime
 
 
-def initial_evaluation(args, cfg: TrainConfig, indexes: dict[str, Path], warm: Path, eval_file: Path, out: Path,
-                       replies: dict) -> tuple[dict, dict, float]:
+def initial_evaluation(args, cfg: TrainConfig, indexes: dict[str, Path], warm: Path, eval_tasks: list[Task],
+                       out: Path, replies: dict) -> tuple[dict, dict, float]:
     """`evaluate_all(warm, ..., "initial")` as a second process's work (`evaluate_initial_and_train`),
     its memo started from `replies`, its output to out/eval_initial.log: (summaries, the expert
     replies memoized, seconds)."""
@@ -446,11 +446,11 @@ def initial_evaluation(args, cfg: TrainConfig, indexes: dict[str, Path], warm: P
             torch.set_num_threads(cfg.run.threads)
         runtime = evaluation_runtime(cfg, indexes)
         runtime.llm.preload(replies)
-        initial = evaluate_all(warm, load_tasks([str(eval_file)]), runtime, cfg, train_judge(cfg), args, out, "initial")
+        initial = evaluate_all(warm, eval_tasks, runtime, cfg, train_judge(cfg), args, out, "initial")
     return initial, runtime.llm.entries(), round(time.monotonic() - t0, 1)
 
 
-def evaluate_initial_and_train(args, cfg: TrainConfig, indexes: dict[str, Path], warm: Path, eval_file: Path,
+def evaluate_initial_and_train(args, cfg: TrainConfig, indexes: dict[str, Path], warm: Path, eval_tasks: list[Task],
                                eval_runtime, out: Path) -> tuple[dict, dict[str, float]]:
     """The initial evaluation and GRPO, both from the warm policy: with `--parallel-eval` the
     evaluation runs in a second (spawned) process beside GRPO, each on its own `run.threads`, so a
@@ -462,13 +462,12 @@ def evaluate_initial_and_train(args, cfg: TrainConfig, indexes: dict[str, Path],
 
     seconds, beside = {}, None
     if args.parallel_eval:
-        beside = Beside(initial_evaluation, args, cfg, indexes, warm, eval_file, out, eval_runtime.llm.entries(),
+        beside = Beside(initial_evaluation, args, cfg, indexes, warm, eval_tasks, out, eval_runtime.llm.entries(),
                         what=f"the initial evaluation's process (log: {out / 'eval_initial.log'})")
         console.print(f"initial evaluation: in a second process beside GRPO (log: {out / 'eval_initial.log'})")
     else:
         t0 = time.monotonic()
-        initial = evaluate_all(warm, load_tasks([str(eval_file)]), eval_runtime, cfg, train_judge(cfg), args, out,
-                               "initial")
+        initial = evaluate_all(warm, eval_tasks, eval_runtime, cfg, train_judge(cfg), args, out, "initial")
         seconds["initial evaluation"] = round(time.monotonic() - t0, 1)
     try:
         t0 = time.monotonic()
@@ -516,7 +515,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
                    "machine": machine_load()}
         (out / "warmup.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
-    initial, seconds = evaluate_initial_and_train(args, cfg, indexes, warm, world["eval"], eval_runtime, out)
+    initial, seconds = evaluate_initial_and_train(args, cfg, indexes, warm, eval_tasks, eval_runtime, out)
     for name in ("initial evaluation", "GRPO"):
         stages[name] = seconds[name]
         console.print(f"[bold]seed {seed}: {name}[/]: {stages[name]} s")
