@@ -604,6 +604,10 @@ def test_warmup_loss_weighs_the_alias_decisions(tmp_path):
     (["--unread-words", "-1"], "--unread-words -1: words per preference line, must be >= 0"),
     (["--global-layers", "2"], "--global-layers 2: 0 .. --layers - 1 (1)"),
     (["--global-layers", "-1"], "--global-layers -1: 0 .. --layers - 1"),
+    (["--global-layers", "-1", "--local-window", "0"], "--global-layers -1: 0 .. --layers - 1"),
+    (["--local-window", "-4"], "--local-window -4: tokens a local layer attends to, must be >= 0"),
+    (["--layers", "0"], "--layers 0: must be at least 1"),
+    (["--hidden", "0"], "--hidden 0: must be at least 1"),
     (["--policy", "smollm2", "--unread-words", "3"], "--unread-words 3: the tiny policy's warm-up only")])
 def test_bad_flags_get_one_line_naming_the_flag(flags, message, capsys):
     from training.quickstart.cli import _args

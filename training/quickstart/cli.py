@@ -183,6 +183,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
     """Values argparse's types do not check: one line naming the flag."""
+    for flag in ("eval_tasks", "eval_samples", "eval_concurrency", "train_tasks", "warmup_epochs", "hidden", "layers"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be at least 1")
     if args.alias_weight <= 0:
         parser.error(f"--alias-weight {args.alias_weight}: a loss weight, must be > 0")
     unknown = [a for a in args.favour_aliases if a not in ANSWER_ALIASES]
@@ -192,7 +195,10 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
     if args.embeddings != "random" and args.policy != "tiny":
         parser.error(f"--embeddings {args.embeddings}: starts the tiny policy's table; --policy {args.policy} "
                      "brings its own (drop --embeddings)")
-    if not 0 <= args.global_layers < args.layers and args.local_window:
+    if args.local_window < 0:
+        parser.error(f"--local-window {args.local_window}: tokens a local layer attends to, must be >= 0 "
+                     "(0: every layer reads the whole prompt)")
+    if args.global_layers < 0 or (args.local_window and args.global_layers >= args.layers):
         parser.error(f"--global-layers {args.global_layers}: 0 .. --layers - 1 ({args.layers - 1}), so that a layer "
                      "is local (--local-window 0: every layer reads the whole prompt already)")
     if args.unread_words < 0:
@@ -211,7 +217,4 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
             parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: a share, must be in [0, 1]")
     if args.warmup_lr <= 0:
         parser.error(f"--warmup-lr {args.warmup_lr}: a learning rate, must be > 0")
-    for flag in ("eval_tasks", "eval_samples", "eval_concurrency", "train_tasks", "warmup_epochs"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be at least 1")
     return args
