@@ -325,11 +325,11 @@ def _without_latencies(row):
 
 
 @pytest.mark.slow
-def test_the_initial_evaluation_beside_grpo_gives_the_trajectories_it_gives_in_turn(tmp_path):
+def test_the_evaluations_in_second_processes_give_the_trajectories_they_give_in_turn(tmp_path):
     """--parallel-eval (the default) runs the initial evaluation in a spawned process while GRPO
-    trains: every held-out episode, before and after GRPO, and the GRPO metrics are what
-    --no-parallel-eval's run in turn gives."""
-    from training.quickstart.run import main
+    trains, and half the final one beside the other half: every held-out episode, before and
+    after GRPO, and the GRPO metrics are what --no-parallel-eval's run in turn gives."""
+    from training.quickstart.run import EVAL_RUNS, main
 
     flags = ["--train-tasks", "4", "--eval-tasks", "2", "--warmup-tasks", "2", "--warmup-epochs", "1",
              "--warmup-tries", "1", "--eval-concurrency", "2", "trainer.total_steps=1", "rollout.tasks_per_step=2",
@@ -337,8 +337,8 @@ def test_the_initial_evaluation_beside_grpo_gives_the_trajectories_it_gives_in_t
     for mode in ("parallel", "no-parallel"):
         assert main(["--out", str(tmp_path / mode), f"--{mode}-eval", *flags]) == 0
     files = sorted(p.name for p in (tmp_path / "parallel").glob("eval_*.jsonl"))
-    assert len(files) == 14 and (tmp_path / "parallel" / "eval_initial.log").exists()
-    assert not (tmp_path / "no-parallel" / "eval_initial.log").exists()
+    assert len(files) == 14 and all((tmp_path / "parallel" / f"eval_{t}.log").exists() for t in ("initial", "final"))
+    assert not list((tmp_path / "no-parallel").glob("eval_*.log"))
     for name in files:
         rows = [[_without_latencies(json.loads(line)) for line in (tmp_path / mode / name).read_text().splitlines()]
                 for mode in ("parallel", "no-parallel")]
@@ -348,8 +348,11 @@ def test_the_initial_evaluation_beside_grpo_gives_the_trajectories_it_gives_in_t
     assert metrics[0].keys() == metrics[1].keys()
     assert {k: v for k, v in metrics[0].items() if not k.startswith(clock)} \
         == {k: v for k, v in metrics[1].items() if not k.startswith(clock)}
-    stages = [json.loads((tmp_path / m / "summary.json").read_text())["stage_seconds"] for m in ("parallel", "no-parallel")]
-    assert all({"initial evaluation", "GRPO", "final evaluation"} <= set(s) for s in stages)
+    summaries = [json.loads((tmp_path / m / "summary.json").read_text()) for m in ("parallel", "no-parallel")]
+    assert all({"initial evaluation", "GRPO", "final evaluation"} <= set(s["stage_seconds"]) for s in summaries)
+    for tag in ("initial", "final", "intervals", "checks"):     # the halves' summaries merged in EVAL_RUNS' order
+        assert _without_latencies(summaries[0][tag]) == _without_latencies(summaries[1][tag]), tag
+    assert list(summaries[0]["final"]) == list(EVAL_RUNS)
 
 
 def test_cpu_flags_are_the_kernel_flags_of_the_first_processor(tmp_path):

@@ -152,7 +152,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="held-out episodes at once (their policy turns batch in the engine)")
     parser.add_argument("--parallel-eval", action=argparse.BooleanOptionalAction, default=True,
                         help="the initial evaluation in a second process beside GRPO (both start from the warm "
-                             "policy; the same trajectories, both cores busy); --no-parallel-eval: one after the other")
+                             "policy), the final one in two processes; the same trajectories, both cores busy; "
+                             "--no-parallel-eval: all in turn in this one")
     parser.add_argument("--favour-boost", type=float, default=0.5,
                         help="warm-up: share of each favour answer turn's alias target moved onto the alias its "
                              "line names (0: the prompted model's choice alone)")

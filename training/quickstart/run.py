@@ -317,12 +317,13 @@ def eval_runs(tasks: list[Task]) -> dict[str, list[Task]]:
 
 
 def evaluate_all(model_dir: Path, tasks: list[Task], runtime, cfg: TrainConfig, judge, args, out: Path,
-                 tag: str) -> dict:
-    """The policy on the same held-out tasks under every run of `eval_runs`:
-    {run: summary}; trajectories to out/eval_<tag>_<run>.jsonl."""
+                 tag: str, names: tuple[str, ...] = EVAL_RUNS) -> dict:
+    """The policy on the same held-out tasks under the runs `names` of `eval_runs` (default: all):
+    {run: summary}; trajectories to out/eval_<tag>_<run>.jsonl.  Each run samples from its own
+    seed, so which runs share a process, and in what order, changes no trajectory."""
     return {name: evaluate(model_dir, ts, runtime, cfg, judge, args.eval_temperature, args.eval_concurrency,
                            out / f"eval_{tag}_{name}.jsonl", args.eval_samples)
-            for name, ts in eval_runs(tasks).items()}
+            for name, ts in eval_runs(tasks).items() if name in names}
 
 
 def task_outcomes(path: Path) -> list[TaskOutcome]:
@@ -429,11 +430,11 @@ def evaluation_runtime(cfg: TrainConfig, indexes: dict[str, Path]):
     return runtime
 
 
-def initial_evaluation(args, cfg: TrainConfig, indexes: dict[str, Path], warm: Path, eval_tasks: list[Task],
-                       out: Path, replies: dict) -> tuple[dict, dict, float]:
-    """`evaluate_all(warm, ..., "initial")` as a second process's work (`evaluate_initial_and_train`),
-    its memo started from `replies`, its output to out/eval_initial.log: (summaries, the expert
-    replies memoized, seconds)."""
+def evaluation_process(args, cfg: TrainConfig, indexes: dict[str, Path], model_dir: Path, eval_tasks: list[Task],
+                       out: Path, replies: dict, tag: str, names: tuple[str, ...]) -> tuple[dict, dict, float]:
+    """`evaluate_all(model_dir, ..., tag, names)` as a second process's work (the initial evaluation
+    beside GRPO, half the final one beside the other half), its memo started from `replies`, its
+    output to out/eval_<tag>.log: (summaries, the expert replies memoized, seconds)."""
     import contextlib
 
     import torch
@@ -441,13 +442,34 @@ def initial_evaluation(args, cfg: TrainConfig, indexes: dict[str, Path], warm: P
     from training.session import train_judge
 
     t0 = time.monotonic()
-    with (out / "eval_initial.log").open("w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+    with (out / f"eval_{tag}.log").open("w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
         runtime = evaluation_runtime(cfg, indexes)
         runtime.llm.preload(replies)
-        initial = evaluate_all(warm, eval_tasks, runtime, cfg, train_judge(cfg), args, out, "initial")
-    return initial, runtime.llm.entries(), round(time.monotonic() - t0, 1)
+        summaries = evaluate_all(model_dir, eval_tasks, runtime, cfg, train_judge(cfg), args, out, tag, names)
+    return summaries, runtime.llm.entries(), round(time.monotonic() - t0, 1)
+
+
+def final_evaluation(args, cfg: TrainConfig, indexes: dict[str, Path], model_dir: Path, eval_tasks: list[Task],
+                     eval_runtime, out: Path) -> dict:
+    """`evaluate_all(model_dir, ..., "final")`: with `--parallel-eval` the last three runs of
+    EVAL_RUNS go to a second (spawned) process beside the first four here (one thread each: a
+    2-core box evaluates on both cores), with the same trajectories as in turn."""
+    from training.quickstart.beside import Beside
+    from training.session import train_judge
+
+    if not args.parallel_eval:
+        return evaluate_all(model_dir, eval_tasks, eval_runtime, cfg, train_judge(cfg), args, out, "final")
+    here, there = EVAL_RUNS[:4], EVAL_RUNS[4:]
+    beside = Beside(evaluation_process, args, cfg, indexes, model_dir, eval_tasks, out, eval_runtime.llm.entries(),
+                    "final", there, what=f"the final evaluation's second process (log: {out / 'eval_final.log'})")
+    try:
+        mine = evaluate_all(model_dir, eval_tasks, eval_runtime, cfg, train_judge(cfg), args, out, "final", here)
+        theirs = beside.result()[0]
+    finally:
+        beside.stop()       # this half failed: the other is of no use (else it has ended)
+    return {name: (mine | theirs)[name] for name in EVAL_RUNS}
 
 
 def evaluate_initial_and_train(args, cfg: TrainConfig, indexes: dict[str, Path], warm: Path, eval_tasks: list[Task],
@@ -462,8 +484,8 @@ def evaluate_initial_and_train(args, cfg: TrainConfig, indexes: dict[str, Path],
 
     seconds, beside = {}, None
     if args.parallel_eval:
-        beside = Beside(initial_evaluation, args, cfg, indexes, warm, eval_tasks, out, eval_runtime.llm.entries(),
-                        what=f"the initial evaluation's process (log: {out / 'eval_initial.log'})")
+        beside = Beside(evaluation_process, args, cfg, indexes, warm, eval_tasks, out, eval_runtime.llm.entries(),
+                        "initial", EVAL_RUNS, what=f"the initial evaluation's process (log: {out / 'eval_initial.log'})")
         console.print(f"initial evaluation: in a second process beside GRPO (log: {out / 'eval_initial.log'})")
     else:
         t0 = time.monotonic()
@@ -484,8 +506,6 @@ def evaluate_initial_and_train(args, cfg: TrainConfig, indexes: dict[str, Path],
 
 def run_seed(args, seed: int, out: Path) -> dict:
     """The whole quickstart for one seed under `out`; returns its summary (also out/summary.json)."""
-    from training.session import train_judge
-
     started, stages = time.monotonic(), {}
     cfg = load_config(CONFIG, _paths_overrides(out) + [f"run.seed={seed}", f"run.device={args.device}"]
                       + list(args.overrides))
@@ -504,7 +524,6 @@ def run_seed(args, seed: int, out: Path) -> dict:
     train_tasks, eval_tasks = load_tasks([str(world["train"])]), load_tasks([str(world["eval"])])
     demo_tasks = warmup_tasks(world, train_tasks, args)
     eval_runtime = evaluation_runtime(cfg, indexes)
-    judge = train_judge(cfg)
     stage("world", t0)
     t0 = time.monotonic()
     warm, warmup = prepare_policy(out, cfg, eval_runtime, demo_tasks, args)
@@ -521,7 +540,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
         console.print(f"[bold]seed {seed}: {name}[/]: {stages[name]} s")
     t0 = time.monotonic()
     final_model = list_checkpoints(Path(cfg.run.dir) / "checkpoints")[-1] / "model"
-    final = evaluate_all(final_model, eval_tasks, eval_runtime, cfg, judge, args, out, "final")
+    final = final_evaluation(args, cfg, indexes, final_model, eval_tasks, eval_runtime, out)
     reading["final"] = read_favour_line(final_model, eval_tasks, eval_runtime, cfg)
     stage("final evaluation", t0)
 
