@@ -355,6 +355,32 @@ def test_the_evaluations_in_second_processes_give_the_trajectories_they_give_in_
     assert list(summaries[0]["final"]) == list(EVAL_RUNS)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("separation, tried", [("1", 3), ("-1", 1)])
+def test_warm_up_tries_in_pairs_are_the_tries_made_in_turn(tmp_path, separation, tried):
+    """--parallel-warmup (the default) makes tries 1 and 2 at once, the second in a spawned
+    process, then 3: the same tries, readings and kept policy as --no-parallel-warmup, whether no
+    try separates (all three made, the best kept) or the first does (the second's folders gone)."""
+    import hashlib
+
+    from training.quickstart.run import main
+
+    flags = ["--train-tasks", "4", "--eval-tasks", "2", "--warmup-tasks", "2", "--warmup-epochs", "1",
+             "--warmup-tries", "3", "--warmup-separation", separation, "--warmup-only", "logging.wandb=disabled"]
+    runs = {}
+    for mode in ("parallel", "no-parallel"):
+        assert main(["--out", str(tmp_path / mode), f"--{mode}-warmup", *flags]) == 0
+        folder = tmp_path / mode
+        runs[mode] = {"tries": json.loads((folder / "warmup.json").read_text())["warmup_tries"],
+                      "weights": {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                                  for name in ("policy-init", "policy-warm") for p in (folder / name).glob("*.safetensors")},
+                      "folders": sorted(p.name for p in folder.glob("policy-*"))}
+    assert runs["parallel"] == runs["no-parallel"]
+    assert len(runs["parallel"]["tries"]) == tried and runs["parallel"]["weights"]
+    assert runs["parallel"]["folders"] == ["policy-init", "policy-warm"]
+    assert (tmp_path / "parallel" / "warmup-try2.log").exists() and not list((tmp_path / "no-parallel").glob("*.log"))
+
+
 def test_cpu_flags_are_the_kernel_flags_of_the_first_processor(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f amx_tile avx512_bf16\n\n"
@@ -776,7 +802,8 @@ def _warm_up(out, demos, *, seed: int, warmup_validation: bool, embeddings: str 
     args = SimpleNamespace(policy="tiny", warmup_tries=3, favour_boost=0.5, retry_favour_boost=0.8, hidden=8, layers=1,
                            global_layers=1, local_window=0, warmup_epochs=1, warmup_lr=1e-3, warmup_batch=2, alias_weight=1.0,
                            favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3,
-                           warmup_validation=warmup_validation, embeddings=embeddings, unread_words=0)
+                           warmup_validation=warmup_validation, embeddings=embeddings, unread_words=0,
+                           parallel_warmup=True)     # no indexes: in turn all the same
     return run.warm_up(out, cfg, runtime, demos, [], None, args)
 
 

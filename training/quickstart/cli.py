@@ -154,6 +154,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="the initial evaluation in a second process beside GRPO (both start from the warm "
                              "policy), the final one in two processes; the same trajectories, both cores busy; "
                              "--no-parallel-eval: all in turn in this one")
+    parser.add_argument("--parallel-warmup", action=argparse.BooleanOptionalAction, default=True,
+                        help="warm-up tries in pairs, the second in a second process (the same tries and the same "
+                             "one kept as in turn: a retry costs no extra wall time on 2 cores); "
+                             "--no-parallel-warmup: one after the other")
     parser.add_argument("--favour-boost", type=float, default=0.5,
                         help="warm-up: share of each favour answer turn's alias target moved onto the alias its "
                              "line names (0: the prompted model's choice alone)")

@@ -32,6 +32,7 @@ from orchestrator.context import Budgets
 from orchestrator.loop import Task
 from training.checkpoint import list_checkpoints
 from training.config import TrainConfig, load_config
+from training.quickstart.beside import Beside
 from training.quickstart.cli import _args, seeds_to_run
 from training.quickstart.env import (
     ANSWER_ALIASES,
@@ -96,7 +97,8 @@ def prepare_world(out: Path, cfg: TrainConfig, args) -> dict[str, Path]:
     return paths
 
 
-def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task], args) -> tuple[Path, dict]:
+def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task], args,
+                   indexes: dict[str, Path] | None = None) -> tuple[Path, dict]:
     """Tiny random policy with SmolLM2's tokenizer, then the supervised warm-up (`warm_up`).
 
     Returns the warmed-up folder and {"taught": the alias distribution taught (per tool), "tries":
@@ -123,7 +125,7 @@ def prepare_policy(out: Path, cfg: TrainConfig, runtime, demo_tasks: list[Task],
         demos = with_own_alias_choices(demos, prompted_alias_choices(demos), floor=args.alias_floor, floors=floors)
     elif args.alias_prior == "pooled":
         demos = with_alias_prior(demos, prompted_alias_prior(demos), floor=args.alias_floor, floors=floors)
-    return warm_up(out, cfg, runtime, demos, probe, tokenizer, args)
+    return warm_up(out, cfg, runtime, demos, probe, tokenizer, args, indexes)
 
 
 def warmup_tries(args) -> list[tuple[int, float]]:
@@ -151,7 +153,8 @@ def unread_words(args, tokenizer, demos: list):
     return unread
 
 
-def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task], tokenizer, args) -> tuple[Path, dict]:
+def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task], tokenizer, args,
+            indexes: dict[str, Path] | None = None) -> tuple[Path, dict]:
     """The supervised warm-up, tried again while its start does not tell the favour line from the
     others on the warm-up's own tasks (`reading.separation` below `--warmup-separation`, in the
     training words and, with `--warmup-validation`, in the validation lines, env.VALIDATION_LINES,
@@ -160,52 +163,115 @@ def warm_up(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task]
     unfamiliar sentence as `favour`), and GRPO amplifies what it finds
     (docs/quickstart.md).  A retry teaches the favoured alias harder (`--retry-favour-boost`), from
     the same initialisation first, then from others (`warmup_tries`).  Where no try separates, the
-    one that separated most is kept."""
+    one that separated most is kept.  With `--parallel-warmup` (and `indexes`, for the second
+    process's runtime) tries run in pairs, the second in a spawned process: the tries and the one
+    kept are those of one after the other (each try is seeded alone), a retry costs no extra wall time."""
     from orchestrator.embedded import smollm2_path
-    from training.quickstart.reading import favour_reading, separation
-    from training.quickstart.warmup import supervised_warmup, with_favoured_boost
-    from training.tiny_policy import build_tiny_policy, projected_embeddings
+    from training.tiny_policy import projected_embeddings
 
-    tries, warm = [], out / "policy-warm"
     tiny_table = args.policy == "tiny" and args.embeddings == "smollm2"
     embeddings = projected_embeddings(smollm2_path(), args.hidden) if tiny_table else None
     unread = unread_words(args, tokenizer, demos)
-    for k, (offset, boost) in enumerate(warmup_tries(args), start=1):
-        seed = cfg.run.seed + offset
-        if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
-            init = smollm2_path()
-        else:
-            init = build_tiny_policy(out / "policy-init", tokenizer, hidden=args.hidden, layers=args.layers,
-                                     heads=4, seed=seed, local_window=args.local_window or None,
-                                     global_layers=args.global_layers, embeddings=embeddings)
-        boosted = with_favoured_boost(demos, tokenizer, boost)
-        model = supervised_warmup(init, out / f"policy-warm-try{k}", boosted, epochs=args.warmup_epochs,
-                                  lr=args.warmup_lr, batch_size=args.warmup_batch, seed=seed,
-                                  alias_weight=args.alias_weight, favour_weight=args.favour_weight,
-                                  device=cfg.run.device, unread=unread, log=console.print)
-        reading = favour_reading(model, probe, runtime, topk=runtime.qa.retrieval.topk,
-                                 budgets=Budgets(context_tokens=cfg.rollout.context_tokens), device=cfg.run.device,
-                                 lines=PROBE_LINES)
-        tries.append({"seed": seed, "favour_boost": boost, "reading": reading,
-                      "separation": separation(reading, args.warmup_validation),
-                      "model": model, "boosted": boosted})
-        console.print(f"warm-up try {k} (seed {seed}, favour boost {boost}): on training tasks "
-                      f"P({FAVOURED_ALIAS}) " + ", ".join(f"{n} {v:.2f}" for n, v in reading.items())
-                      + f"; separation {tries[-1]['separation']:+.2f} (needs >= {args.warmup_separation})")
-        if tries[-1]["separation"] >= args.warmup_separation:
+    plan = list(enumerate(warmup_tries(args), start=1))
+    pair = 2 if indexes is not None and args.parallel_warmup else 1
+    tries = []
+    for i in range(0, len(plan), pair):
+        here, *there = plan[i:i + pair]
+        beside = [Beside(warmup_try_beside, out, cfg, indexes, demos, probe, args, unread, embeddings, *p,
+                         what=f"warm-up try {p[0]}'s process (log: {out / f'warmup-try{p[0]}.log'})") for p in there]
+        try:
+            batch = [warmup_try(out, cfg, runtime, demos, probe, tokenizer, args, unread, embeddings, *here)]
+            if batch[0]["separation"] < args.warmup_separation:
+                batch += [b.result() for b in beside]
+        finally:
+            for b in beside:
+                b.stop()
+        passed = next((t for t in batch if t["separation"] >= args.warmup_separation), None)
+        for t in batch[batch.index(passed) + 1:] if passed else []:      # a pair's second try, not needed
+            shutil.rmtree(t["model"], ignore_errors=True)
+            shutil.rmtree(t["init"], ignore_errors=True)
+        for k, t in enumerate(batch[:batch.index(passed) + 1] if passed else batch, start=len(tries) + 1):
+            tries.append(t)
+            console.print(f"warm-up try {k} (seed {t['seed']}, favour boost {t['favour_boost']}): on training tasks "
+                          f"P({FAVOURED_ALIAS}) " + ", ".join(f"{n} {v:.2f}" for n, v in t["reading"].items())
+                          + f"; separation {t['separation']:+.2f} (needs >= {args.warmup_separation})")
+        if passed:
             break
-    kept = max(tries, key=lambda t: t["separation"])      # the passing try, else the best
+    return _keep_best(out, tries, tokenizer, args, n_demos=len(demos))
+
+
+def _keep_best(out: Path, tries: list[dict], tokenizer, args, n_demos: int) -> tuple[Path, dict]:
+    """The passing try (else the best) becomes out/policy-warm (its tiny start out/policy-init);
+    the other tries' folders go."""
+    kept, warm = max(tries, key=lambda t: t["separation"]), out / "policy-warm"
     shutil.rmtree(warm, ignore_errors=True)
     kept["model"].rename(warm)
+    if args.policy == "tiny" and kept["init"].exists():
+        shutil.rmtree(out / "policy-init", ignore_errors=True)
+        kept["init"].rename(out / "policy-init")
     for t in tries:
         shutil.rmtree(t.pop("model"), ignore_errors=True)
+        if args.policy == "tiny":
+            shutil.rmtree(t["init"], ignore_errors=True)
+        t.pop("init")
         t["kept"] = t is kept
+    for left in [*out.glob("policy-init-try*"), *out.glob("policy-warm-try*")]:   # a stopped second try's
+        shutil.rmtree(left, ignore_errors=True)
     taught = taught_distribution(kept.pop("boosted"), tokenizer)
     for t in tries:
         t.pop("boosted", None)
-    console.print(f"warm-up: {len(demos)} demonstrated turns, try {tries.index(kept) + 1} kept; alias distribution "
+    console.print(f"warm-up: {n_demos} demonstrated turns, try {tries.index(kept) + 1} kept; alias distribution "
                   f"taught ({args.alias_prior}): {taught}; other tools: {args.tool_spread}")
     return warm, {"taught": taught, "tries": tries}
+
+
+def warmup_try(out: Path, cfg: TrainConfig, runtime, demos: list, probe: list[Task], tokenizer, args, unread,
+               embeddings, k: int, offset_and_boost: tuple[int, float]) -> dict:
+    """Warm-up try `k` of `warmup_tries`: its start (out/policy-init-try<k>), its policy
+    (out/policy-warm-try<k>) and its reading of the lines on the probe tasks."""
+    from orchestrator.embedded import smollm2_path
+    from training.quickstart.reading import favour_reading, separation
+    from training.quickstart.warmup import supervised_warmup, with_favoured_boost
+    from training.tiny_policy import build_tiny_policy
+
+    offset, boost = offset_and_boost
+    seed = cfg.run.seed + offset
+    if args.policy == "smollm2":      # the shipped SmolLM2-135M-Instruct, pretrained (issue 43 part 4)
+        init = smollm2_path()
+    else:
+        init = build_tiny_policy(out / f"policy-init-try{k}", tokenizer, hidden=args.hidden, layers=args.layers,
+                                 heads=4, seed=seed, local_window=args.local_window or None,
+                                 global_layers=args.global_layers, embeddings=embeddings)
+    boosted = with_favoured_boost(demos, tokenizer, boost)
+    model = supervised_warmup(init, out / f"policy-warm-try{k}", boosted, epochs=args.warmup_epochs,
+                              lr=args.warmup_lr, batch_size=args.warmup_batch, seed=seed,
+                              alias_weight=args.alias_weight, favour_weight=args.favour_weight,
+                              device=cfg.run.device, unread=unread, log=console.print)
+    reading = favour_reading(model, probe, runtime, topk=runtime.qa.retrieval.topk,
+                             budgets=Budgets(context_tokens=cfg.rollout.context_tokens), device=cfg.run.device,
+                             lines=PROBE_LINES)
+    return {"seed": seed, "favour_boost": boost, "reading": reading,
+            "separation": separation(reading, args.warmup_validation), "model": model, "init": Path(init),
+            "boosted": boosted}
+
+
+def warmup_try_beside(out: Path, cfg: TrainConfig, indexes: dict[str, Path], demos: list, probe: list[Task], args,
+                      unread, embeddings, k: int, offset_and_boost: tuple[int, float]) -> dict:
+    """`warmup_try` as a second process's work: its own runtime and tokenizer, its thread count
+    pinned as here, its output to out/warmup-try<k>.log."""
+    import contextlib
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from orchestrator.embedded import smollm2_path
+
+    with (out / f"warmup-try{k}.log").open("w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        if cfg.run.threads:
+            torch.set_num_threads(cfg.run.threads)
+        tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+        return warmup_try(out, cfg, evaluation_runtime(cfg, indexes), demos, probe, tokenizer, args, unread,
+                          embeddings, k, offset_and_boost)
 
 
 def taught_distribution(demos: list, tokenizer) -> dict:
@@ -456,7 +522,6 @@ def final_evaluation(args, cfg: TrainConfig, indexes: dict[str, Path], model_dir
     """`evaluate_all(model_dir, ..., "final")`: with `--parallel-eval` the last three runs of
     EVAL_RUNS go to a second (spawned) process beside the first four here (one thread each: a
     2-core box evaluates on both cores), with the same trajectories as in turn."""
-    from training.quickstart.beside import Beside
     from training.session import train_judge
 
     if not args.parallel_eval:
@@ -479,7 +544,6 @@ def evaluate_initial_and_train(args, cfg: TrainConfig, indexes: dict[str, Path],
     2-core box does both at once; its memoized expert replies then join `eval_runtime`'s (the final
     evaluation's cache hits, as if it had run here).  Greedy experts and seeded sampling make the
     trajectories the same either way; latencies differ.  Returns (initial summaries, seconds of each)."""
-    from training.quickstart.beside import Beside
     from training.session import build_runtime, run, train_judge
 
     seconds, beside = {}, None
@@ -526,7 +590,7 @@ def run_seed(args, seed: int, out: Path) -> dict:
     eval_runtime = evaluation_runtime(cfg, indexes)
     stage("world", t0)
     t0 = time.monotonic()
-    warm, warmup = prepare_policy(out, cfg, eval_runtime, demo_tasks, args)
+    warm, warmup = prepare_policy(out, cfg, eval_runtime, demo_tasks, args, indexes)
     reading = {"warm": read_favour_line(warm, eval_tasks, eval_runtime, cfg)}
     stage("warm-up", t0)
     if args.warmup_only:
