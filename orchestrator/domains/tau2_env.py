@@ -17,6 +17,7 @@ import functools
 import inspect
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -132,10 +133,16 @@ def register_upstream(domain: UpstreamDomain, tasks: list[Task], name: str | Non
     return name
 
 
+_REGISTRY_LOCK = threading.Lock()
+
+
 def _register(name: str, environment, tasks) -> None:
+    """Once per name, whatever the threads: episodes run concurrently, and tau2's registry raises
+    on a second registration of one name (its check and its insert are not atomic)."""
     from tau2.registry import registry  # lazy: optional (tau2 extra), heavy
 
-    if name not in registry.get_domains():
-        registry.register_domain(environment, name)
-    if name not in registry.get_task_sets():
-        registry.register_tasks(tasks, name)
+    with _REGISTRY_LOCK:
+        if name not in registry.get_domains():
+            registry.register_domain(environment, name)
+        if name not in registry.get_task_sets():
+            registry.register_tasks(tasks, name)

@@ -90,3 +90,39 @@ def test_db_hash_changes_only_through_writes(tmp_path):
 def test_toolscale_bank_gold_scores_one_wrong_scores_zero(tmp_path):
     build_domain(resolve_source(TOOLSCALE / "bank", seed=0), tmp_path, num_tasks=12, seed=0)
     _check_gold_one_wrong_zero(tmp_path, _pick(get_tasks(tmp_path), 1), None)
+
+
+def test_a_domain_registered_by_many_threads_at_once_is_registered_once(tmp_path, monkeypatch):
+    """Episodes run concurrently and each registers its domain folder: tau2's registry raises on a
+    second registration of a name, and its check and insert are not atomic (widened here by a slow
+    check), so registration must be serialised."""
+    import threading
+    import time
+
+    from tau2.registry import registry
+
+    build_domain(resolve_source("school", seed=0), tmp_path, num_tasks=2, seed=0)
+    slow_domains = registry.get_domains
+
+    def get_domains():
+        names = slow_domains()
+        time.sleep(0.05)
+        return names
+
+    monkeypatch.setattr(registry, "get_domains", get_domains)
+    start, errors, names = threading.Barrier(8), [], []
+
+    def register():
+        start.wait()
+        try:
+            names.append(register_domain(tmp_path, "school_test_threads"))
+        except Exception as exc:  # noqa: BLE001 - every thread's failure is the finding
+            errors.append(exc)
+
+    threads = [threading.Thread(target=register) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and names == ["school_test_threads"] * 8
+    assert "school_test_threads" in slow_domains() and "school_test_threads" in registry.get_task_sets()
