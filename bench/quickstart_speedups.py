@@ -5,10 +5,10 @@
 2. the warm-up loss with the shared prefix read once (`decision_loss(share_prefix=True)`), vs
    every row read whole (forward + backward).
 
-Both on the quickstart's tiny policy shape (hidden 128, 2 layers, a 64-token window in the
-first layer, SmolLM2's tokenizer, random weights) with rows shaped like its prompts: a common
-560-token prefix (the system prompt with the tool schemas) and a 140-token remainder of its own.
-One torch thread; median of `--repeats`.
+Both on the quickstart's tiny policy shape, as its command line's defaults give it (today hidden
+128, 2 layers, every layer with a 64-token window; SmolLM2's tokenizer, random weights) with rows
+shaped like its prompts: a common 560-token prefix (the system prompt with the tool schemas) and
+a 140-token remainder of its own.  One torch thread; median of `--repeats`.
 
     python bench/quickstart_speedups.py [--rows 32] [--repeats 3] [--write]
 
@@ -35,6 +35,7 @@ from orchestrator.embedded import smollm2_path
 from orchestrator.engines.interface import SamplingParams
 from orchestrator.engines.hf import HFEngine
 from orchestrator.toolcall import allowed_call_strings
+from training.quickstart.cli import _args
 from training.quickstart.env import TOOL_ALIASES
 from training.quickstart.warmup import Demonstration, decision_loss
 from training.tiny_policy import build_tiny_policy
@@ -69,7 +70,9 @@ def main() -> None:
     params = SamplingParams(temperature=1.0, max_tokens=48, choices=choices, seed=0)
     table = []
     with tempfile.TemporaryDirectory() as tmp:
-        path = build_tiny_policy(Path(tmp) / "policy", tok, hidden=128, layers=2, heads=4, seed=0, local_window=64)
+        shape = _args([])      # the quickstart's defaults
+        path = build_tiny_policy(Path(tmp) / "policy", tok, hidden=shape.hidden, layers=shape.layers, heads=4, seed=0,
+                                 local_window=shape.local_window or None, global_layers=shape.global_layers)
         outputs, passes = {}, {}
         for jump in (False, True):
             engine = HFEngine(str(path), device="cpu", seed=0)
@@ -105,8 +108,9 @@ def main() -> None:
         "",
         f"Command: `python bench/quickstart_speedups.py --rows {args.rows} --repeats {args.repeats}`. Machine: "
         f"{os.cpu_count()}-core CPU ({platform.python_version()}, torch {torch.__version__}), one torch thread, "
-        f"load average {os.getloadavg()[0]:.1f} at the end. Tiny policy of the quickstart's shape (hidden 128, "
-        f"2 layers, 64-token window), rows of a shared {PREFIX}-token prefix + {OWN} tokens of their own.",
+        f"load average {os.getloadavg()[0]:.1f} at the end. Tiny policy of the quickstart's shape (hidden "
+        f"{shape.hidden}, {shape.layers} layers, a {shape.local_window}-token window in "
+        f"{'every layer' if not shape.global_layers else f'all but the last {shape.global_layers}'}), rows of a shared {PREFIX}-token prefix + {OWN} tokens of their own.",
         "",
         "| work | path | seconds (median) |",
         "|---|---|---|",
