@@ -378,7 +378,9 @@ def test_warm_up_tries_in_pairs_are_the_tries_made_in_turn(tmp_path, separation,
     assert runs["parallel"] == runs["no-parallel"]
     assert len(runs["parallel"]["tries"]) == tried and runs["parallel"]["weights"]
     assert runs["parallel"]["folders"] == ["policy-init", "policy-warm"]
-    assert (tmp_path / "parallel" / "warmup-try2.log").exists() and not list((tmp_path / "no-parallel").glob("*.log"))
+    assert not list((tmp_path / "no-parallel").glob("*.log"))
+    if tried == 3:      # try 2 ran beside try 1 (where try 1 passes first, try 2 may be stopped before its log opens)
+        assert (tmp_path / "parallel" / "warmup-try2.log").exists()
 
 
 def test_cpu_flags_are_the_kernel_flags_of_the_first_processor(tmp_path):
