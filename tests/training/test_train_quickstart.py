@@ -256,7 +256,8 @@ def test_quickstart_end_to_end_writes_both_blocks_and_the_plot(tmp_path, monkeyp
     """`make quickstart`'s stages, shrunk: world, warm-up, initial evals, one GRPO step, final evals,
     summary.json with `initial`/`final` rows per preference over the same held-out tasks, and the PNG."""
     from training.quickstart.reading import separation
-    from training.quickstart.run import EVAL_RUNS, PROBE_LINES, eval_runs, main
+    from training.quickstart.run import EVAL_RUNS, eval_runs, main
+    from training.quickstart.warm_start import PROBE_LINES
 
     out = tmp_path / "qs"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")     # a GPU host: the CPU run hides its GPUs
@@ -498,7 +499,7 @@ def test_validation_lines_share_no_word_with_the_held_out_paraphrases_and_are_no
 
 
 def test_demonstrated_tasks_under_every_preset_differ_only_in_the_preference_line(world):
-    from training.quickstart.run import demonstrated_tasks
+    from training.quickstart.warm_start import demonstrated_tasks
 
     paths, _ = world
     tasks = load_tasks([str(paths["warmup"])])
@@ -771,7 +772,7 @@ def test_warmup_retries_teach_the_favoured_alias_harder_then_change_the_initiali
     """(seed offset, favour boost) per try: the run's own seed and boost first, then the same
     initialisation with the retry boost, then other initialisations; a pretrained policy once."""
     from training.quickstart.cli import _args
-    from training.quickstart.run import RETRY_SEED_STEP, warmup_tries
+    from training.quickstart.warm_start import RETRY_SEED_STEP, warmup_tries
 
     assert RETRY_SEED_STEP == 10_007 and warmup_tries(_args(flags)) == tries
 
@@ -796,8 +797,8 @@ def test_a_cpu_run_hides_the_gpus_and_a_cuda_run_keeps_them():
 
 
 def _warm_up(out, demos, *, seed: int, warmup_validation: bool, embeddings: str = "random"):
-    """run.warm_up with three tries (boost 0.5, then 0.8) over `demos`, on stand-in config and runtime."""
-    from training.quickstart import run
+    """warm_start.warm_up with three tries (boost 0.5, then 0.8) over `demos`, on stand-in config and runtime."""
+    from training.quickstart import warm_start
 
     cfg = SimpleNamespace(run=SimpleNamespace(seed=seed, device="cpu"), rollout=SimpleNamespace(context_tokens=2048))
     runtime = SimpleNamespace(qa=SimpleNamespace(retrieval=SimpleNamespace(topk=1)))
@@ -806,16 +807,16 @@ def _warm_up(out, demos, *, seed: int, warmup_validation: bool, embeddings: str 
                            favour_weight=1.0, warmup_separation=0.25, alias_prior="pooled", tool_spread=0.3,
                            warmup_validation=warmup_validation, embeddings=embeddings, unread_words=0,
                            parallel_warmup=True)     # no indexes: in turn all the same
-    return run.warm_up(out, cfg, runtime, demos, [], None, args)
+    return warm_start.warm_up(out, cfg, runtime, demos, [], None, args)
 
 
 def test_each_warm_up_try_is_taught_the_demonstrations_boosted_by_its_own_favour_boost(monkeypatch, tmp_path):
-    """run.warm_up: try k trains on with_favoured_boost(demos, boost of try k), from the original
+    """warm_start.warm_up: try k trains on with_favoured_boost(demos, boost of try k), from the original
     demonstrations each time, and stops at the first try whose reading separates the lines."""
     import training.quickstart.reading as reading
     import training.quickstart.warmup as warmup
     import training.tiny_policy as tiny_policy
-    from training.quickstart import run
+    from training.quickstart import warm_start
 
     taught, inits, tables = [], [], []
     monkeypatch.setattr(tiny_policy, "projected_embeddings", lambda folder, hidden: ("table", hidden))
@@ -833,12 +834,12 @@ def test_each_warm_up_try_is_taught_the_demonstrations_boosted_by_its_own_favour
                      {"favour": 0.52, "cost": 0.40, "accuracy": 0.31},      # separation 0.12 < 0.25
                      {"favour": 0.84, "cost": 0.22, "accuracy": 0.21}])     # 0.62: kept
     monkeypatch.setattr(reading, "favour_reading", lambda *a, **k: next(readings))
-    monkeypatch.setattr(run, "taught_distribution", lambda demos, tok: {"demos": demos})
+    monkeypatch.setattr(warm_start, "taught_distribution", lambda demos, tok: {"demos": demos})
     demos = ["d1", "d2"]
     warm, result = _warm_up(tmp_path, demos, seed=7, warmup_validation=False, embeddings="smollm2")
     assert tables == [("table", 8)] * 3             # SmolLM2's table, projected once, starts every try
     assert taught == [[(0.5, "d1"), (0.5, "d2")], [(0.8, "d1"), (0.8, "d2")], [(0.8, "d1"), (0.8, "d2")]]
-    assert inits == [7, 7, 7 + run.RETRY_SEED_STEP]
+    assert inits == [7, 7, 7 + warm_start.RETRY_SEED_STEP]
     assert [t["favour_boost"] for t in result["tries"]] == [0.5, 0.8, 0.8]
     assert [t["kept"] for t in result["tries"]] == [False, False, True]
     assert result["taught"] == {"demos": taught[-1]}          # the kept try's distribution is reported
@@ -853,7 +854,7 @@ def test_where_no_warm_up_try_separates_the_best_one_is_kept(monkeypatch, tmp_pa
     import training.quickstart.reading as reading
     import training.quickstart.warmup as warmup
     import training.tiny_policy as tiny_policy
-    from training.quickstart import run
+    from training.quickstart import warm_start
     from training.quickstart.reading import separation
 
     def line(f, c, a, fv, cv, av):
@@ -875,8 +876,8 @@ def test_where_no_warm_up_try_separates_the_best_one_is_kept(monkeypatch, tmp_pa
     monkeypatch.setattr(tiny_policy, "build_tiny_policy", lambda out, tok, seed, **kw: out)
     monkeypatch.setattr(warmup, "with_favoured_boost", lambda demos, tok, boost: demos)
     monkeypatch.setattr(warmup, "supervised_warmup", supervised_warmup)
-    monkeypatch.setattr(reading, "favour_reading", lambda *a, lines, **k: readings.pop(0) if set(lines) == set(run.PROBE_LINES) else None)
-    monkeypatch.setattr(run, "taught_distribution", lambda demos, tok: {})
+    monkeypatch.setattr(reading, "favour_reading", lambda *a, lines, **k: readings.pop(0) if set(lines) == set(warm_start.PROBE_LINES) else None)
+    monkeypatch.setattr(warm_start, "taught_distribution", lambda demos, tok: {})
     warm, result = _warm_up(tmp_path, ["d"], seed=0, warmup_validation=True)
     assert [t["separation"] for t in result["tries"]] == [0.02, 0.2, 0.0]
     assert [t["kept"] for t in result["tries"]] == [False, True, False]

@@ -25,7 +25,7 @@ it the best one (`cost` rightly moves answers to `answer-math-2`, `accuracy` is 
 share rising under `favour` only is the preference being followed.  The prompted SmolLM2 reads
 "please use answer-4" (about 0.33 of its answer choice under it, 0.01 otherwise: the warm-up
 log's taught distribution with the floor taken out), which the warm-up teaches with each task
-demonstrated under every preset (training/quickstart/run.py `demonstrated_tasks`).  The policy
+demonstrated under every preset (training/quickstart/warm_start.py `demonstrated_tasks`).  The policy
 tells the lines apart by their tokens only, so each keeps a token found nowhere else in its
 context: "accuracy only." lost that on arithmetic questions, which end "Answer with the number
 only." (docs/history.md, seventh round).
@@ -42,7 +42,7 @@ import json
 import random
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -50,6 +50,9 @@ from data_synthesis.toyworld import build_people, build_tasks
 from orchestrator.catalog import load_catalog
 from orchestrator.loop import Task
 from orchestrator.runtime import ToolRuntime
+
+if TYPE_CHECKING:
+    from training.config import TrainConfig
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 # tool -> the aliases of tools.json offered in every quickstart task
@@ -342,3 +345,16 @@ def routed_runtime(base: ToolRuntime, indexes: dict[str, Path]) -> RoutedRuntime
                          context_tokens=base.budgets.context_tokens, override_model=base.override_model,
                          serve=base.serve, pricing=base.pricing, llm=llm, run_code=base.run_code, counter=base.counter, cls=RoutedRuntime,
                          overrides={a: {"retriever": retrievers[d]} for a, d in SEARCH_DEPTH.items()})
+
+
+def evaluation_runtime(cfg: TrainConfig, indexes: dict[str, Path]):
+    """The evaluations' runtime: greedy experts memoized too (one cache for all of them: the same
+    prompt gets the same reply it would get anyway); their latency is then the wall time of cache
+    hits, not the tools'."""
+    from training.rollouts import MemoizedLLM
+    from training.session import build_runtime
+
+    runtime = routed_runtime(build_runtime(cfg), indexes)
+    if not isinstance(runtime.llm, MemoizedLLM):
+        runtime.llm = MemoizedLLM(runtime.llm)
+    return runtime

@@ -15,7 +15,7 @@ reads *which* alias the line names (training lines name answer-4 alone by defaul
 
 The quickstart logs it after the warm-up and after GRPO (summary.json `reading`): the warm-up
 either builds this circuit or not, and GRPO amplifies what it finds (docs/quickstart.md); on the
-warm-up's own tasks, `separation` decides whether the warm-up is tried again (run.warm_up).
+warm-up's own tasks, `separation` decides whether the warm-up is tried again (warm_start.warm_up).
 """
 from __future__ import annotations
 
