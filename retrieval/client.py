@@ -16,9 +16,13 @@ the file after a failure.  The retries are sized to ride out a restart of the se
 `attempts` (20) tries within `retry_s` (120 s), waits doubling from 0.2 s to 5 s.  A 4xx (bad
 request) is not retried: it raises RetrievalError with the server's message.  Proxy variables
 of the environment (HTTP_PROXY, ALL_PROXY) are ignored: the URL given is where the call goes.
+A reply body over `max_reply_bytes` (64 MiB) is refused from its Content-Length or cut while it
+streams in, never held whole (RetrievalReplyTooLarge, not retried: the same query gets the same
+reply); 1,000 hits of 5 kB passages are ~5 MB.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -32,6 +36,7 @@ from retrieval.service import RetrievalService
 from retrieval.web import web_search_from_env
 
 SERVICE_KEY = "retrieval"
+MAX_REPLY_BYTES = 64 * 1024 * 1024
 
 
 class RetrievalError(RuntimeError):
@@ -42,6 +47,10 @@ class RetrievalRejected(RetrievalError):
     """The service refused the request itself (HTTP 4xx: an unknown `eid`, a bad filter, a
     too-long query).  The same request cannot succeed on retry, and no choice of the
     orchestrator can fix it: callers end the task with it instead of feeding it back."""
+
+
+class RetrievalReplyTooLarge(RetrievalError):
+    """A reply body over the client's `max_reply_bytes`: refused, not retried."""
 
 
 class _Transient(Exception):
@@ -60,7 +69,10 @@ class RetrievalClient:
     """Thread-safe. `retrieve(queries, topk) -> Retrieved`; see the module docstring."""
 
     def __init__(self, base_urls: list[str] | None = None, *, endpoints_file: str | Path | None = None,
-                 timeout_s: float = 30.0, attempts: int = 20, retry_s: float = 120.0):
+                 timeout_s: float = 30.0, attempts: int = 20, retry_s: float = 120.0,
+                 max_reply_bytes: int = MAX_REPLY_BYTES):
+        if max_reply_bytes < 1:
+            raise ValueError(f"max_reply_bytes={max_reply_bytes}: must be >= 1 (bytes of one reply body)")
         self._service = None
         self._static = list(base_urls or [])
         self._pool = None
@@ -69,6 +81,7 @@ class RetrievalClient:
             self._pool = pool_for(path, [SERVICE_KEY])
         self._cursor = 0
         self.timeout_s, self.attempts, self.retry_s = timeout_s, attempts, retry_s
+        self.max_reply_bytes = max_reply_bytes
         self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)), trust_env=False)
 
     @classmethod
@@ -125,25 +138,41 @@ class RetrievalClient:
     def _post(self, body: dict) -> dict:
         url = self._next_url()
         try:
-            resp = self._http.post(url.rstrip("/") + "/retrieve", json=body)
+            with self._http.stream("POST", url.rstrip("/") + "/retrieve", json=body) as resp:
+                status, kind, raw = resp.status_code, resp.headers.get("content-type", "none"), self._capped_body(url, resp)
         except httpx.HTTPError as err:      # connection refused, timeouts, protocol errors
             self._failed(url)
             raise _Transient(f"{url}: {type(err).__name__}: {err}") from None
-        if resp.status_code >= 500 or resp.status_code == 429:
+        text = raw.decode("utf-8", errors="replace")
+        if status >= 500 or status == 429:
             self._failed(url)
-            raise _Transient(f"{url}: HTTP {resp.status_code}: {resp.text[:200]}")
-        if resp.status_code >= 400:
-            try:
-                message = resp.json().get("error") or resp.text
-            except ValueError:
-                message = resp.text
-            raise RetrievalRejected(f"{url} rejected the request (HTTP {resp.status_code}): {message[:500]}")
+            raise _Transient(f"{url}: HTTP {status}: {text[:200]}")
         try:
-            return resp.json()
-        except ValueError:   # a proxy's HTML page, a body cut short: another attempt may succeed
+            data = json.loads(raw)
+        except ValueError:   # a proxy's HTML page, a body cut short: another attempt may succeed (a 2xx)
+            data = None
+        if status >= 400:
+            message = (data.get("error") if isinstance(data, dict) else None) or text
+            raise RetrievalRejected(f"{url} rejected the request (HTTP {status}): {message[:500]}")
+        if data is None:
             self._failed(url)
-            raise _Transient(f"{url}: HTTP {resp.status_code} reply is not JSON (Content-Type "
-                             f"{resp.headers.get('content-type', 'none')}): {resp.text[:80]!r}") from None
+            raise _Transient(f"{url}: HTTP {status} reply is not JSON (Content-Type {kind}): {text[:80]!r}")
+        return data
+
+    def _capped_body(self, url: str, resp: httpx.Response) -> bytes:
+        """The reply's body, refused when its Content-Length or the bytes read pass `max_reply_bytes`."""
+        cap, declared = self.max_reply_bytes, resp.headers.get("content-length", "").strip()
+        if declared.isdigit() and int(declared) > cap:
+            raise RetrievalReplyTooLarge(f"{url}: reply declares Content-Length {declared}, over max_reply_bytes "
+                                         f"{cap}: ask for fewer hits (topk) or pass a larger max_reply_bytes")
+        chunks, size = [], 0
+        for chunk in resp.iter_bytes():
+            size += len(chunk)
+            if size > cap:
+                raise RetrievalReplyTooLarge(f"{url}: reply body over max_reply_bytes {cap}, stopped reading at the "
+                                             f"cap: ask for fewer hits (topk) or pass a larger max_reply_bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     def _failed(self, url: str) -> None:
         if self._pool is not None:

@@ -143,3 +143,42 @@ def test_replies_that_are_not_json_are_retried_and_proxy_variables_are_ignored(s
         hits = RetrievalClient([proxy.url], attempts=3).retrieve(["Great Wall of China"], topk=1)
     assert hits[0][0]["document"]["id"] == "2"
     assert [(e.fault, e.status) for e in proxy.log] == [("html", 200), ("truncated", 200), (None, 200)]
+
+
+def test_a_reply_over_max_reply_bytes_is_refused_once_whether_it_declares_its_length_or_streams(server_url):
+    """A body past the cap is refused from its Content-Length, or cut while it streams in (chunked, no
+    length), and not retried (the same query gets the same reply); our real server's reply of the same
+    query passes under a cap just above its size and fails just below it."""
+    from fastapi import FastAPI
+    from fastapi.responses import Response, StreamingResponse
+
+    app, calls = FastAPI(), []
+    big = json.dumps({"result": [[{"document": {"id": "x", "contents": "a" * 5000}, "score": 1.0}]]}).encode()
+
+    @app.post("/declared/retrieve")
+    def declared():
+        calls.append("declared")
+        return Response(big, media_type="application/json")
+
+    @app.post("/streamed/retrieve")
+    def streamed():
+        calls.append("streamed")
+        return StreamingResponse((big[i:i + 1000] for i in range(0, len(big), 1000)), media_type="application/json")
+
+    with live(app) as url:
+        with pytest.raises(RetrievalError, match=r"declares Content-Length 50\d\d, over max_reply_bytes 4096: ask for fewer"):
+            RetrievalClient([f"{url}/declared"], attempts=3, max_reply_bytes=4096).retrieve(["q"], topk=1)
+        with pytest.raises(RetrievalError, match=r"reply body over max_reply_bytes 4096, stopped reading at the cap"):
+            RetrievalClient([f"{url}/streamed"], attempts=3, max_reply_bytes=4096).retrieve(["q"], topk=1)
+        assert calls == ["declared", "streamed"]                   # once each: not retried
+        hits = RetrievalClient([f"{url}/streamed"], max_reply_bytes=len(big)).retrieve(["q"], topk=1)
+        assert hits[0][0]["document"]["contents"] == "a" * 5000    # at the cap exactly: read whole
+
+    client = RetrievalClient([server_url])
+    size = len(client._http.post(server_url + "/retrieve", json={"queries": ["Great Wall of China"], "topk": 3,
+                                                                  "return_scores": True}).content)
+    assert len(RetrievalClient([server_url], max_reply_bytes=size).retrieve(["Great Wall of China"], topk=3)[0]) == 3
+    with pytest.raises(RetrievalError, match="over max_reply_bytes"):
+        RetrievalClient([server_url], max_reply_bytes=size - 1).retrieve(["Great Wall of China"], topk=3)
+    with pytest.raises(ValueError, match=r"max_reply_bytes=0: must be >= 1"):
+        RetrievalClient([server_url], max_reply_bytes=0)
