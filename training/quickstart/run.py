@@ -7,7 +7,7 @@ Stages (each printed with its wall time):
   1. world: corpus + train / held-out tasks + a MiniLM/FAISS index (training/quickstart/env.py);
      preferences stated in varied words, `favour` naming the favoured answer alias (`--favour-aliases`);
   2. policy: a tiny random Llama with SmolLM2's tokenizer, warmed up on demonstrations that pick
-     aliases as the prompted SmolLM2 does and the alias a favour line names (warmup.py);
+     aliases as the prompted SmolLM2 does and the alias a favour line names (warm_start.py, warmup.py);
   3. initial evaluation on 64 held-out tasks under each preference in its training words, in a
      paraphrase training never showed, and under the unseen catalog (greedy experts memoized);
   4. GRPO with training/configs/quickstart.yaml (`python training/train.py` does the same);
