@@ -74,7 +74,7 @@ quickstart: $(VENV)/.core
 
 # The same recipe with the shipped SmolLM2-135M-Instruct as the policy (pretrained), seeds 0-2, on a GPU
 # (DEVICE=cuda; DEVICE=cpu runs, slowly): runs/quickstart-pretrained/seed-K/summary.json each + the
-# spread; the learning rates are a pretrained model's (training/quickstart/cli.py POLICY_DEFAULTS).
+# spread; the learning rates and KL weight are a pretrained model's (training/quickstart/cli.py POLICY_DEFAULTS).
 DEVICE ?= cuda
 example-pretrained: $(VENV)/.core
 	$(PY) -m training.quickstart --out runs/quickstart-pretrained --policy smollm2 --device $(DEVICE) --seeds 0,1,2
