@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from training.config import AlgorithmConfig
 from training.quickstart.env import ANSWER_ALIASES, FAVOUR_TRAIN_ALIASES, FAVOURED_ALIAS
 
 DESCRIPTION = "`make quickstart`: the learning quickstart: GRPO visibly teaches a small orchestrator, on CPU."
@@ -53,7 +54,7 @@ def seeds_to_run(args) -> list[int]:
 # 0.1 is the tiny policy's, round 14)
 POLICY_DEFAULTS = {"tiny": {"warmup_epochs": 24, "warmup_lr": 5e-3, "unread_words": 3, "config": {}},
                    "smollm2": {"warmup_epochs": 4, "warmup_lr": 1e-4, "unread_words": 0,
-                               "config": {"optim.lr": 2e-5, "algorithm.kl_coef": 1e-4}}}
+                               "config": {"optim.lr": 2e-5, "algorithm.kl_coef": AlgorithmConfig.kl_coef}}}   # the paper's
 
 
 def with_policy_defaults(args: argparse.Namespace) -> argparse.Namespace:
