@@ -33,20 +33,22 @@ from training.samples import SampleBatch, TurnSample, collate_samples, token_log
 def response_logprobs(model, batch: SampleBatch, temperature: float = 1.0) -> torch.Tensor:
     """log p(token t | tokens < t) at every response position of `batch`, 0 elsewhere. [B, L]
 
-    Runs the decoder body over the whole sequence but the LM head (the [*, V] part) only
-    at the positions that predict a response token, which is most of the cost saved on
-    long prompts.  Logits are divided by the sampling temperature (T > 0), so the
+    Runs the decoder body over the whole sequence (over its last `receptive_field` tokens
+    before the response where every layer attends within a sliding window: `receptive_crop`)
+    but the LM head (the [*, V] part) only at the positions that predict a response token,
+    which is most of the cost saved on long prompts.  Logits are divided by the sampling temperature (T > 0), so the
     log-probs are those of the distribution the rollouts were sampled from.
     """
     mask = batch.response_mask.bool()                                          # [B, L]
     rows, cols = mask.nonzero(as_tuple=True)                                   # [N], [N]
+    ids, attention, positions, start = receptive_crop(batch, receptive_field(model.config))
     with compiled_layers(model, batch.input_ids.device):                      # CUDA: fused layer kernels
-        hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                     use_cache=False).last_hidden_state      # [B, L, H]; no KV cache built
+        hidden = model.get_decoder()(input_ids=ids, attention_mask=attention, position_ids=positions,
+                                     use_cache=False).last_hidden_state      # [B, L', H]; no KV cache built
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
         raise ValueError(f"{type(model).__name__}: the LM head has a bias; training/logprobs.py assumes none")
-    h, targets = hidden[rows, cols - 1], batch.input_ids[rows, cols]                # [N, H], [N]
+    h, targets = hidden[rows, cols - 1 - start[rows]], batch.input_ids[rows, cols]  # [N, H], [N]
     if hasattr(head.weight, "ds_id"):
         # DeepSpeed ZeRO-3 partitions the weight; only the module's own forward gathers it
         logits = head(h).float() / (temperature if temperature > 0 else 1.0)       # [N, V]
@@ -55,6 +57,40 @@ def response_logprobs(model, batch: SampleBatch, temperature: float = 1.0) -> to
         logp = linear_logprobs(h, head.weight, targets, temperature)              # [N]
     out = torch.zeros(mask.shape, dtype=torch.float32, device=logp.device)    # [B, L]
     return out.index_put((rows, cols), logp)
+
+
+def receptive_field(config) -> int | None:
+    """How many tokens, itself included, a position's last hidden state can depend on when every
+    layer attends within a sliding window of `config.sliding_window` (transformers' window: a query
+    sees the `sliding_window` keys ending at itself, so each layer reaches `sliding_window - 1`
+    further back); None when any layer attends globally (or the config names no layer types)."""
+    types, window = getattr(config, "layer_types", None), getattr(config, "sliding_window", None)
+    if not types or not window or any(t != "sliding_attention" for t in types):
+        return None
+    return len(types) * (window - 1) + 1
+
+
+def receptive_crop(batch: SampleBatch, field: int | None):
+    """(input_ids, attention_mask, position_ids, start) for the decoder: each row without the
+    tokens before the receptive field (`field`) of its first response position, which no
+    response log-prob depends on; positions keep their uncut numbers (rotary embeddings see the
+    same positions), so the log-probs equal the uncut ones up to float rounding.  `start` [B]:
+    the tokens cut from each row's left.  `field` None, or nothing to cut: the batch as it is
+    (position_ids None, the model's own arange)."""
+    rows = batch.input_ids.shape[0]
+    none = torch.zeros(rows, dtype=torch.long, device=batch.input_ids.device)
+    has = batch.response_mask.bool()
+    if field is None or not has.any():
+        return batch.input_ids, batch.attention_mask, None, none
+    first = torch.where(has.any(1), has.float().argmax(1), torch.full_like(none, batch.input_ids.shape[1]))  # [B]
+    start = (first - field).clamp(min=0)                       # the first response token's predictor is first - 1
+    if not start.any():
+        return batch.input_ids, batch.attention_mask, None, none
+    width = int((batch.attention_mask.sum(1) - start).clamp(min=1).max())                 # right padding: length - start
+    index = start[:, None] + torch.arange(width, device=start.device)[None]                  # [B, L']
+    inside = index < batch.input_ids.shape[1]
+    index = index.clamp(max=batch.input_ids.shape[1] - 1)
+    return (batch.input_ids.gather(1, index), batch.attention_mask.gather(1, index) * inside, index, start)
 
 
 def check_logprob_path(model, vocab_size: int, device) -> None:

@@ -167,3 +167,56 @@ def test_model_compile_update_reaches_the_policy_and_the_reference(tmp_path, tra
     assert learner.reference is not None
     cuda = torch.device("cuda")   # the decision only; nothing runs on a GPU here
     assert _compile_enabled(learner.model, cuda) is enabled and _compile_enabled(learner.reference, cuda) is enabled
+
+
+def _sliding_qwen2(layer_types, window=4, seed=0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=97, hidden_size=16, intermediate_size=32, num_hidden_layers=len(layer_types),
+                         num_attention_heads=2, num_key_value_heads=2, use_sliding_window=True, sliding_window=window,
+                         layer_types=layer_types, max_position_embeddings=256, pad_token_id=0)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def test_receptive_field_only_where_every_layer_attends_within_a_window():
+    from training.ppo import receptive_field
+
+    assert receptive_field(_sliding_qwen2(["sliding_attention"] * 2, window=4).config) == 7   # 2 x 3 back + itself
+    assert receptive_field(_sliding_qwen2(["sliding_attention"] * 3, window=64).config) == 190
+    assert receptive_field(_sliding_qwen2(["sliding_attention", "full_attention"]).config) is None
+    assert receptive_field(type("Llama", (), {"num_hidden_layers": 2})()) is None
+
+
+def test_sliding_window_rows_cut_to_the_receptive_field_give_the_whole_rows_log_probs_and_gradients(monkeypatch):
+    """`response_logprobs` runs the decoder only over the tokens the response's log-probs can
+    depend on (`receptive_crop`); against the model's own forward over the whole rows (every
+    logit) the log-probs agree, and so do the gradients of a loss on them.  Rows of different
+    lengths (right padding), a masked response token, a row whose prompt is shorter than the field."""
+    import training.ppo as ppo
+    from training.samples import TurnSample, collate_samples, token_logprobs
+
+    model = _sliding_qwen2(["sliding_attention"] * 2, window=4)
+    g = torch.Generator().manual_seed(3)
+    lengths = [(40, 5), (23, 4), (5, 3), (31, 6)]
+    samples = [TurnSample(torch.randint(1, 97, (p,), generator=g).tolist(), torch.randint(1, 97, (r,), generator=g).tolist(),
+                          [1] * (r - 2) + [0, 1], None, 1.0, "t", 0) for p, r in lengths]
+    batch = collate_samples(samples, 0)
+    ids, _, _, start = ppo.receptive_crop(batch, ppo.receptive_field(model.config))
+    assert start.tolist() == [33, 16, 0, 24] and ids.shape[1] < batch.input_ids.shape[1]
+    weights = torch.randn(batch.input_ids.shape, generator=g)
+
+    def run(crop: bool):
+        monkeypatch.setattr(ppo, "receptive_field", ppo.receptive_field if crop else lambda config: None)
+        model.zero_grad()
+        logp = ppo.response_logprobs(model, batch)
+        (logp * weights).sum().backward()
+        return logp.detach(), [p.grad.clone() for p in model.parameters()]
+
+    full = token_logprobs(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.detach(),
+                          batch.input_ids) * batch.response_mask
+    (cut, cut_grads), (whole, whole_grads) = run(True), run(False)
+    torch.testing.assert_close(cut, full, rtol=0, atol=1e-5)
+    torch.testing.assert_close(cut, whole, rtol=0, atol=1e-5)
+    for a, b in zip(cut_grads, whole_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
