@@ -193,7 +193,7 @@ def test_sliding_window_rows_cut_to_the_receptive_field_give_the_whole_rows_log_
     depend on (`receptive_crop`); against the model's own forward over the whole rows (every
     logit) the log-probs agree, and so do the gradients of a loss on them.  Rows of different
     lengths (right padding), a masked response token, a row whose prompt is shorter than the field."""
-    import training.ppo as ppo
+    from training import ppo
     from training.samples import TurnSample, collate_samples, token_logprobs
 
     model = _sliding_qwen2(["sliding_attention"] * 2, window=4)
