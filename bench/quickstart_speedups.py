@@ -1,9 +1,13 @@
-"""The quickstart's two shortcuts, timed against the plain paths they replace (same results):
+"""The quickstart's three shortcuts, timed against the plain paths they replace (same results):
 
 1. constrained decoding with jump-forward (`HFEngine.jump_forward`): the tokens the allowed
    calls force are appended without a forward pass, vs one pass per token;
 2. the warm-up loss with the shared prefix read once (`decision_loss(share_prefix=True)`), vs
-   every row read whole (forward + backward).
+   every row read whole (forward + backward);
+3. the GRPO update (`training.ppo.ppo_update`, reference + policy passes, 16-row micro-batches)
+   over each row's receptive field of the response only (`receptive_crop`: every layer of the
+   policy attends within its window), vs every row read whole; a step's samples as the quickstart
+   makes them (`--samples` turns of 700 prompt tokens and a 36-token call, its last 2 trained).
 
 Both on the quickstart's tiny policy shape, as its command line's defaults give it (today hidden
 128, 2 layers, every layer with a 64-token window; SmolLM2's tokenizer, random weights) with rows
@@ -56,6 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=32, help="rows per generate call (the quickstart's max_batch)")
     parser.add_argument("--batch", type=int, default=8, help="warm-up batch size")
+    parser.add_argument("--samples", type=int, default=96, help="turn samples in the GRPO update (a quickstart step's ~96)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
@@ -103,10 +108,12 @@ def main() -> None:
             step(share)
             table.append((f"warm-up loss + backward, batch of {args.batch}",
                           "shared prefix once" if share else "whole rows", timed(lambda: step(share), args.repeats)))
+        updates = grpo_update(path, rows, call, args, table)
     text = "\n".join([
         "## Quickstart speed-ups",
         "",
-        f"Command: `python bench/quickstart_speedups.py --rows {args.rows} --repeats {args.repeats}`. Machine: "
+        f"Command: `python bench/quickstart_speedups.py --rows {args.rows} --samples {args.samples} --repeats {args.repeats}`. "
+        f"Machine: "
         f"{os.cpu_count()}-core CPU ({platform.python_version()}, torch {torch.__version__}), one torch thread, "
         f"load average {os.getloadavg()[0]:.1f} at the end. Tiny policy of the quickstart's shape (hidden "
         f"{shape.hidden}, {shape.layers} layers, a {shape.local_window}-token window in "
@@ -120,11 +127,42 @@ def main() -> None:
         f"with jump-forward; calls of {min(len(g.token_ids) for g in outputs[True])}-"
         f"{max(len(g.token_ids) for g in outputs[True])} tokens. "
         f"Same sampled tokens with and without jump-forward: {'yes' if same else 'NO'}; warm-up loss "
-        f"{losses[False]:.6f} whole vs {losses[True]:.6f} shared.",
+        f"{losses[False]:.6f} whole vs {losses[True]:.6f} shared; GRPO update's loss {updates[False]:.6f} whole vs "
+        f"{updates[True]:.6f} cut to the receptive field.",
     ]) + "\n"
     print(text)
     if args.write:
         write_section(text)
+
+
+def grpo_update(path: Path, rows: list[list[int]], call: list[int], args, table: list) -> dict[bool, float]:
+    """`ppo_update` on `args.samples` turns from fresh copies of the policy (and its reference),
+    with and without `receptive_crop` (its field set to None: whole rows); appends the rows of
+    the table and returns the first update's loss of each path."""
+    from transformers import AutoModelForCausalLM
+
+    from training import ppo
+    from training.losses import PPOClipLoss
+    from training.samples import TurnSample
+
+    gen = torch.Generator().manual_seed(1)
+    samples = [TurnSample(rows[i % len(rows)], call, [0] * (len(call) - 2) + [1, 1], None,
+                          float(torch.randn(1, generator=gen)), "t", 0) for i in range(args.samples)]
+    field, losses = ppo.receptive_field, {}
+    for cut in (False, True):
+        ppo.receptive_field = field if cut else (lambda config: None)
+        model, reference = (AutoModelForCausalLM.from_pretrained(path) for _ in range(2))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)     # lr 0: every repeat updates the same weights
+
+        def update() -> float:
+            return ppo.ppo_update(model, reference, optimizer, samples, PPOClipLoss(kl_coef=0.1), pad_id=2,
+                                  device=torch.device("cpu"), temperature=1.0, micro_batch_size=16,
+                                  mini_batches=-(-len(samples) // 16))["train/loss"]
+        losses[cut] = update()
+        table.append((f"GRPO update, {args.samples} turn samples", "receptive field only" if cut else "whole rows",
+                      timed(update, args.repeats)))
+    ppo.receptive_field = field
+    return losses
 
 
 if __name__ == "__main__":
