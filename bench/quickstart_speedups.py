@@ -154,7 +154,7 @@ def grpo_update(path: Path, rows: list[list[int]], call: list[int], args, table:
         model, reference = (AutoModelForCausalLM.from_pretrained(path) for _ in range(2))
         optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)     # lr 0: every repeat updates the same weights
 
-        def update() -> float:
+        def update(model=model, reference=reference, optimizer=optimizer) -> float:
             return ppo.ppo_update(model, reference, optimizer, samples, PPOClipLoss(kl_coef=0.1), pad_id=2,
                                   device=torch.device("cpu"), temperature=1.0, micro_batch_size=16,
                                   mini_batches=-(-len(samples) // 16))["train/loss"]
