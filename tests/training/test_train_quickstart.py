@@ -652,19 +652,20 @@ def test_bad_flags_get_one_line_naming_the_flag(flags, message, capsys):
     assert exit_.value.code == 2 and message in err and err.count("\n") == 1
 
 
-def test_each_policy_gets_its_own_learning_rates_and_kl_weight_unless_the_command_line_sets_them():
+def test_each_policy_gets_its_own_learning_rates_kl_weight_and_steps_unless_the_command_line_sets_them():
     from training.quickstart.cli import _args
 
     tiny = _args(["x=1"])
     assert (tiny.warmup_epochs, tiny.warmup_lr, tiny.overrides) == (24, 5e-3, ["x=1"])   # GRPO's: the YAML's
     pre = _args(["--policy", "smollm2", "x=1"])
     assert (pre.warmup_epochs, pre.warmup_lr) == (4, 1e-4)
-    assert pre.overrides == ["optim.lr=2e-05", "algorithm.kl_coef=0.0001", "x=1"]
+    assert pre.overrides == ["optim.lr=2e-05", "algorithm.kl_coef=0.0001", "trainer.total_steps=12", "x=1"]
     mine = _args(["--policy", "smollm2", "--warmup-epochs", "2", "--warmup-lr", "3e-4", "optim.lr=1e-6",
-                  "algorithm.kl_coef=0.5"])
-    assert (mine.warmup_epochs, mine.warmup_lr, mine.overrides) == (2, 3e-4, ["optim.lr=1e-6", "algorithm.kl_coef=0.5"])
+                  "algorithm.kl_coef=0.5", "trainer.total_steps=3"])
+    assert (mine.warmup_epochs, mine.warmup_lr, mine.overrides) == (2, 3e-4, ["optim.lr=1e-6", "algorithm.kl_coef=0.5",
+                                                                             "trainer.total_steps=3"])
     partial = _args(["--policy", "smollm2", "algorithm.kl_coef=0"])
-    assert partial.overrides == ["optim.lr=2e-05", "algorithm.kl_coef=0"]
+    assert partial.overrides == ["optim.lr=2e-05", "trainer.total_steps=12", "algorithm.kl_coef=0"]
 
 
 @pytest.mark.parametrize("flags, seeds", [([], [0]), (["--seeds", "3"], [0, 1, 2]), (["--seed", "3"], [3]),
