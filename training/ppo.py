@@ -36,8 +36,9 @@ def response_logprobs(model, batch: SampleBatch, temperature: float = 1.0) -> to
     Runs the decoder body over the whole sequence (over its last `receptive_field` tokens
     before the response where every layer attends within a sliding window: `receptive_crop`)
     but the LM head (the [*, V] part) only at the positions that predict a response token,
-    which is most of the cost saved on long prompts.  Logits are divided by the sampling temperature (T > 0), so the
-    log-probs are those of the distribution the rollouts were sampled from.
+    which is most of the cost saved on long prompts.  Logits are divided by the sampling
+    temperature (T > 0), so the log-probs are those of the distribution the rollouts were
+    sampled from.
     """
     mask = batch.response_mask.bool()                                          # [B, L]
     rows, cols = mask.nonzero(as_tuple=True)                                   # [N], [N]
