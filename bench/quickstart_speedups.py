@@ -128,30 +128,34 @@ def main() -> None:
         f"{max(len(g.token_ids) for g in outputs[True])} tokens. "
         f"Same sampled tokens with and without jump-forward: {'yes' if same else 'NO'}; warm-up loss "
         f"{losses[False]:.6f} whole vs {losses[True]:.6f} shared; GRPO update's loss {updates[False]:.6f} whole vs "
-        f"{updates[True]:.6f} cut to the receptive field.",
+        f"{updates[True]:.6f} cut to the receptive field, largest difference of a trained token's log-prob "
+        f"{updates['largest log-prob difference']:.1e} (16 rows).",
     ]) + "\n"
     print(text)
     if args.write:
         write_section(text)
 
 
-def grpo_update(path: Path, rows: list[list[int]], call: list[int], args, table: list) -> dict[bool, float]:
+def grpo_update(path: Path, rows: list[list[int]], call: list[int], args, table: list) -> dict:
     """`ppo_update` on `args.samples` turns from fresh copies of the policy (and its reference),
     with and without `receptive_crop` (its field set to None: whole rows); appends the rows of
-    the table and returns the first update's loss of each path."""
+    the table and returns the first update's loss of each path (keys False / True) and the largest
+    difference between the two paths' trained-token log-probs on 16 rows."""
     from transformers import AutoModelForCausalLM
 
     from training import ppo
     from training.losses import PPOClipLoss
-    from training.samples import TurnSample
+    from training.samples import TurnSample, collate_samples
 
     gen = torch.Generator().manual_seed(1)
     samples = [TurnSample(rows[i % len(rows)], call, [0] * (len(call) - 2) + [1, 1], None,
                           float(torch.randn(1, generator=gen)), "t", 0) for i in range(args.samples)]
-    field, losses = ppo.receptive_field, {}
+    field, losses, logps = ppo.receptive_field, {}, {}
     for cut in (False, True):
         ppo.receptive_field = field if cut else (lambda config: None)
         model, reference = (AutoModelForCausalLM.from_pretrained(path) for _ in range(2))
+        with torch.no_grad():
+            logps[cut] = ppo.response_logprobs(model, collate_samples(samples[:16], 2))
         optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)     # lr 0: every repeat updates the same weights
 
         def update(model=model, reference=reference, optimizer=optimizer) -> float:
@@ -162,6 +166,7 @@ def grpo_update(path: Path, rows: list[list[int]], call: list[int], args, table:
         table.append((f"GRPO update, {args.samples} turn samples", "receptive field only" if cut else "whole rows",
                       timed(update, args.repeats)))
     ppo.receptive_field = field
+    losses["largest log-prob difference"] = float((logps[True] - logps[False]).abs().max())
     return losses
 
 
