@@ -52,11 +52,18 @@ def build_people(n: int, seed: int) -> list[Person]:
     raise ValueError(f"build_people: only {len(people)} distinct names among {len(records)} records; ask for fewer")
 
 
-def build_tasks(people: list[Person], n_lookup: int, n_arith: int, seed: int) -> list[Task]:
+def build_tasks(people: list[Person], n_lookup: int, n_arith: int, seed: int, cities: int | None = None) -> list[Task]:
+    """`n_lookup` lookups (each about a different person: birth city or year) and `n_arith`
+    arithmetic questions, shuffled.  A lookup asks the city or the year at random, or, given
+    `cities`, exactly that many ask the city (in a random order)."""
     rng = random.Random(seed)
     tasks = []
-    for p in rng.sample(people, n_lookup):
-        kind = rng.choice(["city", "year"])
+    chosen = rng.sample(people, n_lookup)
+    if cities is not None:
+        kinds = ["city"] * cities + ["year"] * (n_lookup - cities)
+        rng.shuffle(kinds)
+    for i, p in enumerate(chosen):
+        kind = kinds[i] if cities is not None else rng.choice(["city", "year"])
         q = (f"In which city was {p.name} born?" if kind == "city" else f"In which year was {p.name} born?")
         tasks.append(Task(id=f"lookup-{p.id}-{kind}", question=q, answer=p.city if kind == "city" else str(p.year),
                           metadata={"type": "lookup", "doc_id": p.id}))

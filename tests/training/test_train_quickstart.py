@@ -71,6 +71,24 @@ def test_train_and_held_out_tasks_are_disjoint_and_balanced(world):
     assert all(t.metadata["doc_id"] in docs for t in train + held_out if t.metadata["type"] == "lookup")
 
 
+@pytest.mark.parametrize("sizes", [(16, 64, 16), (10, 6, 14)])
+def test_balanced_kinds_give_each_split_as_many_city_as_year_lookups_and_the_same_people(tmp_path, sizes):
+    n_train, n_eval, n_warmup = sizes
+    tasks = {}
+    for balanced in (False, True):
+        paths = build_world(tmp_path / str(balanced), n_train=n_train, n_eval=n_eval, n_warmup=n_warmup, n_people=80,
+                            seed=1, balanced_kinds=balanced)
+        tasks[balanced] = {k: load_tasks([str(paths[k])]) for k in ("train", "eval", "warmup")}
+    for split, n in zip(("train", "eval", "warmup"), sizes):
+        kinds = [question_kind(t) for t in tasks[True][split]]
+        assert (kinds.count("city"), kinds.count("year"), kinds.count("arithmetic")) == (
+            n // 2 - n // 4, n // 4, n - n // 2), split
+    # the same people are asked about: which of them asks the year (and where) moved
+    people = {b: sorted(t.metadata["doc_id"] for ts in tasks[b].values() for t in ts if "doc_id" in t.metadata)
+              for b in tasks}
+    assert people[False] == people[True]
+
+
 def test_quickstart_catalog_keeps_tools_aliases_and_every_price(world):
     _, catalog = world
     base = load_catalog()

@@ -218,20 +218,26 @@ def with_preference(task: Task, preset: str, tools: dict | None = None, *, wordi
 
 
 def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_people: int = 200,
-                seed: int = 0, favour_aliases: list[str] | None = None) -> dict[str, Path]:
+                seed: int = 0, favour_aliases: list[str] | None = None, balanced_kinds: bool = False) -> dict[str, Path]:
     """Write corpus.jsonl (deep), places.jsonl (shallow) and train / eval / warmup .jsonl
     (half lookup, half arithmetic each).
 
     The splits ask about different people and different numbers; `warmup` holds the tasks
     whose demonstrations the starting policy is taught on (never evaluated).  Training tasks
     get a preset drawn from `TRAIN_MIX`; held-out ones `MAIN_PRESET` (evaluations re-set it).
+    A lookup asks city or year at random; with `balanced_kinds` each split's lookups are half
+    city, half year (`balanced_lookups`).
     """
     out.mkdir(parents=True, exist_ok=True)
     people = build_people(n_people, seed)
     sizes = {"train": n_train, "eval": n_eval, "warmup": n_warmup}
     n_lookup = sum(n // 2 for n in sizes.values())
-    tasks = build_tasks(people, n_lookup, sum(sizes.values()) - n_lookup, seed)
+    counts = [n // 2 for n in sizes.values()]
+    tasks = build_tasks(people, n_lookup, sum(sizes.values()) - n_lookup, seed,
+                        cities=sum(n - n // 2 for n in counts) if balanced_kinds else None)
     lookup = [t for t in tasks if t.metadata["type"] == "lookup"]
+    if balanced_kinds:
+        lookup = balanced_lookups(lookup, counts)
     arith = [t for t in tasks if t.metadata["type"] == "arithmetic"]
     rng = random.Random(seed)
     paths = {"corpus": out / "corpus.jsonl", "places": out / "places.jsonl"}
@@ -257,6 +263,18 @@ def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_pe
         paths[name] = out / f"{name}.jsonl"
         paths[name].write_text("".join(json.dumps(r) + "\n" for r in rows))
     return paths
+
+
+def balanced_lookups(lookup: list[Task], counts: list[int]) -> list[Task]:
+    """`lookup` reordered so that its consecutive slices of `counts` each hold as many city as
+    year questions (city the odd one), each kind in its given order (`build_tasks(cities=...)`
+    makes exactly enough of each)."""
+    pools = {kind: [t for t in lookup if question_kind(t) == kind] for kind in ("city", "year")}
+    out = []
+    for n in counts:
+        for kind, k in (("city", n - n // 2), ("year", n // 2)):
+            out, pools[kind] = out + pools[kind][:k], pools[kind][k:]
+    return out
 
 
 def question_kind(task: Task) -> str:

@@ -87,7 +87,8 @@ def _paths_overrides(out: Path) -> list[str]:
 
 def prepare_world(out: Path, cfg: TrainConfig, args) -> dict[str, Path]:
     paths = build_world(out / "world", n_train=args.train_tasks, n_eval=args.eval_tasks,
-                        n_warmup=args.warmup_tasks, seed=cfg.run.seed, favour_aliases=args.favour_aliases)
+                        n_warmup=args.warmup_tasks, seed=cfg.run.seed, favour_aliases=args.favour_aliases,
+                        balanced_kinds=args.balanced_kinds)
     quickstart_catalog(out / "world")
     paths["index"] = build_index(paths["corpus"], out / "world" / "index")
     paths["index-shallow"] = build_index(paths["places"], out / "world" / "index-shallow")
