@@ -153,8 +153,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup-tasks", type=int, default=16, help="extra tasks demonstrated in the warm-up")
     parser.add_argument("--balanced-kinds", action=argparse.BooleanOptionalAction, default=False,
                         help="each split's lookups half city, half year questions (default: each at random, so a "
-                             "seed's 16 training tasks may hold 2 year questions, or 6; off: 16 of 20 checks "
-                             "against 18 on seeds 0-4, docs/history.md round 16)")
+                             "seed's 16 training tasks may hold 2 year questions, or 6). Off by default: on AVX2 seeds 0-4 it "
+                             "kept 16 of 20 checks against 18 (docs/history.md round 16)")
     parser.add_argument("--eval-temperature", type=float, default=0.6, help="paper: 0.6 for validation")
     parser.add_argument("--eval-samples", type=int, default=1,
                         help="episodes per held-out task (sampling seeds differ; a task's episodes are resampled "

@@ -231,8 +231,8 @@ def build_world(out: Path, *, n_train: int, n_eval: int, n_warmup: int = 0, n_pe
     out.mkdir(parents=True, exist_ok=True)
     people = build_people(n_people, seed)
     sizes = {"train": n_train, "eval": n_eval, "warmup": n_warmup}
-    n_lookup = sum(n // 2 for n in sizes.values())
-    counts = [n // 2 for n in sizes.values()]
+    counts = [n // 2 for n in sizes.values()]          # each split's lookups
+    n_lookup = sum(counts)
     tasks = build_tasks(people, n_lookup, sum(sizes.values()) - n_lookup, seed,
                         cities=sum(n - n // 2 for n in counts) if balanced_kinds else None)
     lookup = [t for t in tasks if t.metadata["type"] == "lookup"]
