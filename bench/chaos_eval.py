@@ -134,6 +134,23 @@ def faults_met(proxies: list[FaultProxy]) -> dict[str, int]:
     return faults
 
 
+def _threads_settled(timeout_s: float = 15.0, poll_s: float = 0.5) -> int:
+    """Wait until this process's thread count stops falling (a finished run's pool threads exit
+    some time after it returns, later on a busy CPU; a leaked thread never does, so it stays
+    counted), at most `timeout_s`; returns the count."""
+    import psutil
+
+    proc, deadline = psutil.Process(), time.monotonic() + timeout_s
+    last = proc.num_threads()
+    while time.monotonic() < deadline:
+        time.sleep(poll_s)
+        now = proc.num_threads()
+        if now >= last:
+            return now
+        last = now
+    return last
+
+
 def one_run(folder: Path, name: str, *, concurrency: int, replicas: int, plan: FaultPlan,
             restarts_at: list[int] = (), restart_times: list[float] = (), kill_replica: tuple[float, float] | None = None,
             sampler: ResourceSampler | None = None, delay_s: float = 0.0, repeat: int = 1,
@@ -166,7 +183,7 @@ def one_run(folder: Path, name: str, *, concurrency: int, replicas: int, plan: F
             walls.append(time.monotonic() - started)
             if sampler:          # after what the run dropped is collected and its worker threads ended
                 gc.collect()
-                time.sleep(0.5)
+                _threads_settled()
                 sampler.mark(f"{out.name} end")
         wall = walls[0]
         if schedule:
