@@ -134,10 +134,10 @@ def faults_met(proxies: list[FaultProxy]) -> dict[str, int]:
     return faults
 
 
-def _threads_settled(timeout_s: float = 15.0, poll_s: float = 0.5) -> int:
+def _threads_settled(timeout_s: float = 15.0, poll_s: float = 0.5) -> None:
     """Wait until this process's thread count stops falling (a finished run's pool threads exit
     some time after it returns, later on a busy CPU; a leaked thread never does, so it stays
-    counted), at most `timeout_s`; returns the count."""
+    counted), at most `timeout_s`."""
     import psutil
 
     proc, deadline = psutil.Process(), time.monotonic() + timeout_s
@@ -146,9 +146,8 @@ def _threads_settled(timeout_s: float = 15.0, poll_s: float = 0.5) -> int:
         time.sleep(poll_s)
         now = proc.num_threads()
         if now >= last:
-            return now
+            return
         last = now
-    return last
 
 
 def one_run(folder: Path, name: str, *, concurrency: int, replicas: int, plan: FaultPlan,

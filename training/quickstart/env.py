@@ -273,7 +273,8 @@ def balanced_lookups(lookup: list[Task], counts: list[int]) -> list[Task]:
     out = []
     for n in counts:
         for kind, k in (("city", n - n // 2), ("year", n // 2)):
-            out, pools[kind] = out + pools[kind][:k], pools[kind][k:]
+            out += pools[kind][:k]
+            del pools[kind][:k]
     return out
 
 
